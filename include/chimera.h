@@ -1,0 +1,271 @@
+/* chimera.h — Chimera: multi-vector (late-interaction) retrieval on CPU and GPU.
+ *
+ * A corpus is a set of documents; each document is a set of token vectors in R^d
+ * (ColBERT style: L2-normalised, d = 96 or 128, tens to hundreds of tokens). A query is
+ * a set of m token vectors. The score of a document is its Chamfer (MaxSim) similarity
+ *
+ *     F(Q, D) = sum over query tokens q of  max over document tokens v of <q, v>
+ *
+ * and a search returns the k documents with the highest score. Chimera finds them
+ * through a fine-grained IVF over all document tokens, RaBitQ-quantised codes (1-bit
+ * for filtering, B-bit for re-scoring) and a three-stage pipeline; exact search by
+ * brute force is provided as the reference every recall figure is measured against.
+ *
+ * Life cycle
+ *   chimera_corpus_open()      map a token matrix (.npy) and its document lengths
+ *   chimera_queries_open()     read query token sets
+ *   chimera_exact_search()     exact top-k by Chamfer score (ground truth)
+ *   chimera_trec_write()       write results as a TREC run
+ *   chimera_run_read(), chimera_eval_recall(), chimera_eval_qrels()   evaluate runs
+ *   ..._close() / ..._free()   every object returned has one
+ *
+ * Conventions
+ *   - Every fallible function returns chimera_status: CHIMERA_OK (0) or a negative code.
+ *   - Constructors take `T **out` and set *out = NULL on failure; their optional
+ *     `chimera_error *err` receives a message naming what was wrong.
+ *   - Methods on a handle keep their last message on the handle (`..._errmsg`), valid
+ *     until the next call on that handle.
+ *   - Options structs: zero means default; initialise with `= {0}` and set what you need.
+ *   - Outputs are caller-owned arrays; unused result slots are padded with id -1 and
+ *     score -INFINITY.
+ *   - Handles are not thread-safe unless stated; distinct handles are independent.
+ *
+ * Example: exact top-10 for a query file
+ *
+ *   chimera_error err;
+ *   chimera_corpus *c;
+ *   chimera_queries *q;
+ *   if (chimera_corpus_open("tokens.npy", "doclens.npy", NULL, NULL, &c, &err) ||
+ *       chimera_queries_open("queries.npy", NULL, &q, &err)) {
+ *       fprintf(stderr, "%s\n", err.msg);
+ *       return 1;
+ *   }
+ *   int64_t n = chimera_queries_count(q);
+ *   int64_t *ids = malloc(n * 10 * sizeof *ids);
+ *   float *scores = malloc(n * 10 * sizeof *scores);
+ *   if (chimera_exact_search(c, q, 10, NULL, ids, scores) == CHIMERA_OK)
+ *       chimera_trec_write("run.trec", n, 10, ids, scores, "exact", &err);
+ *   chimera_queries_free(q);
+ *   chimera_corpus_close(c);
+ */
+#ifndef CHIMERA_H
+#define CHIMERA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHIMERA_VERSION_MAJOR 0
+#define CHIMERA_VERSION_MINOR 1
+#define CHIMERA_VERSION_PATCH 0
+#define CHIMERA_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------------------------- */
+/* Status codes and errors                                                            */
+/* ---------------------------------------------------------------------------------- */
+
+/* Negative, explicitly numbered, never renumbered or reused. */
+typedef enum chimera_status {
+    CHIMERA_OK = 0,
+    CHIMERA_ERR_INVALID_ARG = -1, /* a parameter is out of range or NULL */
+    CHIMERA_ERR_NOMEM = -2,       /* an allocation failed */
+    CHIMERA_ERR_IO = -3,          /* a file could not be opened, read, written or synced */
+    CHIMERA_ERR_FORMAT = -4,      /* an input file is malformed (npy header, TREC line) */
+    CHIMERA_ERR_CORRUPT = -5,     /* an index failed validation or a checksum */
+    CHIMERA_ERR_VERSION = -6,     /* an index of an unsupported format version */
+    CHIMERA_ERR_DIM = -7,         /* shapes or dimensions do not agree */
+    CHIMERA_ERR_VALUE = -8,       /* NaN, Inf or an out-of-range value in the data */
+    CHIMERA_ERR_EMPTY = -9,       /* an empty document or query where none is allowed */
+    CHIMERA_ERR_DEVICE = -10,     /* a GPU call failed or no device is usable */
+    CHIMERA_ERR_UNSUPPORTED = -11, /* valid but not supported (dtype, byte order, ...) */
+    CHIMERA_ERR_CANCELLED = -12,  /* a progress callback asked to stop */
+    CHIMERA_ERR_INTERNAL = -13,   /* a bug in Chimera; please report it */
+} chimera_status;
+
+/* A status with its message; filled by constructors and free functions. */
+typedef struct chimera_error {
+    chimera_status code;
+    char msg[256];
+} chimera_error;
+
+/* Static name of a status ("CHIMERA_ERR_IO"); never NULL. */
+const char *chimera_status_str(chimera_status status);
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked. */
+const char *chimera_version(void);
+
+/* Progress callback for long work: `phase` names the step ("kmeans", "exact search"),
+ * `fraction` runs from 0 to 1 (1 once per phase, at its end). May be called from
+ * worker threads, so it must be thread-safe. */
+typedef void (*chimera_progress_fn)(void *user, const char *phase, double fraction);
+
+/* ---------------------------------------------------------------------------------- */
+/* Runtime                                                                            */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct chimera_runtime_info {
+    const char *simd;          /* kernel level in use: "scalar", "avx2" or "avx512" */
+    const char *blas_core;     /* OpenBLAS kernel family, e.g. "Zen", "SkylakeX" */
+    const char *blas_suggested_coretype; /* NULL, or a better OPENBLAS_CORETYPE value */
+    int n_cpus;                /* online CPUs */
+    int cuda_compiled;         /* 1 when the CUDA backend was built in */
+    int n_cuda_devices;        /* usable CUDA devices (0 without CUDA or a driver) */
+    char cuda_status[128];     /* why no device is usable, or the first device's name */
+} chimera_runtime_info;
+
+/* Fills *info. Never fails. */
+void chimera_runtime_info_get(chimera_runtime_info *info);
+
+/* ---------------------------------------------------------------------------------- */
+/* Corpus: the document token vectors                                                 */
+/* ---------------------------------------------------------------------------------- */
+
+/* A token matrix [n_tokens, dim] with document lengths [n_docs] (documents are
+ * consecutive runs of rows) and optional user ids. Read-only once opened. */
+typedef struct chimera_corpus chimera_corpus;
+
+typedef struct chimera_corpus_opts {
+    int allow_empty;      /* 1: accept zero-length documents (they are never returned) */
+    int skip_value_check; /* 1: do not scan tokens for NaN/Inf at open */
+} chimera_corpus_opts;
+
+/* Maps `tokens_npy` (float32 or float16, [n_tokens, dim], C order) and reads
+ * `doclens_npy` (int32 or int64, [n_docs]). `ids_path` (may be NULL) gives user ids:
+ * an int64 .npy of n_docs entries, or a text file with one integer per line; without
+ * it a document's id is its row in doclens. Checks shapes, that the lengths sum to
+ * n_tokens, that no document is empty (unless allowed), that ids are unique, and (unless
+ * skipped) that every token is finite; every error names the file and the row.
+ * @return CHIMERA_OK, _IO, _FORMAT, _UNSUPPORTED, _DIM, _VALUE, _EMPTY or _NOMEM.
+ * @note The token matrix stays memory-mapped, never copied: it may exceed RAM. */
+chimera_status chimera_corpus_open(const char *tokens_npy, const char *doclens_npy,
+                                   const char *ids_path, const chimera_corpus_opts *opts,
+                                   chimera_corpus **out, chimera_error *err);
+
+/* Wraps caller memory (float32 tokens, int64 doclens, optional int64 ids) with the same
+ * checks as chimera_corpus_open. @note Nothing is copied: the arrays must outlive the
+ * corpus. */
+chimera_status chimera_corpus_wrap(const float *tokens, int64_t n_tokens, uint32_t dim,
+                                   const int64_t *doclens, int64_t n_docs, const int64_t *ids,
+                                   const chimera_corpus_opts *opts, chimera_corpus **out,
+                                   chimera_error *err);
+
+int64_t chimera_corpus_n_docs(const chimera_corpus *corpus);
+int64_t chimera_corpus_n_tokens(const chimera_corpus *corpus);
+uint32_t chimera_corpus_dim(const chimera_corpus *corpus);
+/* The last error message of a call on this corpus ("" if none). */
+const char *chimera_corpus_errmsg(const chimera_corpus *corpus);
+void chimera_corpus_close(chimera_corpus *corpus);
+
+/* ---------------------------------------------------------------------------------- */
+/* Queries                                                                            */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct chimera_queries chimera_queries;
+
+/* Reads queries: either [n_queries, m, dim] (every query has m tokens) or [total, dim]
+ * with `qlens_npy` giving each query's token count (int32/int64). float32 or float16.
+ * Empty queries and NaN/Inf are errors naming the query. The tokens are copied. */
+chimera_status chimera_queries_open(const char *queries_npy, const char *qlens_npy,
+                                    chimera_queries **out, chimera_error *err);
+
+/* Copies caller memory: `tokens` holds all query tokens back to back; `qlens` gives
+ * each query's length, or is NULL when all have `m` tokens. */
+chimera_status chimera_queries_new(const float *tokens, int64_t n_queries, uint32_t dim,
+                                   const int64_t *qlens, uint32_t m, chimera_queries **out,
+                                   chimera_error *err);
+
+int64_t chimera_queries_count(const chimera_queries *queries);
+uint32_t chimera_queries_dim(const chimera_queries *queries);
+/* Number of tokens of query i (0 <= i < count). */
+uint32_t chimera_queries_len(const chimera_queries *queries, int64_t i);
+void chimera_queries_free(chimera_queries *queries);
+
+/* ---------------------------------------------------------------------------------- */
+/* Exact search (ground truth)                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct chimera_exact_opts {
+    int n_threads;               /* 0: one per CPU */
+    chimera_progress_fn progress; /* optional */
+    void *progress_user;
+} chimera_exact_opts;
+
+/* Exact Chamfer top-k of every query over the whole corpus, by blocked sgemm over the
+ * (memory-mapped) token matrix: ids[i*k + r] and scores[i*k + r] are query i's r-th best
+ * document (user id) and its score, best first; ties go to the smaller id.
+ * @return CHIMERA_OK, _INVALID_ARG (k == 0), _DIM (query dim differs), _NOMEM, _VALUE
+ *         (a float16 token overflows); message on the corpus. */
+chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_queries *queries,
+                                    uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
+                                    float *scores);
+
+/* ---------------------------------------------------------------------------------- */
+/* Result files and evaluation                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+/* Writes results as a TREC run, one line per hit: `qid Q0 docid rank score tag`, with
+ * qid the query's index, rank from 1; padding (-1) entries are skipped. The file is
+ * written to a temporary name and renamed into place, so a failure leaves no partial
+ * file and an existing one untouched. */
+chimera_status chimera_trec_write(const char *path, int64_t n_queries, uint32_t k,
+                                  const int64_t *ids, const float *scores, const char *tag,
+                                  chimera_error *err);
+
+/* A TREC run (`qid Q0 docid rank score tag`) or qrels (`qid 0 docid relevance`) file
+ * in memory. Ids are strings, so runs of other systems can be compared too. */
+typedef struct chimera_run chimera_run;
+
+chimera_status chimera_run_read(const char *path, chimera_run **out, chimera_error *err);
+chimera_status chimera_qrels_read(const char *path, chimera_run **out, chimera_error *err);
+int64_t chimera_run_n_queries(const chimera_run *run);
+void chimera_run_free(chimera_run *run);
+
+/* Recall@k as in the paper: for each query of `truth`, |top-k(run) ∩ top-k(truth)| / k'
+ * with k' = min(k, hits of truth for that query), averaged over the queries of truth (a
+ * query missing from the run counts 0). Hits are ordered by rank (then score).
+ * *n_queries (may be NULL) receives the number of queries averaged. */
+chimera_status chimera_eval_recall(const chimera_run *run, const chimera_run *truth, uint32_t k,
+                                   double *recall, int64_t *n_queries, chimera_error *err);
+
+/* MRR@10 and NDCG@10 of `run` against graded `qrels` (relevance > 0 is relevant; NDCG
+ * uses the grades as gains), averaged over the queries that have a relevant document. */
+chimera_status chimera_eval_qrels(const chimera_run *run, const chimera_run *qrels,
+                                  double *mrr10, double *ndcg10, int64_t *n_queries,
+                                  chimera_error *err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Synthetic corpora                                                                  */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct chimera_synth_opts {
+    int64_t n_docs;      /* 0: 10,000 */
+    uint32_t dim;        /* 0: 128 */
+    int64_t n_queries;   /* 0: 100 */
+    uint32_t query_len;  /* 0: 32 */
+    uint64_t seed;       /* 0 is a valid seed (the default) */
+    uint32_t vocab;      /* 0: 30,000 words */
+    uint32_t n_topics;   /* 0: 200 */
+    uint32_t min_len;    /* 0: 16 tokens */
+    uint32_t max_len;    /* 0: 300 tokens */
+    chimera_progress_fn progress;
+    void *progress_user;
+} chimera_synth_opts;
+
+/* Writes a corpus that behaves like contextual token embeddings into `out_dir` (created
+ * if missing): tokens.npy [n_tokens, dim] f32 (L2-normalised), doclens.npy [n_docs] i64,
+ * queries.npy [n_queries, query_len, dim] f32 and qrels.tsv (each query's target
+ * document). Words follow a Zipf law over a vocabulary and recur across documents,
+ * documents have topics and lengths vary; each query is made from its target
+ * document's words and topic plus noise. Deterministic for a seed. Each file is written
+ * to a temporary name and renamed, so a failure leaves none half-written. */
+chimera_status chimera_synth_write(const char *out_dir, const chimera_synth_opts *opts,
+                                   chimera_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,32 @@
+/* The library's window on BLAS (OpenBLAS from Debian).
+ *
+ * Chimera parallelises over blocks with its own pool, so every sgemm runs in the
+ * calling thread: OpenBLAS's own threads are set to 1 on first use (mixing both would
+ * oversubscribe the cores and make timings erratic).
+ *
+ * Debian 12's OpenBLAS 0.3.21 does not know recent Intel server CPUs and falls back to
+ * its Prescott (SSE3) kernels, 3-6x slower than its SkylakeX/Haswell ones. The core type
+ * must be chosen before the library loads (OPENBLAS_CORETYPE), so the library only
+ * detects the case: cm_blas_suggested_coretype() names a better core type when the one
+ * in use is a generic fallback on a CPU with AVX2/AVX-512 and the user set none. The
+ * CLI acts on it by re-executing itself with the variable set; a user's own setting is
+ * always respected. */
+#ifndef CHIMERA_CORE_BLAS_H
+#define CHIMERA_CORE_BLAS_H
+
+/* C[M x N] = alpha * A[M x K] * B[N x K]^T + beta * C (all row-major, float32). */
+void cm_sgemm_nt(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
+
+/* C[M x N] = alpha * A[M x K] * B[K x N] + beta * C (row-major). */
+void cm_sgemm_nn(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
+
+/* The kernel family OpenBLAS picked ("Zen", "SkylakeX", "Prescott", ...). */
+const char *cm_blas_corename(void);
+
+/* NULL when the BLAS kernels fit the CPU (or the user chose them); otherwise the
+ * OPENBLAS_CORETYPE value that would ("SkylakeX" or "Haswell"). */
+const char *cm_blas_suggested_coretype(void);
+
+#endif

@@ -1,0 +1,160 @@
+/* Crash-safe writes (see fileio.h): LMDB's order — data, sync, then the commit point. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fileio.h"
+#include "core/alloc.h"
+
+char *cm_path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = cm_malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t n = a;
+    if (a > 0 && dir[a - 1] != '/') p[n++] = '/';
+    memcpy(p + n, name, b + 1);
+    return p;
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return cm_strdup(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *d = cm_malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, path, n);
+    d[n] = '\0';
+    return d;
+}
+
+chimera_status cm_writer_open(cm_writer *w, const char *path, chimera_error *err)
+{
+    memset(w, 0, sizeof *w);
+    size_t n = strlen(path);
+    w->final_path = cm_strdup(path);
+    w->tmp_path = cm_malloc(n + 16);
+    if (!w->final_path || !w->tmp_path) {
+        cm_writer_abort(w);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    memcpy(w->tmp_path, path, n);
+    memcpy(w->tmp_path + n, ".tmp-XXXXXX", 12);
+    int fd = mkstemp(w->tmp_path);
+    if (fd < 0) {
+        int e = errno;
+        cm_free(w->tmp_path);
+        w->tmp_path = NULL;
+        cm_writer_abort(w);
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+    }
+    fchmod(fd, 0644);
+    w->f = fdopen(fd, "wb");
+    if (!w->f) {
+        close(fd);
+        cm_writer_abort(w);
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open stream", path);
+    }
+    return CHIMERA_OK;
+}
+
+chimera_status cm_writer_write(cm_writer *w, const void *data, size_t n, chimera_error *err)
+{
+    if (n == 0) return CHIMERA_OK;
+    if (fwrite(data, 1, n, w->f) != n)
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: write failed: %s", w->final_path,
+                       strerror(errno));
+    w->written += n;
+    return CHIMERA_OK;
+}
+
+chimera_status cm_writer_printf(cm_writer *w, chimera_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfprintf(w->f, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: write failed: %s", w->final_path,
+                       strerror(errno));
+    w->written += (uint64_t)n;
+    return CHIMERA_OK;
+}
+
+chimera_status cm_writer_commit(cm_writer *w, chimera_error *err)
+{
+    chimera_status s = CHIMERA_OK;
+    int e = 0;
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) e = errno;
+    if (fclose(w->f) != 0 && !e) e = errno;
+    w->f = NULL;
+    if (e) {
+        s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot write: %s", w->final_path, strerror(e));
+    } else if (rename(w->tmp_path, w->final_path) != 0) {
+        s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot rename into place: %s", w->final_path,
+                    strerror(errno));
+    } else {
+        cm_free(w->tmp_path);
+        w->tmp_path = NULL;
+        char *dir = dir_of(w->final_path);
+        if (dir) s = cm_fsync_dir(dir, err);
+        cm_free(dir);
+    }
+    cm_writer_abort(w);
+    return s;
+}
+
+void cm_writer_abort(cm_writer *w)
+{
+    if (w->f) fclose(w->f);
+    w->f = NULL;
+    if (w->tmp_path) unlink(w->tmp_path);
+    cm_free(w->tmp_path);
+    cm_free(w->final_path);
+    w->tmp_path = w->final_path = NULL;
+}
+
+chimera_status cm_fsync_dir(const char *dir, chimera_error *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (r != 0 && e != EINVAL) /* some file systems cannot sync directories */
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot sync: %s", dir, strerror(e));
+    return CHIMERA_OK;
+}
+
+chimera_status cm_mkdirs(const char *dir, chimera_error *err)
+{
+    char *p = cm_strdup(dir);
+    if (!p) return cm_fail(err, CHIMERA_ERR_NOMEM, "out of memory");
+    for (char *s = p + 1;; s++) {
+        char c = *s;
+        if (c == '/' || c == '\0') {
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                chimera_status st =
+                    cm_fail(err, CHIMERA_ERR_IO, "%s: cannot create directory: %s", p,
+                            strerror(errno));
+                cm_free(p);
+                return st;
+            }
+            *s = c;
+        }
+        if (c == '\0') break;
+    }
+    struct stat sb;
+    int ok = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+    cm_free(p);
+    if (!ok) return cm_fail(err, CHIMERA_ERR_IO, "%s: not a directory", dir);
+    return CHIMERA_OK;
+}

@@ -1,0 +1,41 @@
+/* Crash-safe file writing: data goes to a temporary file beside the target, is synced,
+ * and is renamed over the target only on commit (then the directory is synced), so a
+ * failure or a crash never leaves a partial file and never damages an existing one. */
+#ifndef CHIMERA_CORE_FILEIO_H
+#define CHIMERA_CORE_FILEIO_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "chimera.h"
+
+typedef struct cm_writer {
+    FILE *f;
+    char *tmp_path;   /* owned */
+    char *final_path; /* owned */
+    uint64_t written;
+    uint64_t expect; /* bytes a format writer promised (npy data), checked on finish */
+} cm_writer;
+
+/* Creates "<path>.tmp-XXXXXX" in the target's directory. */
+chimera_status cm_writer_open(cm_writer *w, const char *path, chimera_error *err);
+chimera_status cm_writer_write(cm_writer *w, const void *data, size_t n, chimera_error *err);
+chimera_status cm_writer_printf(cm_writer *w, chimera_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Flushes, fsyncs, renames into place and fsyncs the directory; the writer is closed
+ * either way (on failure the temporary file is removed). */
+chimera_status cm_writer_commit(cm_writer *w, chimera_error *err);
+/* Closes and removes the temporary file. Safe on a writer that failed to open or was
+ * already committed. */
+void cm_writer_abort(cm_writer *w);
+
+/* fsync()s a directory so a rename inside it is durable. */
+chimera_status cm_fsync_dir(const char *dir, chimera_error *err);
+
+/* Creates a directory (and its parents) if missing. */
+chimera_status cm_mkdirs(const char *dir, chimera_error *err);
+
+/* Joins dir and name with '/' into a new string (NULL when out of memory). */
+char *cm_path_join(const char *dir, const char *name);
+
+#endif

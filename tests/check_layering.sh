@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Enforces the dependency direction of docs/architecture.md: a module may include the
+# headers of the modules listed for it below and nothing else from src/; the CLI sees
+# only the public header. Prints each violation; exits non-zero if there is one.
+set -u
+root=${1:-.}
+cd "$root" || exit 2
+declare -A allowed=(
+  [core]="core"
+  [data]="core data"
+  [quant]="core quant"
+  [cluster]="core cluster"
+  [graph]="core graph"
+  [index]="core data quant cluster graph index"
+  [backend]="core quant backend"
+  [backend/cpu]="core quant graph backend"
+  [backend/cuda]="core quant backend"
+  [search]="core data quant cluster graph index backend search"
+)
+bad=0
+for mod in "${!allowed[@]}"; do
+  [ -d "src/$mod" ] || continue
+  for f in $(find "src/$mod" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \)); do
+    while IFS= read -r inc; do
+      dep=${inc%/*}
+      ok=0
+      for a in ${allowed[$mod]}; do [ "$dep" = "$a" ] && ok=1; done
+      if [ $ok = 0 ]; then echo "$f includes \"$inc\": $mod may not depend on $dep"; bad=1; fi
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\/[^"]*\)".*/\1/p' "$f")
+  done
+done
+for f in tools/*.c tools/*.h python/*.c; do
+  [ -f "$f" ] || continue
+  while IFS= read -r inc; do
+    case "$inc" in chimera.h|cli.h) ;; *) echo "$f includes \"$inc\": front ends use only chimera.h"; bad=1 ;; esac
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+done
+if [ $bad = 0 ]; then echo "layering: 1 passed, 0 failed"; else echo "layering: 0 passed, 1 failed"; fi
+exit $bad
