@@ -1,0 +1,175 @@
+/* The index container: a crash-safe, versioned, checksummed directory of named sections
+ * plus a JSON metadata object (format.h describes every byte).
+ *
+ * Writing
+ *   store_writer_begin()      creates "<out_dir>.tmp-XXXXXX" beside the target
+ *   store_writer_add()        a whole section from memory, or
+ *   store_section_begin() / store_section_write()... / store_section_end()   streamed
+ *   store_writer_commit()     syncs, writes the manifest last, swaps the directory in
+ *   store_writer_abort()      removes the temporary directory
+ * An existing index at out_dir stays intact and loadable until the commit swaps it out;
+ * a failed, aborted or killed build never damages it. See store_write.c for the
+ * replace protocol and its one failure window.
+ *
+ * Reading
+ *   store_open()              parses the manifest, maps every section read-only, checks
+ *                             headers and sizes (and, if asked, payload checksums)
+ *   store_info()              the manifest only, nothing mapped (for `chimera info`)
+ *   store_section(), store_meta(), store_section_at(): views into the store
+ *   store_close()
+ *
+ * Ownership: the writer copies nothing it does not need (section data is written as it
+ * comes; `meta` is duplicated at commit, the caller keeps its own). Everything a store
+ * returns points into the store and is valid until store_close. Handles are not
+ * thread-safe; distinct handles are independent.
+ *
+ * cJSON allocates with its own (libc) allocator: manifest trees are released with
+ * cJSON_Delete and printed text with cJSON_free, never cm_free. cJSON_InitHooks would
+ * route it through core/alloc.h, but the hooks are process-wide state shared with any
+ * other cJSON user in the process, so the library does not install them; allocation
+ * failure injection therefore covers the store's own allocations, not cJSON's. */
+#ifndef CHIMERA_INDEX_STORE_H
+#define CHIMERA_INDEX_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+#include "chimera.h"
+#include "index/format.h"
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+typedef struct store_writer store_writer;
+
+/* Writer options; zero means default. */
+typedef struct store_write_opts {
+    int no_sync;           /* 1: skip every fsync (scratch indexes and tests); the replace
+                              stays atomic, but a power failure may lose the new index */
+    int no_exchange;       /* 1: never use renameat2(RENAME_EXCHANGE), always the
+                              rename-aside fallback (tests use it to cover that path) */
+} store_write_opts;
+
+/* Element type and shape of a section, recorded in the manifest (optional). */
+typedef struct store_type {
+    const char *dtype;             /* a name fmt_dtype_size knows: "f32", "u8", ... */
+    uint32_t ndim;                 /* 1..FMT_MAX_DIMS */
+    uint64_t shape[FMT_MAX_DIMS];  /* product * dtype size must equal the section bytes */
+} store_type;
+
+/* Starts writing an index that will replace whatever index is at `out_dir`.
+ * @param out_dir  target directory; its parent must exist and be writable. It may be
+ *                 absent, an empty directory, or an existing index (a directory whose
+ *                 manifest has the index magic and that holds only index files).
+ *                 Anything else (a file, a symbolic link, a non-empty directory that is
+ *                 not an index) is refused and left alone.
+ * @param opts     may be NULL (defaults)
+ * @param out      receives the writer; NULL on failure
+ * @return CHIMERA_OK; CHIMERA_ERR_INVALID_ARG (bad path or target),
+ *         CHIMERA_ERR_IO (parent missing or unwritable), CHIMERA_ERR_NOMEM,
+ *         CHIMERA_ERR_UNSUPPORTED (a big-endian host). Messages name the path. */
+chimera_status store_writer_begin(const char *out_dir, const store_write_opts *opts,
+                                  store_writer **out, chimera_error *err);
+
+/* Writes a whole section `name` (see fmt_name_valid; unique within the index) from
+ * `data` (may be NULL when bytes == 0). `type` may be NULL.
+ * @return CHIMERA_OK; CHIMERA_ERR_INVALID_ARG (bad or duplicate name, a section still
+ *         open, a type that disagrees with bytes), CHIMERA_ERR_IO (with the file's path:
+ *         ENOSPC, EFBIG, ...), CHIMERA_ERR_NOMEM.
+ * @note An error once a section's file exists (I/O, memory, a size that disagrees with
+ *       the type) fails the writer: later calls return the same error, and commit or
+ *       abort cleans up. Argument errors caught before that leave it usable. */
+chimera_status store_writer_add(store_writer *w, const char *name, const void *data,
+                                uint64_t bytes, chimera_error *err);
+chimera_status store_writer_add_typed(store_writer *w, const char *name,
+                                      const store_type *type, const void *data,
+                                      uint64_t bytes, chimera_error *err);
+
+/* Streams a section: begin, any number of writes (checksummed as they go), end. Only one
+ * section may be open at a time. `type` may be NULL; if given, its size is checked
+ * against the total at end. Same statuses as store_writer_add. */
+chimera_status store_section_begin(store_writer *w, const char *name, const store_type *type,
+                                   chimera_error *err);
+chimera_status store_section_write(store_writer *w, const void *data, size_t bytes,
+                                   chimera_error *err);
+chimera_status store_section_end(store_writer *w, chimera_error *err);
+
+/* Commits: every section file is already synced (at its end); writes manifest.json last
+ * with `meta` (an object, duplicated; NULL means {}), syncs it and the directory, then
+ * puts the new directory in place of the old one and deletes the old one.
+ * Always consumes the writer: on failure the temporary directory is removed and the
+ * previous index (if any) is untouched, except in the fallback window store_write.c
+ * describes, which store_open reports.
+ * @return CHIMERA_OK; CHIMERA_ERR_INVALID_ARG (a section still open, meta not an object,
+ *         the target changed into something that may not be replaced), CHIMERA_ERR_IO,
+ *         CHIMERA_ERR_NOMEM, or the error that failed the writer earlier. */
+chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_error *err);
+
+/* Removes the temporary directory and frees the writer. NULL is a no-op. */
+void store_writer_abort(store_writer *w);
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+typedef struct store store;
+
+/* What the manifest says about one section. Strings point into the store. */
+typedef struct store_section_desc {
+    const char *name;
+    const char *file;       /* "<name>.bin", relative to the index directory */
+    uint64_t bytes;         /* payload bytes */
+    uint64_t xxh3;          /* payload checksum */
+    const char *dtype;      /* NULL when the section is untyped */
+    uint32_t ndim;          /* 0 when untyped */
+    uint64_t shape[FMT_MAX_DIMS];
+    const void *data;       /* payload, 64-byte aligned; NULL when not mapped (store_info) */
+} store_section_desc;
+
+/* Opens the index at `dir`: validates the manifest as hostile input, maps every section
+ * read-only, checks each header against the manifest and each file's size, and with
+ * `verify_checksums` recomputes every payload checksum (reads all the data).
+ * @param out  receives the store; NULL on failure
+ * @return CHIMERA_OK; CHIMERA_ERR_IO (no directory or manifest; if an interrupted
+ *         replace left the index under a side name, the message says where),
+ *         CHIMERA_ERR_VERSION ("index format X.Y, this library reads A.x"),
+ *         CHIMERA_ERR_UNSUPPORTED (another byte order), CHIMERA_ERR_CORRUPT (anything
+ *         else wrong; the message names the section and what was expected vs found),
+ *         CHIMERA_ERR_NOMEM. */
+chimera_status store_open(const char *dir, int verify_checksums, store **out,
+                          chimera_error *err);
+
+/* Reads and validates only the manifest; maps nothing (sections have data == NULL and
+ * store_section returns CHIMERA_ERR_INVALID_ARG). Same statuses as store_open. */
+chimera_status store_info(const char *dir, store **out, chimera_error *err);
+
+/* Recomputes every payload checksum of an opened store (for `chimera check`).
+ * @return CHIMERA_OK, CHIMERA_ERR_CORRUPT naming the first bad section, or
+ *         CHIMERA_ERR_INVALID_ARG on a store from store_info. */
+chimera_status store_verify(const store *s, chimera_error *err);
+
+/* The payload of section `name`.
+ * @return CHIMERA_OK; CHIMERA_ERR_CORRUPT when the index has no such section (the caller,
+ *         which knows why it needs it, names it in its own message);
+ *         CHIMERA_ERR_INVALID_ARG on a store from store_info.
+ * @note *data points into the mapping (64-byte aligned; not NULL even when empty) and is
+ *       valid until store_close. */
+chimera_status store_section(const store *s, const char *name, const void **data,
+                             uint64_t *bytes);
+
+/* Number of sections, and the i-th (0 <= i < n) in manifest order, or by name (returns
+ * -1 when absent). */
+uint32_t store_n_sections(const store *s);
+const store_section_desc *store_section_at(const store *s, uint32_t i);
+int64_t store_find(const store *s, const char *name);
+
+/* The caller's "meta" object and the whole manifest, owned by the store. */
+const cJSON *store_meta(const store *s);
+const cJSON *store_manifest(const store *s);
+
+/* Format version of the opened index (to upgrade older minors). */
+void store_format_version(const store *s, uint32_t *major, uint32_t *minor);
+
+/* Unmaps everything and frees the store. NULL is a no-op. */
+void store_close(store *s);
+
+#endif

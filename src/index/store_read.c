@@ -1,0 +1,529 @@
+/* Index container reader (store.h; byte layout in format.h).
+ *
+ * The manifest and every section file are treated as hostile input (STYLE.md 14). The
+ * order of checks follows what each one needs in order to be meaningful:
+ *   1. the manifest's size against its cap, before reading it; then JSON syntax;
+ *   2. the magic, then the major version, before anything else, since another major
+ *      may change the rest (so an index from a newer library is reported as a version
+ *      problem, not as corruption);
+ *   3. the manifest checksum (format.h: the canonical text without "manifest_xxh3");
+ *   4. every field of every section entry (types, ranges, unique names, file name ==
+ *      name + ".bin", dtype/shape against bytes), all before any section is opened, so
+ *      a bad count never turns into a large allocation or a map beyond a file;
+ *   5. per section: the file's size against the manifest, then the 64-byte header
+ *      (magic, byte order, header checksum, version, name, size, payload checksum, each
+ *      compared with the manifest), then, with verification, the payload checksum.
+ * Steps 1-5 without the payload hash touch only the manifest and one 64-byte header per
+ * section, so opening a large index costs a few system calls per section and no reads
+ * of the data; store_info stops after step 4 and maps nothing.
+ *
+ * The manifest is the commit point of the writer (store_write.c), so a directory without
+ * one is not an index. If the directory itself is missing, the reader looks beside it for
+ * what an interrupted replace may have left ("<dir>.old-*", "<dir>.tmp-*" holding a
+ * manifest) and names them in the message, without renaming anything itself. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "core/fileio.h"
+#include "index/format.h"
+#include "index/store.h"
+#include "index/store_impl.h"
+#include "core/alloc.h"
+
+typedef struct rsection {
+    store_section_desc d; /* strings point into the manifest tree */
+    void *map;            /* the whole file (header + payload), or NULL */
+    size_t map_len;
+} rsection;
+
+struct store {
+    char *dir;
+    cJSON *manifest;
+    const cJSON *meta;
+    uint32_t major, minor;
+    uint32_t n;
+    rsection *secs;
+    int mapped;
+};
+
+/* ---- manifest text ------------------------------------------------------------------ */
+
+static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+chimera_status store_manifest_load(const char *path, cJSON **out, int *err_no,
+                                   chimera_error *err)
+{
+    *out = NULL;
+    if (err_no) *err_no = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (err_no) *err_no = errno;
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    chimera_status s = CHIMERA_OK;
+    char *buf = NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        s = cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: not a regular file", path);
+        goto done;
+    }
+    if (sb.st_size > (off_t)FMT_MANIFEST_MAX_BYTES) {
+        s = cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: %lld bytes, more than the %u a manifest may have",
+                    path, (long long)sb.st_size, FMT_MANIFEST_MAX_BYTES);
+        goto done;
+    }
+    size_t size = (size_t)sb.st_size;
+    buf = cm_malloc(size + 1);
+    if (!buf) {
+        s = cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+            goto done;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    buf[got] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, got, &end, 0);
+    if (!root) {
+        size_t at = end && end >= buf && end <= buf + got ? (size_t)(end - buf) : 0;
+        /* cJSON does not say whether it failed for memory or syntax; the size cap makes
+         * memory exhaustion here unlikely, so this is reported as a damaged manifest */
+        s = cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: not valid JSON (near byte %zu of %zu)", path,
+                    at, got);
+        goto done;
+    }
+    const char *p = end ? end : buf + got;
+    while (p < buf + got && json_space(*p)) p++;
+    if (p != buf + got) {
+        cJSON_Delete(root);
+        s = cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: unexpected bytes after the JSON (at byte %zu)",
+                    path, (size_t)(p - buf));
+        goto done;
+    }
+    *out = root;
+done:
+    cm_free(buf);
+    close(fd);
+    return s;
+}
+
+int store_manifest_digest(const cJSON *root, uint64_t *digest)
+{
+    char *text = cJSON_PrintUnformatted(root);
+    if (!text) return -1;
+    *digest = XXH3_64bits(text, strlen(text));
+    cJSON_free(text);
+    return 0;
+}
+
+/* ---- manifest validation ------------------------------------------------------------ */
+
+/* An integer-valued JSON number in [0, max]. */
+static int json_uint(const cJSON *item, double max, uint64_t *out)
+{
+    if (!cJSON_IsNumber(item)) return 0;
+    double v = item->valuedouble;
+    if (!isfinite(v) || v < 0 || v > max || floor(v) != v) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+static const cJSON *member(const cJSON *obj, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+/* Validates one section entry into d. */
+static chimera_status check_entry(const store *st, uint32_t i, const cJSON *o,
+                                  store_section_desc *d, chimera_error *err)
+{
+    const char *dir = st->dir;
+    if (!cJSON_IsObject(o))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: manifest section %u is not an object", dir, i);
+    const cJSON *name = member(o, "name"), *file = member(o, "file"), *off = member(o, "offset"),
+                *bytes = member(o, "bytes"), *xxh = member(o, "xxh3"),
+                *dtype = member(o, "dtype"), *shape = member(o, "shape");
+    if (!cJSON_IsString(name) || !fmt_name_valid(name->valuestring))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: manifest section %u has no valid name",
+                       dir, i);
+    d->name = name->valuestring;
+    char want[FMT_NAME_BYTES + sizeof FMT_SECTION_SUFFIX];
+    snprintf(want, sizeof want, "%s%s", d->name, FMT_SECTION_SUFFIX);
+    if (!cJSON_IsString(file) || strcmp(file->valuestring, want) != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': file must be \"%s\" in the manifest", dir, d->name, want);
+    d->file = file->valuestring;
+    uint64_t o64;
+    if (!json_uint(off, 1e9, &o64) || o64 != FMT_HEADER_BYTES)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': offset must be %d in the manifest", dir, d->name,
+                       FMT_HEADER_BYTES);
+    double cap = FMT_MAX_JSON_INT;
+    if ((double)(SIZE_MAX - FMT_HEADER_BYTES) < cap) cap = (double)(SIZE_MAX - FMT_HEADER_BYTES);
+    if (!json_uint(bytes, cap, &d->bytes))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': size is not an integer in [0, 2^53] in the manifest",
+                       dir, d->name);
+    if (!cJSON_IsString(xxh) || fmt_hex_parse(xxh->valuestring, &d->xxh3) != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': checksum is not 16 hex digits in the manifest", dir,
+                       d->name);
+    if (!dtype && !shape) return CHIMERA_OK;
+    size_t esize = cJSON_IsString(dtype) ? fmt_dtype_size(dtype->valuestring) : 0;
+    int nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
+    if (esize == 0 || nd < 1 || nd > FMT_MAX_DIMS)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': dtype/shape are not a known type with 1..%d dimensions",
+                       dir, d->name, FMT_MAX_DIMS);
+    d->dtype = dtype->valuestring;
+    d->ndim = (uint32_t)nd;
+    uint64_t total = esize;
+    int overflow = 0;
+    for (int k = 0; k < nd; k++) {
+        uint64_t v;
+        if (!json_uint(cJSON_GetArrayItem(shape, k), FMT_MAX_JSON_INT, &v))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section '%s': shape[%d] is not an integer in [0, 2^53]", dir,
+                           d->name, k);
+        d->shape[k] = v;
+        if (v != 0 && total > (uint64_t)FMT_MAX_JSON_INT / v) overflow = 1;
+        else total *= v;
+    }
+    if (overflow || total != d->bytes)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': %s shape needs %s%llu bytes, the manifest says %llu",
+                       dir, d->name, d->dtype, overflow ? "more than " : "",
+                       (unsigned long long)(overflow ? (uint64_t)FMT_MAX_JSON_INT : total),
+                       (unsigned long long)d->bytes);
+    return CHIMERA_OK;
+}
+
+static chimera_status check_manifest(store *st, chimera_error *err)
+{
+    const char *dir = st->dir;
+    cJSON *root = st->manifest;
+    if (!cJSON_IsObject(root))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: not a JSON object", dir, FMT_MANIFEST_NAME);
+    const cJSON *magic = member(root, "magic");
+    if (!cJSON_IsString(magic) || strcmp(magic->valuestring, FMT_MANIFEST_MAGIC) != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: not a Chimera index manifest (no \"%s\" magic)",
+                       dir, FMT_MANIFEST_NAME, FMT_MANIFEST_MAGIC);
+    uint64_t major, minor;
+    if (!json_uint(member(root, "format_major"), 65535, &major) ||
+        !json_uint(member(root, "format_minor"), 65535, &minor))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: format version is missing or malformed",
+                       dir, FMT_MANIFEST_NAME);
+    if (major != FMT_VERSION_MAJOR)
+        return cm_fail(err, CHIMERA_ERR_VERSION, "%s: index format %u.%u, this library reads %d.x",
+                       dir, (unsigned)major, (unsigned)minor, FMT_VERSION_MAJOR);
+    st->major = (uint32_t)major;
+    st->minor = (uint32_t)minor;
+
+    cJSON *sum = cJSON_DetachItemFromObjectCaseSensitive(root, "manifest_xxh3");
+    uint64_t want = 0, got = 0;
+    int sum_ok = cJSON_IsString(sum) && fmt_hex_parse(sum->valuestring, &want) == 0;
+    cJSON_Delete(sum);
+    if (!sum_ok)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: manifest_xxh3 is missing or malformed",
+                       dir, FMT_MANIFEST_NAME);
+    if (store_manifest_digest(root, &got) != 0)
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
+    if (got != want)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s/%s: manifest checksum is %016llx, manifest_xxh3 says %016llx (the "
+                       "manifest was modified or damaged)", dir, FMT_MANIFEST_NAME,
+                       (unsigned long long)got, (unsigned long long)want);
+
+    const cJSON *endian = member(root, "endian");
+    if (!cJSON_IsString(endian) || strcmp(endian->valuestring, "little") != 0) {
+        if (cJSON_IsString(endian) && strcmp(endian->valuestring, "big") == 0)
+            return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
+                           "%s: a big-endian index; this library reads little-endian ones", dir);
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: endian must be \"little\"", dir,
+                       FMT_MANIFEST_NAME);
+    }
+    if (!cJSON_IsString(member(root, "library_version")))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: library_version is missing", dir,
+                       FMT_MANIFEST_NAME);
+    st->meta = member(root, "meta");
+    if (!cJSON_IsObject(st->meta))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: meta is missing or not an object", dir,
+                       FMT_MANIFEST_NAME);
+    const cJSON *secs = member(root, "sections");
+    if (!cJSON_IsArray(secs))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: sections is missing or not an array", dir,
+                       FMT_MANIFEST_NAME);
+    int n = cJSON_GetArraySize(secs);
+    if (n < 0 || n > FMT_MAX_SECTIONS)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: %d sections, more than the %d allowed",
+                       dir, FMT_MANIFEST_NAME, n, FMT_MAX_SECTIONS);
+    st->secs = cm_calloc(n ? (size_t)n : 1, sizeof *st->secs);
+    if (!st->secs) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
+    const cJSON *o;
+    uint32_t i = 0;
+    cJSON_ArrayForEach(o, secs)
+    {
+        CM_TRY(check_entry(st, i, o, &st->secs[i].d, err));
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(st->secs[j].d.name, st->secs[i].d.name) == 0)
+                return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                               "%s: section '%s' appears twice in the manifest", dir,
+                               st->secs[i].d.name);
+        i++;
+        st->n = i;
+    }
+    return CHIMERA_OK;
+}
+
+/* ---- section files ------------------------------------------------------------------ */
+
+static chimera_status map_section(store *st, rsection *r, int verify, chimera_error *err)
+{
+    const char *dir = st->dir, *nm = r->d.name;
+    char *path = cm_path_join(dir, r->d.file);
+    if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cm_free(path);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': file %s is missing", dir,
+                           nm, r->d.file);
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: section '%s': cannot open %s: %s", dir, nm,
+                       r->d.file, strerror(errno));
+    }
+    struct stat sb;
+    uint64_t want = FMT_HEADER_BYTES + r->d.bytes;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': %s is not a regular file",
+                       dir, nm, r->d.file);
+    }
+    if ((uint64_t)sb.st_size != want) {
+        close(fd);
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': %s is %lld bytes, expected %llu (64-byte header + "
+                       "%llu from the manifest)", dir, nm, r->d.file, (long long)sb.st_size,
+                       (unsigned long long)want, (unsigned long long)r->d.bytes);
+    }
+    void *m = mmap(NULL, (size_t)want, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED)
+        return cm_fail(err, e == ENOMEM ? CHIMERA_ERR_NOMEM : CHIMERA_ERR_IO,
+                       "%s: section '%s': cannot map %s: %s", dir, nm, r->d.file, strerror(e));
+    r->map = m;
+    r->map_len = (size_t)want;
+    r->d.data = (const uint8_t *)m + FMT_HEADER_BYTES;
+
+    fmt_section_header h;
+    fmt_header_decode(m, &h);
+    if (!h.magic_ok)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': %s has no section magic",
+                       dir, nm, r->d.file);
+    if (h.endian_mark != FMT_ENDIAN_MARK)
+        return cm_fail(err, h.endian_mark == FMT_ENDIAN_MARK_SWAPPED ? CHIMERA_ERR_UNSUPPORTED
+                                                                     : CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': byte-order mark %08x, expected %08x", dir, nm,
+                       h.endian_mark, FMT_ENDIAN_MARK);
+    if (h.header_check != h.header_check_calc)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': header checksum is %08x, the header says %08x "
+                       "(damaged header)", dir, nm, h.header_check_calc, h.header_check);
+    if (h.format_major != st->major)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': header format %u.%u, the manifest says %u.x", dir, nm,
+                       h.format_major, h.format_minor, st->major);
+    if (!h.name_ok || strcmp(h.name, nm) != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': its header names section '%.23s'", dir, nm,
+                       h.name_ok ? h.name : "(malformed)");
+    if (h.payload_bytes != r->d.bytes)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': header says %llu bytes, the manifest %llu", dir, nm,
+                       (unsigned long long)h.payload_bytes, (unsigned long long)r->d.bytes);
+    if (h.payload_xxh3 != r->d.xxh3)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section '%s': header checksum field %016llx, the manifest %016llx",
+                       dir, nm, (unsigned long long)h.payload_xxh3,
+                       (unsigned long long)r->d.xxh3);
+    if (h.reserved != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': reserved header field is %u",
+                       dir, nm, h.reserved);
+    if (verify) {
+        uint64_t got = XXH3_64bits(r->d.data, (size_t)r->d.bytes);
+        if (got != r->d.xxh3)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section '%s': payload checksum is %016llx, expected %016llx",
+                           dir, nm, (unsigned long long)got, (unsigned long long)r->d.xxh3);
+    }
+    return CHIMERA_OK;
+}
+
+/* ---- open / close --------------------------------------------------------------------- */
+
+/* The directory is missing: name what an interrupted replace may have left beside it. */
+static chimera_status report_missing(const char *dir, chimera_error *err)
+{
+    const char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : dir;
+    size_t plen = slash ? (size_t)(slash - dir) : 0;
+    char parent[4096];
+    if (plen == 0) snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(plen < 4095 ? plen : 4095), dir);
+    char old_name[256] = "", new_name[256] = "";
+    size_t blen = strlen(base);
+    DIR *d = blen > 0 && blen < 200 ? opendir(parent) : NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            const char *nm = e->d_name;
+            if (strncmp(nm, base, blen) != 0 || strlen(nm) != blen + 11) continue;
+            int is_old = strncmp(nm + blen, ".old-", 5) == 0;
+            int is_tmp = strncmp(nm + blen, ".tmp-", 5) == 0;
+            if (!is_old && !is_tmp) continue;
+            char probe[300];
+            snprintf(probe, sizeof probe, "%s/%s", nm, FMT_MANIFEST_NAME);
+            if (faccessat(dirfd(d), probe, F_OK, 0) != 0) continue; /* an unfinished build */
+            char *slot = is_old ? old_name : new_name;
+            if (!slot[0]) snprintf(slot, 256, "%s", nm);
+        }
+        closedir(d);
+    }
+    if (old_name[0] && new_name[0])
+        return cm_fail(err, CHIMERA_ERR_IO,
+                       "%s does not exist: an interrupted replace left the previous index at "
+                       "%s and the new one at %s (rename one of them to %s)", dir, old_name,
+                       new_name, base);
+    if (old_name[0] || new_name[0])
+        return cm_fail(err, CHIMERA_ERR_IO,
+                       "%s does not exist: an interrupted replace left an index at %s (rename "
+                       "it to %s)", dir, old_name[0] ? old_name : new_name, base);
+    return cm_fail(err, CHIMERA_ERR_IO, "%s: no such index directory", dir);
+}
+
+void store_close(store *s)
+{
+    if (!s) return;
+    for (uint32_t i = 0; s->secs && i < s->n; i++)
+        if (s->secs[i].map) munmap(s->secs[i].map, s->secs[i].map_len);
+    cm_free(s->secs);
+    cJSON_Delete(s->manifest);
+    cm_free(s->dir);
+    cm_free(s);
+}
+
+static chimera_status open_impl(const char *dir, int map, int verify, store **out,
+                                chimera_error *err)
+{
+    *out = NULL;
+    if (!dir || !dir[0]) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
+    store *s = cm_calloc(1, sizeof *s);
+    char *mpath = NULL;
+    chimera_status st = CHIMERA_OK;
+    if (!s || !(s->dir = cm_strdup(dir)) || !(mpath = cm_path_join(dir, FMT_MANIFEST_NAME))) {
+        st = cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
+        goto fail;
+    }
+    int e = 0;
+    st = store_manifest_load(mpath, &s->manifest, &e, err);
+    if (st == CHIMERA_ERR_IO && e == ENOENT) {
+        struct stat sb;
+        if (stat(dir, &sb) != 0) st = report_missing(dir, err);
+        else st = cm_fail(err, CHIMERA_ERR_IO, "%s: not a Chimera index (no %s)", dir,
+                          FMT_MANIFEST_NAME);
+    }
+    if (st != CHIMERA_OK) goto fail;
+    if ((st = check_manifest(s, err)) != CHIMERA_OK) goto fail;
+    s->mapped = map;
+    for (uint32_t i = 0; map && i < s->n; i++)
+        if ((st = map_section(s, &s->secs[i], verify, err)) != CHIMERA_OK) goto fail;
+    cm_free(mpath);
+    *out = s;
+    return CHIMERA_OK;
+fail:
+    cm_free(mpath);
+    store_close(s);
+    return st;
+}
+
+chimera_status store_open(const char *dir, int verify_checksums, store **out,
+                          chimera_error *err)
+{
+    return open_impl(dir, 1, verify_checksums, out, err);
+}
+
+chimera_status store_info(const char *dir, store **out, chimera_error *err)
+{
+    return open_impl(dir, 0, 0, out, err);
+}
+
+chimera_status store_verify(const store *s, chimera_error *err)
+{
+    if (!s->mapped)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: opened without its data", s->dir);
+    for (uint32_t i = 0; i < s->n; i++) {
+        const store_section_desc *d = &s->secs[i].d;
+        uint64_t got = XXH3_64bits(d->data, (size_t)d->bytes);
+        if (got != d->xxh3)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section '%s': payload checksum is %016llx, expected %016llx",
+                           s->dir, d->name, (unsigned long long)got,
+                           (unsigned long long)d->xxh3);
+    }
+    return CHIMERA_OK;
+}
+
+int64_t store_find(const store *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->n; i++)
+        if (strcmp(s->secs[i].d.name, name) == 0) return i;
+    return -1;
+}
+
+chimera_status store_section(const store *s, const char *name, const void **data,
+                             uint64_t *bytes)
+{
+    *data = NULL;
+    *bytes = 0;
+    if (!s->mapped) return CHIMERA_ERR_INVALID_ARG;
+    int64_t i = store_find(s, name);
+    if (i < 0) return CHIMERA_ERR_CORRUPT;
+    *data = s->secs[i].d.data;
+    *bytes = s->secs[i].d.bytes;
+    return CHIMERA_OK;
+}
+
+uint32_t store_n_sections(const store *s) { return s->n; }
+
+const store_section_desc *store_section_at(const store *s, uint32_t i)
+{
+    return i < s->n ? &s->secs[i].d : NULL;
+}
+
+const cJSON *store_meta(const store *s) { return s->meta; }
+const cJSON *store_manifest(const store *s) { return s->manifest; }
+
+void store_format_version(const store *s, uint32_t *major, uint32_t *minor)
+{
+    if (major) *major = s->major;
+    if (minor) *minor = s->minor;
+}
