@@ -198,7 +198,7 @@ static chimera_status classify_target(const char *dir, int *kind, chimera_error 
     DIR *d = opendir(dir);
     if (!d) return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
     int n = 0, manifest = 0;
-    char foreign[FMT_NAME_BYTES + 16] = "";
+    char foreign[64] = "";
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *nm = e->d_name;
@@ -208,7 +208,7 @@ static chimera_status classify_target(const char *dir, int *kind, chimera_error 
         int regular = fstatat(dirfd(d), nm, &fs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fs.st_mode);
         if (regular && strcmp(nm, FMT_MANIFEST_NAME) == 0) manifest = 1;
         else if (!(regular && has_suffix(nm, FMT_SECTION_SUFFIX)) && !foreign[0])
-            snprintf(foreign, sizeof foreign, "%s", nm);
+            snprintf(foreign, sizeof foreign, "%.63s", nm);
     }
     closedir(d);
     if (n == 0) {
