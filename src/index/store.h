@@ -45,8 +45,10 @@ typedef struct store_writer store_writer;
 
 /* Writer options; zero means default. */
 typedef struct store_write_opts {
-    int no_sync;           /* 1: skip every fsync (scratch indexes and tests); the replace
-                              stays atomic, but a power failure may lose the new index */
+    int no_sync;           /* 1: skip the fsync of section files and of the parent
+                              directory (scratch indexes, tests); the manifest is still
+                              synced and the replace stays atomic, but after a power
+                              failure the new index may be lost or fail its checksums */
     int no_exchange;       /* 1: never use renameat2(RENAME_EXCHANGE), always the
                               rename-aside fallback (tests use it to cover that path) */
 } store_write_opts;

@@ -299,9 +299,13 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
         goto fail;
     }
     struct stat sb;
-    if (stat(w->parent, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    if (stat(w->parent, &sb) != 0) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: parent directory %s %s", w->out_dir, w->parent,
-                    errno == ENOENT || errno == 0 ? "does not exist" : strerror(errno));
+                    errno == ENOENT ? "does not exist" : strerror(errno));
+        goto fail;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        s = cm_fail(err, CHIMERA_ERR_IO, "%s: %s is not a directory", w->out_dir, w->parent);
         goto fail;
     }
     int kind;
