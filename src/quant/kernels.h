@@ -1,0 +1,79 @@
+/* RaBitQ inner-product kernels: one table of function pointers per SIMD level, and the
+ * estimator entry points built on them (quant_est*).
+ *
+ * Shapes (DESIGN.md section 2):
+ *   list  one query token against n tokens of one posting list (candidate refinement):
+ *         all tokens share a centroid, so <q, c> is one scalar `qc`.
+ *   doc   all m query tokens against each of a document's n tokens (document scoring):
+ *         token t has centroid cid[t]; cscore + cid[t]*ld holds <q_j, c> for j < m (the
+ *         row of S = C Q^T the caller computed for the probe). The result is
+ *         max-accumulated: out_max[j] = max(out_max[j], max_t est(q_j, v_t)), so the
+ *         caller initialises out_max (-INFINITY, or an imputed floor) and may feed a
+ *         document in pieces; the document's score is sum_j out_max[j]. Returning the
+ *         n x m matrix instead would cost a write and a re-read of 4*m bytes per token,
+ *         more than the token's own 16-byte code.
+ *   full  the doc shape on B-bit codes (full-bit rescoring on the host).
+ *
+ * Raw kernels (the table) compute only <u, q'>-type sums: integer popcount sums, which
+ * every variant reproduces bit for bit, or float sums. The factor arithmetic
+ * (quant_math.h) is applied by the shared code in kernels.c, so the variants differ only
+ * in the inner products.
+ *
+ * Default 1-bit list form: the popcount form on the 4-bit query (quant_est1_list); the
+ * float-LUT form (quant_est1_list_lut) is exact in the query but slower on CPUs (see
+ * bench/bench_quant.c); the GPU backend uses the LUT form. */
+#ifndef CHIMERA_QUANT_KERNELS_H
+#define CHIMERA_QUANT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/cpu.h"
+#include "quant/rabitq.h"
+
+typedef struct quant_kernels {
+    const char *name; /* "scalar", "avx2", "avx512" */
+    /* ip[t] = <b_t - 1/2, q'> from a centred LUT (qm_lut_build) for n 1-bit codes. */
+    void (*ip1_lut)(const float *lut, uint32_t dim_pad, const uint8_t *codes, size_t n,
+                    float *ip);
+    /* wsum[t] = sum_i b_ti qu_i, pop[t] = sum_i b_ti; planes: one query's [4][n_words]. */
+    void (*ip1_pop)(const uint64_t *planes, uint32_t n_words, const uint8_t *codes, size_t n,
+                    uint32_t *wsum, uint32_t *pop);
+    /* wsum[t*m + j] for m query tokens; planes_t: [n_words][4][m_pad] (quant_qset). */
+    void (*ip1_pop_multi)(const uint64_t *planes_t, size_t m_pad, uint32_t m, uint32_t n_words,
+                          const uint8_t *codes, size_t n, uint32_t *wsum, uint32_t *pop);
+    /* ip[t*m + j] = <T_t - (2^B-1)/2, q'_j>; q: [m][dim_pad] rotated query tokens. */
+    void (*ipB_multi)(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bits,
+                      const uint8_t *codes, size_t n, float *ip);
+} quant_kernels;
+
+/* The table of one level (every level is compiled in on x86-64; whether the CPU can run
+ * it is cm_cpu_supports()'s business). */
+const quant_kernels *quant_kernels_for(cm_simd_level level);
+
+/* The table for cm_simd_level_get(), chosen once (pthread_once). */
+const quant_kernels *quant_kernels_active(void);
+
+/* In every entry point kt may be NULL (the active table). */
+
+/* list shape, 1-bit: est[t] = estimate of <q_j, v_t>. Default form (popcount). */
+void quant_est1_list(const quant_kernels *kt, const quant_qset *qs, uint32_t j,
+                     const uint8_t *codes1, const quant_f1 *f1, size_t n, float qc, float *est);
+void quant_est1_list_pop(const quant_kernels *kt, const quant_qset *qs, uint32_t j,
+                         const uint8_t *codes1, const quant_f1 *f1, size_t n, float qc,
+                         float *est);
+void quant_est1_list_lut(const quant_kernels *kt, const quant_qset *qs, uint32_t j,
+                         const uint8_t *codes1, const quant_f1 *f1, size_t n, float qc,
+                         float *est);
+
+/* doc shape, 1-bit (popcount form), max-accumulated into out_max[qs->m]. */
+void quant_est1_doc_max(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                        const quant_f1 *f1, size_t n, const uint32_t *cid, const float *cscore,
+                        size_t ld, float *out_max);
+
+/* full shape, B-bit codes, max-accumulated into out_max[qs->m]. */
+void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
+                        const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
+                        const float *cscore, size_t ld, float *out_max);
+
+#endif

@@ -1,0 +1,72 @@
+/* Private to src/quant: the per-level tables and the per-token bodies that every variant
+ * shares for its scalar parts and tails (the same source compiled with each file's ISA
+ * flags; in *_avx2.c __builtin_popcountll becomes the POPCNT instruction). */
+#ifndef CHIMERA_QUANT_KERNELS_IMPL_H
+#define CHIMERA_QUANT_KERNELS_IMPL_H
+
+#include <string.h>
+
+#include "quant/kernels.h"
+
+extern const quant_kernels quant_kernels_scalar;
+extern const quant_kernels quant_kernels_avx2;
+extern const quant_kernels quant_kernels_avx512;
+
+/* Tokens per block of the doc-shape kernels' stack buffers (kernels.c). */
+#define QUANT_DOC_BLOCK 8
+
+static inline uint64_t qk_load64(const uint8_t *p)
+{
+    uint64_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* Popcount sums of one code against one query's planes [4][W]. */
+static inline void qk_pop_one(const uint64_t *planes, uint32_t W, const uint8_t *code,
+                              uint32_t *wsum, uint32_t *pop)
+{
+    uint32_t s = 0, c = 0;
+    for (uint32_t w = 0; w < W; w++) {
+        uint64_t b = qk_load64(code + 8 * w);
+        c += (uint32_t)__builtin_popcountll(b);
+        s += (uint32_t)__builtin_popcountll(b & planes[w]) +
+             2u * (uint32_t)__builtin_popcountll(b & planes[W + w]) +
+             4u * (uint32_t)__builtin_popcountll(b & planes[2 * W + w]) +
+             8u * (uint32_t)__builtin_popcountll(b & planes[3 * W + w]);
+    }
+    *wsum = s;
+    *pop = c;
+}
+
+/* One code against queries [j0, j1) of the interleaved planes. */
+static inline void qk_pop_multi_one(const uint64_t *pt, size_t mp, uint32_t j0, uint32_t j1,
+                                    uint32_t W, const uint8_t *code, uint32_t *wsum)
+{
+    for (uint32_t j = j0; j < j1; j++) wsum[j] = 0;
+    for (uint32_t w = 0; w < W; w++) {
+        uint64_t b = qk_load64(code + 8 * w);
+        const uint64_t *p = pt + (size_t)w * 4 * mp;
+        for (uint32_t j = j0; j < j1; j++)
+            wsum[j] += (uint32_t)__builtin_popcountll(b & p[j]) +
+                       2u * (uint32_t)__builtin_popcountll(b & p[mp + j]) +
+                       4u * (uint32_t)__builtin_popcountll(b & p[2 * mp + j]) +
+                       8u * (uint32_t)__builtin_popcountll(b & p[3 * mp + j]);
+    }
+}
+
+static inline uint32_t qk_popcount_code(const uint8_t *code, uint32_t W)
+{
+    uint32_t c = 0;
+    for (uint32_t w = 0; w < W; w++) c += (uint32_t)__builtin_popcountll(qk_load64(code + 8 * w));
+    return c;
+}
+
+/* u[i] = T_i - (2^B-1)/2 (exact in float: half-integers below 256). */
+static inline void qk_unpackB(const uint8_t *code, uint32_t bits, uint32_t d, float *u)
+{
+    float off = qm_codeB_offset(bits);
+    for (uint32_t i = 0; i < d; i++) u[i] = (float)qm_codeB_get(code, bits, i) - off;
+}
+
+#endif

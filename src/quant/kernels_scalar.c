@@ -1,0 +1,47 @@
+/* Scalar reference kernels (RaBitQ inner products, REFERENCE.md 1.10): the definition
+ * that the SIMD variants are tested against. Straight loops in the summation order the
+ * variants reproduce: the LUT sum runs over groups in order, per token. */
+#include "quant/kernels_impl.h"
+#include "core/alloc.h"
+
+static void ip1_lut(const float *lut, uint32_t dim_pad, const uint8_t *codes, size_t n,
+                    float *ip)
+{
+    uint32_t cb = qm_code1_bytes(dim_pad);
+    for (size_t t = 0; t < n; t++) ip[t] = qm_lut_ip(lut, codes + t * cb, dim_pad);
+}
+
+static void ip1_pop(const uint64_t *planes, uint32_t W, const uint8_t *codes, size_t n,
+                    uint32_t *wsum, uint32_t *pop)
+{
+    for (size_t t = 0; t < n; t++) qk_pop_one(planes, W, codes + t * 8 * W, &wsum[t], &pop[t]);
+}
+
+static void ip1_pop_multi(const uint64_t *pt, size_t mp, uint32_t m, uint32_t W,
+                          const uint8_t *codes, size_t n, uint32_t *wsum, uint32_t *pop)
+{
+    for (size_t t = 0; t < n; t++) {
+        const uint8_t *code = codes + t * 8 * W;
+        qk_pop_multi_one(pt, mp, 0, m, W, code, wsum + t * m);
+        pop[t] = qk_popcount_code(code, W);
+    }
+}
+
+static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bits,
+                      const uint8_t *codes, size_t n, float *ip)
+{
+    float u[QUANT_DIM_MAX];
+    uint32_t cb = qm_codeB_bytes(dim_pad, bits);
+    for (size_t t = 0; t < n; t++) {
+        qk_unpackB(codes + t * cb, bits, dim_pad, u);
+        for (uint32_t j = 0; j < m; j++) {
+            const float *x = q + (size_t)j * dim_pad;
+            float acc = 0.0f;
+            for (uint32_t i = 0; i < dim_pad; i++) acc += u[i] * x[i];
+            ip[t * m + j] = acc;
+        }
+    }
+}
+
+const quant_kernels quant_kernels_scalar = {"scalar", ip1_lut, ip1_pop, ip1_pop_multi,
+                                            ipB_multi};

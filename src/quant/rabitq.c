@@ -1,0 +1,303 @@
+/* Extended RaBitQ encoder and query-set preparation (Gao & Long, SIGMOD 2024, sections
+ * 3.1-3.2; Gao et al., SIGMOD 2025, section 3 "rescale search"; REFERENCE.md 1.2-1.8).
+ *
+ * Encoding works in rotated space: r = v' - c', o = r/|r|, b_i = [r_i > 0] (one sign
+ * rule everywhere; REFERENCE 1.5's edge case). The magnitude code e_i in 0..2^(B-1)-1
+ * maximises the cosine between (e + 1/2) and |o| over codes of the form
+ * e_i = min(floor(t |o_i|), 2^(B-1)-1), t > 0. Departure (REFERENCE 1.4 "correct
+ * variant"): the search starts at t -> 0 (every e_i = 0, which is the 1-bit code), walks
+ * the events t = (e_i+1)/|o_i| in increasing order with a min-heap, caps each coordinate
+ * at 2^(B-1)-1 (it is not re-queued beyond) and scores the clamped codes, so it is exact
+ * over that family; the library's start at t_end * T[b_ex] with unclamped scoring is
+ * slightly sub-optimal (cos 0.9935 vs 0.9947 at B = 4). The best step is then replayed
+ * rather than rounding floor(t |o_i|) again, which could land on the other side of an
+ * event by floating-point rounding. Cost: d * (2^(B-1)-1) heap events per token, twice
+ * (e.g. ~900 at d = 128, B = 4); XXX: B = 8 is ~16k events per token, a build-time cost
+ * that the fast-mode constant t (REFERENCE 1.4) would remove if it ever matters.
+ *
+ * Factors (similarity form, REFERENCE 1.8) are computed in double from the codes
+ * actually stored, then rounded to the storage types of quant_math.h. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/f16.h"
+#include "quant/rabitq.h"
+#include "core/alloc.h"
+
+/* ---- rescale search ---- */
+
+typedef struct event {
+    double t;
+    uint32_t i;
+} event;
+
+static int ev_less(const event *a, const event *b)
+{
+    return a->t < b->t || (a->t == b->t && a->i < b->i);
+}
+
+static void heap_push(event *h, uint32_t *n, event e)
+{
+    uint32_t k = (*n)++;
+    while (k > 0) {
+        uint32_t p = (k - 1) / 2;
+        if (!ev_less(&e, &h[p])) break;
+        h[k] = h[p];
+        k = p;
+    }
+    h[k] = e;
+}
+
+static event heap_pop(event *h, uint32_t *n)
+{
+    event top = h[0], last = h[--(*n)];
+    uint32_t k = 0;
+    for (;;) {
+        uint32_t c = 2 * k + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && ev_less(&h[c + 1], &h[c])) c++;
+        if (!ev_less(&h[c], &last)) break;
+        h[k] = h[c];
+        k = c;
+    }
+    if (*n > 0) h[k] = last;
+    return top;
+}
+
+/* Runs the event walk for `steps` pops (or all, when steps == UINT64_MAX, returning the
+ * best step). e receives the codes after the walk. */
+static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, uint8_t *e, event *h,
+                             uint64_t steps)
+{
+    uint32_t n = 0;
+    double num = 0.0, den = 0.25 * d;
+    for (uint32_t i = 0; i < d; i++) {
+        e[i] = 0;
+        num += 0.5 * a[i];
+        if (a[i] > 0.0) heap_push(h, &n, (event){1.0 / a[i], i});
+    }
+    double best = num / sqrt(den);
+    uint64_t best_step = 0, step = 0;
+    while (n > 0 && step < steps) {
+        event ev = heap_pop(h, &n);
+        uint32_t i = ev.i;
+        e[i]++;
+        num += a[i];
+        den += 2.0 * e[i];
+        step++;
+        double cs = num / sqrt(den);
+        if (cs > best) {
+            best = cs;
+            best_step = step;
+        }
+        if (e[i] < emax) heap_push(h, &n, (event){(e[i] + 1.0) / a[i], i});
+    }
+    return best_step;
+}
+
+size_t quant_encode_work_bytes(uint32_t dim_pad)
+{
+    return (size_t)dim_pad * (2 * sizeof(double) + sizeof(event) + 1) + 64;
+}
+
+static uint16_t half(double x) { return cm_f32_to_f16((float)x); }
+
+void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const float *c_rot,
+                      void *work, uint8_t *code1, quant_f1 *f1, uint8_t *codeB, quant_fB *fB,
+                      quant_exact_factors *exact)
+{
+    double *r = work, *a = r + dim_pad;
+    event *h = (event *)(a + dim_pad);
+    uint8_t *e = (uint8_t *)(h + dim_pad);
+    uint32_t d = dim_pad;
+
+    double nr2 = 0.0, rc = 0.0;
+    for (uint32_t i = 0; i < d; i++) {
+        r[i] = (double)v_rot[i] - (double)c_rot[i];
+        nr2 += r[i] * r[i];
+        rc += r[i] * c_rot[i];
+    }
+    double nr = sqrt(nr2);
+    memset(code1, 0, d / 8);
+    for (uint32_t i = 0; i < d; i++)
+        if (r[i] > 0.0) code1[i >> 3] |= (uint8_t)(1u << (i & 7));
+
+    quant_exact_factors x;
+    memset(&x, 0, sizeof x);
+    x.norm_r = nr;
+    if (!(nr > 1e-30)) {
+        /* v == c: any code, zero factors; the estimate is exactly <q, c>. */
+        memset(f1, 0, sizeof *f1);
+        if (codeB) {
+            memset(codeB, 0, qm_codeB_bytes(d, bits));
+            memset(fB, 0, sizeof *fB);
+        }
+        x.cos1 = x.cosB = 1.0;
+        if (exact) *exact = x;
+        return;
+    }
+    for (uint32_t i = 0; i < d; i++) a[i] = fabs(r[i]) / nr;
+
+    /* 1-bit: u = (b - 1/2), <u, o> = sum|o_i|/2, |u|^2 = d/4. */
+    double ip1 = 0.0, uc1 = 0.0;
+    for (uint32_t i = 0; i < d; i++) {
+        ip1 += 0.5 * a[i];
+        uc1 += (r[i] > 0.0 ? 0.5 : -0.5) * c_rot[i];
+    }
+    double tan2 = (0.25 * d) / (ip1 * ip1) - 1.0;
+    x.kappa1 = nr / ip1;
+    x.alpha1 = rc - x.kappa1 * uc1;
+    x.cos1 = ip1 / sqrt(0.25 * d);
+    x.f_error1 = nr * sqrt((tan2 > 0.0 ? tan2 : 0.0) / (d - 1));
+    f1->kappa = half(x.kappa1);
+    f1->alpha = half(x.alpha1);
+    f1->f_error = half(x.f_error1);
+
+    if (codeB) {
+        unsigned bex = bits - 1, emax = (1u << bex) - 1u;
+        if (bex > 0) {
+            uint64_t best = rescale_walk(a, d, emax, e, h, UINT64_MAX);
+            rescale_walk(a, d, emax, e, h, best);
+        } else {
+            memset(e, 0, d);
+        }
+        double ipB = 0.0, un2 = 0.0, ucB = 0.0;
+        memset(codeB, 0, qm_codeB_bytes(d, bits));
+        for (uint32_t i = 0; i < d; i++) {
+            unsigned b = r[i] > 0.0;
+            unsigned t = b ? (1u << bex) + e[i] : emax - e[i];
+            double y = e[i] + 0.5;
+            ipB += y * a[i];
+            un2 += y * y;
+            ucB += (b ? y : -y) * c_rot[i];
+            if (bits <= 4) codeB[i >> 1] |= (uint8_t)(t << ((i & 1) * 4));
+            else codeB[i] = (uint8_t)t;
+        }
+        double tB = un2 / (ipB * ipB) - 1.0;
+        x.kappaB = nr / ipB;
+        x.alphaB = rc - x.kappaB * ucB;
+        x.cosB = ipB / sqrt(un2);
+        x.f_errorB = nr * sqrt((tB > 0.0 ? tB : 0.0) / (d - 1));
+        fB->kappa = (float)x.kappaB;
+        fB->alpha = half(x.alphaB);
+        fB->f_error = half(x.f_errorB);
+    }
+    if (exact) *exact = x;
+}
+
+chimera_status quant_encode(uint32_t dim_pad, uint32_t bits, size_t n, const float *v_rot,
+                            const float *c_rot, const uint32_t *cid, uint8_t *codes1,
+                            quant_f1 *f1, uint8_t *codesB, quant_fB *fB, chimera_error *err)
+{
+    if (bits < 1 || bits > QUANT_BITS_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "encode: %u bits, expected 1..%d", bits,
+                       QUANT_BITS_MAX);
+    if (dim_pad == 0 || dim_pad % 64 || dim_pad > QUANT_DIM_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "encode: dim_pad %u invalid", dim_pad);
+    void *work = cm_aligned_alloc(64, quant_encode_work_bytes(dim_pad));
+    if (!work) return cm_fail(err, CHIMERA_ERR_NOMEM, "encode: out of memory");
+    size_t c1 = qm_code1_bytes(dim_pad), cB = qm_codeB_bytes(dim_pad, bits);
+    for (size_t i = 0; i < n; i++) {
+        const float *c = c_rot + (size_t)(cid ? cid[i] : 0) * dim_pad;
+        quant_encode_one(dim_pad, bits, v_rot + i * dim_pad, c, work, codes1 + i * c1, f1 + i,
+                         codesB ? codesB + i * cB : NULL, codesB ? fB + i : NULL, NULL);
+    }
+    cm_free(work);
+    return CHIMERA_OK;
+}
+
+void quant_codeB_msb(uint32_t dim_pad, uint32_t bits, size_t n, const uint8_t *codesB,
+                     uint8_t *codes1)
+{
+    size_t c1 = qm_code1_bytes(dim_pad), cB = qm_codeB_bytes(dim_pad, bits);
+    for (size_t t = 0; t < n; t++) {
+        const uint8_t *src = codesB + t * cB;
+        uint8_t *dst = codes1 + t * c1;
+        memset(dst, 0, c1);
+        for (uint32_t i = 0; i < dim_pad; i++)
+            dst[i >> 3] |= (uint8_t)(((qm_codeB_get(src, bits, i) >> (bits - 1)) & 1u) << (i & 7));
+    }
+}
+
+/* ---- query sets ---- */
+
+chimera_status quant_qset_init(quant_qset *qs, uint32_t dim_pad, uint32_t m_cap,
+                               chimera_error *err)
+{
+    memset(qs, 0, sizeof *qs);
+    if (m_cap == 0 || m_cap > QUANT_QTOK_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "query set: %u tokens, expected 1..%d",
+                       m_cap, QUANT_QTOK_MAX);
+    if (dim_pad == 0 || dim_pad % 64 || dim_pad > QUANT_DIM_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "query set: dim_pad %u invalid", dim_pad);
+    qs->dim_pad = dim_pad;
+    qs->n_words = dim_pad / 64;
+    qs->m_cap = m_cap;
+    qs->m_pad = (m_cap + 7u) & ~7u;
+    size_t mp = qs->m_pad;
+    qs->q = cm_aligned_alloc(64, mp * dim_pad * sizeof(float));
+    qs->lut = cm_aligned_alloc(64, mp * dim_pad * 4 * sizeof(float));
+    qs->planes = cm_aligned_alloc(64, mp * 4 * qs->n_words * sizeof(uint64_t));
+    qs->planes_t = cm_aligned_alloc(64, mp * 4 * qs->n_words * sizeof(uint64_t));
+    qs->delta = cm_aligned_alloc(64, mp * sizeof(float));
+    qs->vlow = cm_aligned_alloc(64, mp * sizeof(float));
+    qs->sum_qu = cm_aligned_alloc(64, mp * sizeof(int32_t));
+    if (!qs->q || !qs->lut || !qs->planes || !qs->planes_t || !qs->delta || !qs->vlow ||
+        !qs->sum_qu) {
+        quant_qset_free(qs);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "query set: out of memory");
+    }
+    return CHIMERA_OK;
+}
+
+void quant_qset_free(quant_qset *qs)
+{
+    cm_free(qs->q);
+    cm_free(qs->lut);
+    cm_free(qs->planes);
+    cm_free(qs->planes_t);
+    cm_free(qs->delta);
+    cm_free(qs->vlow);
+    cm_free(qs->sum_qu);
+    memset(qs, 0, sizeof *qs);
+}
+
+/* Builds LUTs and planes from the rotated rows already in qs->q[0..m). */
+static void qset_finish(quant_qset *qs, uint32_t m)
+{
+    uint32_t d = qs->dim_pad, W = qs->n_words;
+    size_t mp = qs->m_pad;
+    memset(qs->q + (size_t)m * d, 0, (mp - m) * d * sizeof(float));
+    memset(qs->lut, 0, mp * d * 4 * sizeof(float));
+    memset(qs->planes, 0, mp * 4 * W * sizeof(uint64_t));
+    memset(qs->planes_t, 0, mp * 4 * W * sizeof(uint64_t));
+    memset(qs->delta, 0, mp * sizeof(float));
+    memset(qs->vlow, 0, mp * sizeof(float));
+    memset(qs->sum_qu, 0, mp * sizeof(int32_t));
+    qs->m = m;
+    for (uint32_t j = 0; j < m; j++) {
+        const float *q = qs->q + (size_t)j * d;
+        qm_lut_build(q, d, qs->lut + (size_t)j * d * 4);
+        qm_query4(q, d, qs->planes + (size_t)j * 4 * W, 1, &qs->delta[j], &qs->vlow[j],
+                  &qs->sum_qu[j]);
+        /* The interleaved copy: word w of plane p of token j at [(w*4 + p) * m_pad + j]. */
+        for (uint32_t p = 0; p < 4; p++)
+            for (uint32_t w = 0; w < W; w++)
+                qs->planes_t[((size_t)w * 4 + p) * mp + j] =
+                    qs->planes[((size_t)j * 4 + p) * W + w];
+    }
+}
+
+void quant_qset_set_rotated(quant_qset *qs, const float *q_rot, uint32_t m)
+{
+    memcpy(qs->q, q_rot, (size_t)m * qs->dim_pad * sizeof(float));
+    qset_finish(qs, m);
+}
+
+void quant_qset_set(quant_qset *qs, const quant_rotation *rot, const float *q, uint32_t m)
+{
+    for (uint32_t j = 0; j < m; j++)
+        quant_rotate(rot, q + (size_t)j * rot->dim, qs->q + (size_t)j * qs->dim_pad);
+    qset_finish(qs, m);
+}

@@ -1,0 +1,79 @@
+/* Extended RaBitQ encoding and query preparation (Gao & Long, SIGMOD 2024; Gao et al.,
+ * SIGMOD 2025; REFERENCE.md 1.2-1.8). Layouts and factor meanings: quant/quant_math.h.
+ *
+ * A token v with centroid c, both already rotated (quant_rotate), is coded in one call
+ * into its 1-bit plane + quant_f1 and, optionally, its B-bit code + quant_fB
+ * (B = 1..8). The MSB plane of the B-bit code equals the 1-bit plane, so an index may
+ * keep only the B-bit codes on the host and extract the GPU plane with
+ * quant_codeB_msb(). A query set holds everything the kernels need for m query tokens:
+ * rotated tokens, LUTs and 4-bit planes, built once per query into reused buffers. */
+#ifndef CHIMERA_QUANT_RABITQ_H
+#define CHIMERA_QUANT_RABITQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chimera.h"
+#include "quant/quant_math.h"
+#include "quant/rotation.h"
+
+#define QUANT_BITS_MAX 8
+#define QUANT_QTOK_MAX 256 /* query tokens per query set (kernel stack buffers) */
+
+/* The unrounded factors of one token, for tests and measurements. cos* is the cosine
+ * between the centred code and the residual (RaBitQ's <o-bar, o>). */
+typedef struct quant_exact_factors {
+    double norm_r;
+    double kappa1, alpha1, f_error1, cos1;
+    double kappaB, alphaB, f_errorB, cosB;
+} quant_exact_factors;
+
+/* Bytes of scratch quant_encode_one needs for dim_pad. */
+size_t quant_encode_work_bytes(uint32_t dim_pad);
+
+/* Codes one token. v_rot, c_rot: dim_pad floats. work: quant_encode_work_bytes() bytes,
+ * 8-byte aligned. code1 (dim_pad/8 bytes) and f1 are always written; codeB
+ * (qm_codeB_bytes) and fB only when non-NULL; exact when non-NULL. A zero residual
+ * (v == c) gets kappa = alpha = f_error = 0, so its estimate is exactly <q, c>.
+ * The ex-code uses the exact rescale search (REFERENCE 1.4, "correct variant"). */
+void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const float *c_rot,
+                      void *work, uint8_t *code1, quant_f1 *f1, uint8_t *codeB, quant_fB *fB,
+                      quant_exact_factors *exact);
+
+/* Codes n tokens; token i uses centroid row cid[i] of c_rot (cid NULL: row 0 for all).
+ * Rows are dim_pad floats. codesB/fB may be NULL. Returns CHIMERA_OK,
+ * CHIMERA_ERR_INVALID_ARG (bits or dim_pad out of range) or CHIMERA_ERR_NOMEM. */
+chimera_status quant_encode(uint32_t dim_pad, uint32_t bits, size_t n, const float *v_rot,
+                            const float *c_rot, const uint32_t *cid, uint8_t *codes1,
+                            quant_f1 *f1, uint8_t *codesB, quant_fB *fB, chimera_error *err);
+
+/* The 1-bit plane (bit B-1 of each T_i) of n B-bit codes. */
+void quant_codeB_msb(uint32_t dim_pad, uint32_t bits, size_t n, const uint8_t *codesB,
+                     uint8_t *codes1);
+
+/* Per-query state for m <= m_cap query tokens. Buffers are 64-byte aligned; rows beyond m
+ * (up to m_pad = m_cap rounded up to 8) are zero so SIMD kernels may read whole vectors. */
+typedef struct quant_qset {
+    uint32_t dim_pad, n_words; /* n_words = dim_pad / 64 */
+    uint32_t m, m_cap, m_pad;
+    float *q;          /* [m_cap][dim_pad] rotated tokens */
+    float *lut;        /* [m_cap][dim_pad/4][16] centred LUTs */
+    uint64_t *planes;  /* [m_cap][4][n_words]: token-major 4-bit planes (list kernels) */
+    uint64_t *planes_t; /* [n_words][4][m_pad]: query-interleaved planes (doc kernels) */
+    float *delta, *vlow;
+    int32_t *sum_qu;
+} quant_qset;
+
+/* Allocates a query set. Returns CHIMERA_OK, CHIMERA_ERR_INVALID_ARG (m_cap 0 or above
+ * QUANT_QTOK_MAX, dim_pad not a multiple of 64) or CHIMERA_ERR_NOMEM (*qs then empty). */
+chimera_status quant_qset_init(quant_qset *qs, uint32_t dim_pad, uint32_t m_cap,
+                               chimera_error *err);
+void quant_qset_free(quant_qset *qs);
+
+/* Fills the set from m (<= m_cap) unrotated tokens (m x rot->dim floats). */
+void quant_qset_set(quant_qset *qs, const quant_rotation *rot, const float *q, uint32_t m);
+
+/* Same from already rotated tokens (m x dim_pad floats). */
+void quant_qset_set_rotated(quant_qset *qs, const float *q_rot, uint32_t m);
+
+#endif
