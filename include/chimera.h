@@ -116,8 +116,15 @@ typedef struct chimera_runtime_info {
     char cuda_status[128];     /* why no device is usable, or the first device's name */
 } chimera_runtime_info;
 
-/* Fills *info. Never fails. */
+/* Fills *info (probes for CUDA devices, which may take a moment). Never fails. */
 void chimera_runtime_info_get(chimera_runtime_info *info);
+
+/* NULL when the BLAS kernels in use suit this CPU or the user has set
+ * OPENBLAS_CORETYPE; otherwise the OPENBLAS_CORETYPE value ("SkylakeX", "Haswell")
+ * that would replace a generic fallback (Debian 12's OpenBLAS runs SSE3 kernels on CPUs
+ * it does not know, 3-6x slower). It only takes effect in a process started with it:
+ * the CLI re-executes itself with the variable set. */
+const char *chimera_blas_suggested_coretype(void);
 
 /* ---------------------------------------------------------------------------------- */
 /* Corpus: the document token vectors                                                 */
@@ -195,7 +202,7 @@ typedef struct chimera_exact_opts {
 
 /* Exact Chamfer top-k of every query over the whole corpus, by blocked sgemm over the
  * (memory-mapped) token matrix: ids[i*k + r] and scores[i*k + r] are query i's r-th best
- * document (user id) and its score, best first; ties go to the smaller id.
+ * document (user id) and its score, best first; ties go to the earlier document.
  * @return CHIMERA_OK, _INVALID_ARG (k == 0), _DIM (query dim differs), _NOMEM, _VALUE
  *         (a float16 token overflows); message on the corpus. */
 chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_queries *queries,

@@ -261,8 +261,19 @@ chimera_status cm_npy_open(const char *path, cm_npy *out, chimera_error *err)
                        (unsigned long long)(have - need));
     }
     if (off % cm_dtype_size(out->dtype) != 0) {
+        /* Writers other than NumPy may not align the data; typed access needs it, so
+         * such a file is copied (NumPy itself pads headers to 16 or 64 bytes). */
+        void *copy = cm_aligned_alloc(64, (size_t)need);
+        if (!copy) {
+            munmap(map, fsize);
+            return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory copying unaligned data",
+                           path);
+        }
+        memcpy(copy, (const char *)map + off, (size_t)need);
         munmap(map, fsize);
-        return cm_fail(err, CHIMERA_ERR_FORMAT, "%s: data is not aligned to its dtype", path);
+        out->copy = copy;
+        out->data = copy;
+        return CHIMERA_OK;
     }
     out->map = map;
     out->map_len = fsize;
@@ -273,6 +284,7 @@ chimera_status cm_npy_open(const char *path, cm_npy *out, chimera_error *err)
 void cm_npy_close(cm_npy *a)
 {
     if (a->map) munmap(a->map, a->map_len);
+    cm_free(a->copy);
     memset(a, 0, sizeof *a);
 }
 

@@ -28,8 +28,9 @@ typedef struct cm_npy {
     int64_t shape[CM_NPY_MAX_DIMS];
     int64_t count;      /* product of shape */
     const void *data;   /* count * dtype size bytes; points into the mapping */
-    void *map;          /* mapping base (NULL when the file has no data) */
+    void *map;          /* mapping base (NULL when the data was copied) */
     size_t map_len;
+    void *copy;         /* aligned copy of data whose file offset was misaligned */
 } cm_npy;
 
 /* Parses the header at the start of `buf` (`len` bytes available). On success fills

@@ -1,0 +1,58 @@
+/* Input views: the document token matrix with its document lengths and ids, and the
+ * query token sets, validated once when opened so everything downstream can trust them.
+ *
+ * A corpus's token matrix stays memory-mapped (float32 or float16) and is read in row
+ * blocks through data_corpus_rows(), which converts float16 blocks into a caller's
+ * scratch buffer: nothing ever holds the whole matrix in float32. */
+#ifndef CHIMERA_DATA_CORPUS_H
+#define CHIMERA_DATA_CORPUS_H
+
+#include <stdint.h>
+
+#include "chimera.h"
+#include "core/npy.h"
+
+typedef struct data_corpus {
+    cm_npy file;        /* the mapped tokens.npy (zeroed when wrapping memory) */
+    const void *tokens; /* n_tokens x dim, dtype below */
+    cm_dtype dtype;     /* CM_F32 or CM_F16 */
+    int64_t n_tokens;
+    uint32_t dim;
+    int64_t n_docs;
+    int64_t *doc_off; /* n_docs + 1 row offsets (owned) */
+    int64_t *ids;     /* n_docs user ids (owned), or NULL: id = row */
+} data_corpus;
+
+chimera_status data_corpus_open(data_corpus *c, const char *tokens_npy, const char *doclens_npy,
+                                const char *ids_path, const chimera_corpus_opts *opts,
+                                chimera_error *err);
+chimera_status data_corpus_wrap(data_corpus *c, const float *tokens, int64_t n_tokens,
+                                uint32_t dim, const int64_t *doclens, int64_t n_docs,
+                                const int64_t *ids, const chimera_corpus_opts *opts,
+                                chimera_error *err);
+void data_corpus_free(data_corpus *c);
+
+static inline int64_t data_corpus_id(const data_corpus *c, int64_t doc)
+{
+    return c->ids ? c->ids[doc] : doc;
+}
+
+/* Rows [row, row + n) as float32: a pointer into the mapping for float32 data, or
+ * `scratch` (n * dim floats) filled by conversion for float16. */
+const float *data_corpus_rows(const data_corpus *c, int64_t row, int64_t n, float *scratch);
+
+/* Query token sets, always float32 in memory. */
+typedef struct data_queries {
+    float *tokens;  /* off[n] x dim (owned) */
+    int64_t n;
+    uint32_t dim;
+    int64_t *off;   /* n + 1 (owned) */
+} data_queries;
+
+chimera_status data_queries_open(data_queries *q, const char *queries_npy, const char *qlens_npy,
+                                 chimera_error *err);
+chimera_status data_queries_new(data_queries *q, const float *tokens, int64_t n, uint32_t dim,
+                                const int64_t *qlens, uint32_t m, chimera_error *err);
+void data_queries_free(data_queries *q);
+
+#endif
