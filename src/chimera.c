@@ -7,6 +7,26 @@
 #include "backend/backend.h"
 #include "core/blas.h"
 #include "core/cpu.h"
+#include "core/error.h"
+#include "data/corpus.h"
+#include "data/synth.h"
+#include "data/trec.h"
+#include "search/eval.h"
+#include "search/exact.h"
+#include "core/alloc.h"
+
+struct chimera_corpus {
+    data_corpus c;
+    chimera_error last; /* the last error of a call on this handle */
+};
+
+struct chimera_queries {
+    data_queries q;
+};
+
+struct chimera_run {
+    trec_run r;
+};
 
 const char *chimera_status_str(chimera_status status)
 {
@@ -31,6 +51,8 @@ const char *chimera_status_str(chimera_status status)
 
 const char *chimera_version(void) { return CHIMERA_VERSION_STRING; }
 
+const char *chimera_blas_suggested_coretype(void) { return cm_blas_suggested_coretype(); }
+
 void chimera_runtime_info_get(chimera_runtime_info *info)
 {
     memset(info, 0, sizeof *info);
@@ -40,4 +62,204 @@ void chimera_runtime_info_get(chimera_runtime_info *info)
     info->n_cpus = cm_cpu_count();
     info->cuda_compiled = backend_cuda_compiled();
     info->n_cuda_devices = backend_cuda_device_count(info->cuda_status, sizeof info->cuda_status);
+}
+
+/* ---- corpus ------------------------------------------------------------------------ */
+
+static chimera_status corpus_alloc(chimera_corpus **out, chimera_error *err)
+{
+    *out = cm_calloc(1, sizeof **out);
+    return *out ? CHIMERA_OK : cm_fail(err, CHIMERA_ERR_NOMEM, "corpus: out of memory");
+}
+
+chimera_status chimera_corpus_open(const char *tokens_npy, const char *doclens_npy,
+                                   const char *ids_path, const chimera_corpus_opts *opts,
+                                   chimera_corpus **out, chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "corpus_open: out is NULL");
+    *out = NULL;
+    if (!tokens_npy || !doclens_npy)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "corpus_open: tokens and doclens paths are required");
+    chimera_corpus *h;
+    CM_TRY(corpus_alloc(&h, err));
+    chimera_status s = data_corpus_open(&h->c, tokens_npy, doclens_npy, ids_path, opts, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+chimera_status chimera_corpus_wrap(const float *tokens, int64_t n_tokens, uint32_t dim,
+                                   const int64_t *doclens, int64_t n_docs, const int64_t *ids,
+                                   const chimera_corpus_opts *opts, chimera_corpus **out,
+                                   chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "corpus_wrap: out is NULL");
+    *out = NULL;
+    chimera_corpus *h;
+    CM_TRY(corpus_alloc(&h, err));
+    chimera_status s =
+        data_corpus_wrap(&h->c, tokens, n_tokens, dim, doclens, n_docs, ids, opts, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+int64_t chimera_corpus_n_docs(const chimera_corpus *c) { return c ? c->c.n_docs : 0; }
+int64_t chimera_corpus_n_tokens(const chimera_corpus *c) { return c ? c->c.n_tokens : 0; }
+uint32_t chimera_corpus_dim(const chimera_corpus *c) { return c ? c->c.dim : 0; }
+const char *chimera_corpus_errmsg(const chimera_corpus *c) { return c ? c->last.msg : ""; }
+
+void chimera_corpus_close(chimera_corpus *c)
+{
+    if (!c) return;
+    data_corpus_free(&c->c);
+    cm_free(c);
+}
+
+/* ---- queries ----------------------------------------------------------------------- */
+
+chimera_status chimera_queries_open(const char *queries_npy, const char *qlens_npy,
+                                    chimera_queries **out, chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_open: out is NULL");
+    *out = NULL;
+    if (!queries_npy) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_open: path is NULL");
+    chimera_queries *h = cm_calloc(1, sizeof *h);
+    if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "queries: out of memory");
+    chimera_status s = data_queries_open(&h->q, queries_npy, qlens_npy, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+chimera_status chimera_queries_new(const float *tokens, int64_t n_queries, uint32_t dim,
+                                   const int64_t *qlens, uint32_t m, chimera_queries **out,
+                                   chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_new: out is NULL");
+    *out = NULL;
+    chimera_queries *h = cm_calloc(1, sizeof *h);
+    if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "queries: out of memory");
+    chimera_status s = data_queries_new(&h->q, tokens, n_queries, dim, qlens, m, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+int64_t chimera_queries_count(const chimera_queries *q) { return q ? q->q.n : 0; }
+uint32_t chimera_queries_dim(const chimera_queries *q) { return q ? q->q.dim : 0; }
+
+uint32_t chimera_queries_len(const chimera_queries *q, int64_t i)
+{
+    if (!q || i < 0 || i >= q->q.n) return 0;
+    return (uint32_t)(q->q.off[i + 1] - q->q.off[i]);
+}
+
+void chimera_queries_free(chimera_queries *q)
+{
+    if (!q) return;
+    data_queries_free(&q->q);
+    cm_free(q);
+}
+
+/* ---- exact search ------------------------------------------------------------------ */
+
+chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_queries *queries,
+                                    uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
+                                    float *scores)
+{
+    if (!corpus) return CHIMERA_ERR_INVALID_ARG;
+    cm_error_clear(&corpus->last);
+    if (!queries || !ids || !scores)
+        return cm_fail(&corpus->last, CHIMERA_ERR_INVALID_ARG,
+                       "exact_search: queries, ids and scores are required");
+    chimera_exact_opts o = {0};
+    if (opts) o = *opts;
+    return exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress, o.progress_user, ids,
+                        scores, &corpus->last);
+}
+
+/* ---- runs and evaluation ----------------------------------------------------------- */
+
+chimera_status chimera_trec_write(const char *path, int64_t n_queries, uint32_t k,
+                                  const int64_t *ids, const float *scores, const char *tag,
+                                  chimera_error *err)
+{
+    if (!path || !ids || !scores || n_queries < 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "trec_write: path, ids and scores are required");
+    return trec_write(path, n_queries, k, ids, scores, tag ? tag : "chimera", err);
+}
+
+static chimera_status run_read(const char *path, int is_qrels, chimera_run **out,
+                               chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "run_read: out is NULL");
+    *out = NULL;
+    if (!path) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "run_read: path is NULL");
+    chimera_run *h = cm_calloc(1, sizeof *h);
+    if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "run: out of memory");
+    chimera_status s = trec_read(path, is_qrels, &h->r, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+chimera_status chimera_run_read(const char *path, chimera_run **out, chimera_error *err)
+{
+    return run_read(path, 0, out, err);
+}
+
+chimera_status chimera_qrels_read(const char *path, chimera_run **out, chimera_error *err)
+{
+    return run_read(path, 1, out, err);
+}
+
+int64_t chimera_run_n_queries(const chimera_run *run) { return run ? run->r.n_q : 0; }
+
+void chimera_run_free(chimera_run *run)
+{
+    if (!run) return;
+    trec_free(&run->r);
+    cm_free(run);
+}
+
+chimera_status chimera_eval_recall(const chimera_run *run, const chimera_run *truth, uint32_t k,
+                                   double *recall, int64_t *n_queries, chimera_error *err)
+{
+    if (!run || !truth || !recall || run->r.is_qrels || truth->r.is_qrels)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "eval_recall: needs two runs and an output");
+    return eval_recall(&run->r, &truth->r, k, recall, n_queries, err);
+}
+
+chimera_status chimera_eval_qrels(const chimera_run *run, const chimera_run *qrels,
+                                  double *mrr10, double *ndcg10, int64_t *n_queries,
+                                  chimera_error *err)
+{
+    if (!run || !qrels || !mrr10 || !ndcg10 || run->r.is_qrels || !qrels->r.is_qrels)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "eval_qrels: needs a run, qrels and outputs");
+    return eval_qrels(&run->r, &qrels->r, mrr10, ndcg10, n_queries, err);
+}
+
+/* ---- synthetic corpora ------------------------------------------------------------- */
+
+chimera_status chimera_synth_write(const char *out_dir, const chimera_synth_opts *opts,
+                                   chimera_error *err)
+{
+    if (!out_dir) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth_write: out_dir is NULL");
+    return synth_write(out_dir, opts, err);
 }

@@ -1,0 +1,14 @@
+/* Retrieval quality: Recall@k against an exact run, and MRR@10 / NDCG@10 against
+ * qrels. Works on TREC runs read by data/trec.h, so any system's output is comparable. */
+#ifndef CHIMERA_SEARCH_EVAL_H
+#define CHIMERA_SEARCH_EVAL_H
+
+#include "chimera.h"
+#include "data/trec.h"
+
+chimera_status eval_recall(const trec_run *run, const trec_run *truth, uint32_t k,
+                           double *recall, int64_t *n_queries, chimera_error *err);
+chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mrr10,
+                          double *ndcg10, int64_t *n_queries, chimera_error *err);
+
+#endif
