@@ -1,25 +1,81 @@
-/* chimera: the command-line front end. Uses only the public API (include/chimera.h). */
+/* chimera: the command-line front end. Uses only the public API (include/chimera.h).
+ *
+ *   chimera gen     write a synthetic corpus (tokens, doclens, queries, qrels)
+ *   chimera exact   exact Chamfer top-k by brute force: the ground truth
+ *   chimera eval    Recall@k against the truth; MRR@10 / NDCG@10 against qrels
+ *   chimera info    what this build and machine offer (SIMD level, BLAS, CUDA)
+ *
+ * Before doing anything it checks whether the BLAS library fell back to generic kernels
+ * on this CPU (see chimera_blas_suggested_coretype) and, if so and the user has set no
+ * OPENBLAS_CORETYPE, re-executes itself once with the better core type: the variable is
+ * read only when the library loads. CHIMERA_NO_REEXEC=1 disables this. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "chimera.h"
+#include "cli.h"
 
-static int cmd_info_runtime(void)
+int cmd_info(int argc, char **argv)
 {
+    (void)argc;
+    (void)argv;
     chimera_runtime_info ri;
     chimera_runtime_info_get(&ri);
     printf("chimera %s\n", chimera_version());
-    printf("  simd          %s\n", ri.simd);
-    printf("  blas core     %s\n", ri.blas_core);
-    printf("  cpus          %d\n", ri.n_cpus);
-    printf("  cuda          %s, %d device(s): %s\n", ri.cuda_compiled ? "compiled" : "not compiled",
+    printf("  simd        %s\n", ri.simd);
+    printf("  blas core   %s%s%s\n", ri.blas_core,
+           ri.blas_suggested_coretype ? " (generic; set OPENBLAS_CORETYPE=" : "",
+           ri.blas_suggested_coretype ? ri.blas_suggested_coretype : "");
+    if (ri.blas_suggested_coretype) printf(")\n");
+    printf("  cpus        %d\n", ri.n_cpus);
+    printf("  cuda        %s; %d device(s): %s\n", ri.cuda_compiled ? "compiled in" : "not compiled",
            ri.n_cuda_devices, ri.cuda_status);
     return 0;
 }
 
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: chimera COMMAND [options]   (chimera COMMAND --help for its options)\n"
+            "  gen      write a synthetic corpus\n"
+            "  exact    exact Chamfer top-k (ground truth)\n"
+            "  eval     Recall@k / MRR@10 / NDCG@10 of a run\n"
+            "  info     build and machine capabilities\n"
+            "  version  print the version\n");
+}
+
+static void maybe_reexec(char **argv)
+{
+    const char *core = chimera_blas_suggested_coretype();
+    const char *no = getenv("CHIMERA_NO_REEXEC");
+    if (!core || (no && strcmp(no, "0") != 0)) return;
+    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
+}
+
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "version") == 0) return cmd_info_runtime();
-    fprintf(stderr, "usage: chimera version\n");
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("chimera %s\n", chimera_version());
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage();
+        return 0;
+    }
+    maybe_reexec(argv);
+    if (strcmp(cmd, "gen") == 0) return cmd_gen(argc, argv);
+    if (strcmp(cmd, "exact") == 0) return cmd_exact(argc, argv);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc, argv);
+    fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
+    usage();
     return 2;
 }

@@ -1,0 +1,140 @@
+/* Option parsing, progress line and timing for the CLI (see cli.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(const char *cmd, const char *synopsis, const cli_opt *opts, int n)
+{
+    fprintf(stderr, "usage: chimera %s %s\n", cmd, synopsis);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "  %-16s %s%s\n", opts[i].name, opts[i].help,
+                opts[i].required ? " (required)" : "");
+}
+
+static int set_value(const char *cmd, cli_opt *o, const char *v)
+{
+    char *end;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_STR: *(const char **)o->dst = v; return 0;
+    case OPT_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (errno || *end || end == v) break;
+        *(int64_t *)o->dst = x;
+        return 0;
+    }
+    case OPT_U32: {
+        long long x = strtoll(v, &end, 10);
+        if (errno || *end || end == v || x < 0 || x > UINT32_MAX) break;
+        *(uint32_t *)o->dst = (uint32_t)x;
+        return 0;
+    }
+    case OPT_F64: {
+        double x = strtod(v, &end);
+        if (*end || end == v) break;
+        *(double *)o->dst = x;
+        return 0;
+    }
+    case OPT_FLAG: return 0;
+    }
+    fprintf(stderr, "chimera %s: %s: '%s' is not a valid value\n", cmd, o->name, v);
+    return -1;
+}
+
+int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int first,
+              cli_opt *opts, int n_opts, const char **pos, int n_pos, int *got_pos)
+{
+    int np = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(cmd, synopsis, opts, n_opts);
+            return 1;
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (np == n_pos) {
+                fprintf(stderr, "chimera %s: unexpected argument '%s'\n", cmd, a);
+                usage(cmd, synopsis, opts, n_opts);
+                return -1;
+            }
+            pos[np++] = a;
+            continue;
+        }
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        cli_opt *o = NULL;
+        for (int j = 0; j < n_opts; j++)
+            if (strlen(opts[j].name) == len && strncmp(opts[j].name, a, len) == 0) o = &opts[j];
+        if (!o) {
+            fprintf(stderr, "chimera %s: unknown option '%.*s'\n", cmd, (int)len, a);
+            usage(cmd, synopsis, opts, n_opts);
+            return -1;
+        }
+        o->seen = 1;
+        if (o->kind == OPT_FLAG) {
+            *(int *)o->dst = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            fprintf(stderr, "chimera %s: %s needs a value\n", cmd, o->name);
+            return -1;
+        }
+        if (set_value(cmd, o, v) != 0) return -1;
+    }
+    for (int j = 0; j < n_opts; j++)
+        if (opts[j].required && !opts[j].seen) {
+            fprintf(stderr, "chimera %s: %s is required\n", cmd, opts[j].name);
+            usage(cmd, synopsis, opts, n_opts);
+            return -1;
+        }
+    if (got_pos) *got_pos = np;
+    return 0;
+}
+
+static pthread_mutex_t progress_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void cli_progress(void *user, const char *phase, double fraction)
+{
+    (void)user;
+    static int tty = -1;
+    static double start;
+    if (tty < 0) tty = isatty(STDERR_FILENO);
+    if (!tty) return;
+    pthread_mutex_lock(&progress_mu);
+    if (fraction <= 0.0) start = cli_now();
+    double el = cli_now() - start;
+    int width = 30, fill = (int)(fraction * width + 0.5);
+    fprintf(stderr, "\r  %-14s [%.*s%*s] %5.1f%%  %6.1fs", phase, fill,
+            "##############################", width - fill, "", 100.0 * fraction, el);
+    if (fraction >= 1.0) fputc('\n', stderr);
+    fflush(stderr);
+    pthread_mutex_unlock(&progress_mu);
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double cli_peak_rss_mib(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+int cli_fail(const char *cmd, const chimera_error *err)
+{
+    fprintf(stderr, "chimera %s: %s\n", cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
+    return 1;
+}

@@ -1,0 +1,42 @@
+/* Shared pieces of the command-line front end: option parsing, terminal progress,
+ * timing. Commands live in cmd_*.c and use only the public API. */
+#ifndef CHIMERA_TOOLS_CLI_H
+#define CHIMERA_TOOLS_CLI_H
+
+#include <stdint.h>
+
+#include "chimera.h"
+
+typedef enum { OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG } opt_kind;
+
+typedef struct cli_opt {
+    const char *name;  /* "--docs" or "-k" */
+    opt_kind kind;
+    void *dst;         /* const char **, int64_t *, uint32_t *, double *, int * */
+    const char *help;
+    int required;
+    int seen;
+} cli_opt;
+
+/* Parses argv[first..] against opts; positional arguments go to pos (up to n_pos;
+ * *got_pos receives their count). On a mistake prints what is wrong and the usage and
+ * returns -1. "--help" prints the usage and returns 1. */
+int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int first,
+              cli_opt *opts, int n_opts, const char **pos, int n_pos, int *got_pos);
+
+/* A chimera_progress_fn drawing one status line on stderr when it is a terminal and
+ * staying silent otherwise. Thread-safe. */
+void cli_progress(void *user, const char *phase, double fraction);
+
+double cli_now(void);
+double cli_peak_rss_mib(void);
+
+/* Prints "chimera CMD: message" to stderr and returns 1 (the exit code). */
+int cli_fail(const char *cmd, const chimera_error *err);
+
+int cmd_gen(int argc, char **argv);
+int cmd_exact(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif
