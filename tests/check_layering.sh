@@ -12,9 +12,9 @@ declare -A allowed=(
   [cluster]="core cluster"
   [graph]="core graph"
   [index]="core data quant cluster graph index"
-  [backend]="core quant backend"
-  [backend/cpu]="core quant graph backend"
-  [backend/cuda]="core quant backend"
+  [backend]="core quant backend backend/cpu backend/cuda"
+  [backend/cpu]="core quant graph backend backend/cpu"
+  [backend/cuda]="core quant backend backend/cuda"
   [search]="core data quant cluster graph index backend search"
 )
 bad=0

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End to end through the CLI: gen -> exact -> eval gives recall 1.0 of the truth against
+# itself and a sensible MRR; exact on float16 tokens matches float32; and bad input
+# (wrong query dimension, truncated or corrupt .npy, lengths that do not add up, NaN,
+# missing or unknown options) exits non-zero with a message naming the problem, leaves
+# no partial output and does not touch an existing output file.
+set -u
+: "${CHIMERA:?path to the chimera binary}"
+T=${TEST_TMP:-$(mktemp -d)}
+rm -rf "$T" && mkdir -p "$T"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+# expect_fail DESCRIPTION NEEDLE COMMAND...: non-zero exit and NEEDLE in stderr
+expect_fail() {
+  local what=$1 needle=$2; shift 2
+  if "$@" >"$T/out" 2>"$T/err"; then bad "$what: exited 0"; return; fi
+  if grep -q -- "$needle" "$T/err"; then ok; else bad "$what: stderr lacks '$needle': $(cat "$T/err")"; fi
+}
+
+"$CHIMERA" gen --out "$T/c" --docs 400 --queries 20 --dim 64 --seed 1 >"$T/gen.out" || bad "gen failed"
+for f in tokens.npy doclens.npy queries.npy qrels.tsv; do [ -s "$T/c/$f" ] && ok || bad "gen: $f missing"; done
+"$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" \
+  -k 50 --out "$T/truth.trec" >"$T/exact.out" || bad "exact failed: $(cat "$T/exact.out")"
+[ "$(wc -l <"$T/truth.trec")" -eq 1000 ] && ok || bad "truth should have 20 x 50 lines"
+"$CHIMERA" eval --run "$T/truth.trec" --truth "$T/truth.trec" -k 10,50 --qrels "$T/c/qrels.tsv" --json >"$T/eval.json" || bad "eval failed"
+grep -q '"recall@10": 1.000000' "$T/eval.json" && grep -q '"recall@50": 1.000000' "$T/eval.json" && ok || bad "recall is not 1: $(cat "$T/eval.json")"
+mrr=$(sed -n 's/.*"mrr@10": \([0-9.]*\).*/\1/p' "$T/eval.json")
+awk -v m="$mrr" 'BEGIN { exit !(m > 0.2) }' && ok || bad "MRR@10 $mrr is implausibly low"
+
+# determinism: the same seed gives the same files
+"$CHIMERA" gen --out "$T/c2" --docs 400 --queries 20 --dim 64 --seed 1 >/dev/null
+cmp -s "$T/c/tokens.npy" "$T/c2/tokens.npy" && cmp -s "$T/c/queries.npy" "$T/c2/queries.npy" && ok || bad "gen is not deterministic"
+
+# float16 tokens give the same ranking (up to rounding: check recall@10 >= 0.95)
+python3 - "$T" <<'PY' 2>/dev/null && have_np=1 || have_np=0
+import sys, numpy as np
+t = sys.argv[1]
+np.save(t + "/tok16.npy", np.load(t + "/c/tokens.npy").astype(np.float16))
+PY
+if [ $have_np = 1 ]; then
+  "$CHIMERA" exact --tokens "$T/tok16.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 10 --out "$T/t16.trec" >/dev/null || bad "exact on float16 failed"
+  "$CHIMERA" eval --run "$T/t16.trec" --truth "$T/truth.trec" -k 10 --json >"$T/e16.json"
+  r=$(sed -n 's/.*"recall@10": \([0-9.]*\).*/\1/p' "$T/e16.json")
+  awk -v r="$r" 'BEGIN { exit !(r >= 0.95) }' && ok || bad "float16 recall@10 $r"
+fi
+
+# bad input
+"$CHIMERA" gen --out "$T/d32" --docs 50 --queries 3 --dim 32 >/dev/null
+echo "precious" >"$T/keep.trec"
+expect_fail "query dimension" "dimension 32, the corpus 64" \
+  "$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --queries "$T/d32/queries.npy" -k 5 --out "$T/keep.trec"
+[ "$(cat "$T/keep.trec")" = precious ] && ok || bad "existing output was modified"
+ls "$T" | grep -q 'tmp-' && bad "temporary file left behind" || ok
+head -c 3000 "$T/c/tokens.npy" >"$T/trunc.npy"
+expect_fail "truncated tokens" "truncated" \
+  "$CHIMERA" exact --tokens "$T/trunc.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
+[ -e "$T/x.trec" ] && bad "output written despite the error" || ok
+printf 'garbage' >"$T/garbage.npy"
+expect_fail "not npy" "not a .npy file" \
+  "$CHIMERA" exact --tokens "$T/garbage.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
+expect_fail "doclens mismatch" "document lengths" \
+  "$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/d32/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
+expect_fail "missing -k" "-k is required" \
+  "$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" --out "$T/x.trec"
+expect_fail "unknown option" "unknown option" "$CHIMERA" gen --out "$T/y" --bogus 3
+expect_fail "bad number" "not a valid value" "$CHIMERA" gen --out "$T/y" --docs many
+expect_fail "unknown command" "unknown command" "$CHIMERA" frobnicate
+expect_fail "eval malformed" "expected 6 fields" \
+  "$CHIMERA" eval --run "$T/c/qrels.tsv" --truth "$T/truth.trec"
+if [ $have_np = 1 ]; then
+  python3 - "$T" <<'PY'
+import sys, numpy as np
+t = sys.argv[1]
+x = np.load(t + "/c/tokens.npy"); x[77, 5] = np.nan; np.save(t + "/nan.npy", x)
+np.save(t + "/fortran.npy", np.asfortranarray(np.load(t + "/c/tokens.npy")[:10]))
+PY
+  expect_fail "NaN token" "row 77" \
+    "$CHIMERA" exact --tokens "$T/nan.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
+  expect_fail "Fortran order" "Fortran" \
+    "$CHIMERA" exact --tokens "$T/fortran.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
+fi
+"$CHIMERA" info >"$T/info.out" && grep -q simd "$T/info.out" && ok || bad "info failed"
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

@@ -1,0 +1,209 @@
+/* Exact search is the ground truth, so it is checked against a naive triple loop in
+ * double precision on random and synthetic corpora of several shapes: the same top-k
+ * documents in the same order (up to float rounding between near-equal scores), scores
+ * within a float tolerance, for 1-3 threads; plus the edges: k larger than the corpus
+ * (padding), documents longer than a block, empty documents (never returned), user ids,
+ * float16 tokens, variable-length queries, duplicate documents (ties go to the earlier
+ * row), and a wrong query dimension. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/f16.h"
+#include "core/rng.h"
+#include "data/synth.h"
+#include "search/exact.h"
+#include "core/alloc.h"
+
+/* Float scores of a sum of 32 maxima of 128-d dot products: relative error ~1e-6. */
+#define SCORE_TOL 1e-4
+
+typedef struct {
+    float *tok;
+    int64_t *lens, n_docs, n_tok;
+    float *q;
+    int64_t *qlens, nq;
+    uint32_t dim;
+} fixture;
+
+static void random_unit(cm_rng *r, float *v, uint32_t d)
+{
+    double n = 0;
+    for (uint32_t i = 0; i < d; i++) {
+        v[i] = (float)cm_rng_gauss(r);
+        n += (double)v[i] * v[i];
+    }
+    for (uint32_t i = 0; i < d; i++) v[i] = (float)(v[i] / sqrt(n));
+}
+
+static fixture random_fixture(uint64_t seed, int64_t n_docs, uint32_t dim, int64_t nq,
+                              int max_len, int allow_empty)
+{
+    fixture f = {0};
+    cm_rng r;
+    cm_rng_seed(&r, seed, 0);
+    f.n_docs = n_docs;
+    f.dim = dim;
+    f.nq = nq;
+    f.lens = cm_malloc((size_t)n_docs * sizeof *f.lens);
+    for (int64_t i = 0; i < n_docs; i++) {
+        f.lens[i] = 1 + (int64_t)cm_rng_below(&r, (uint64_t)max_len);
+        if (allow_empty && cm_rng_below(&r, 5) == 0) f.lens[i] = 0;
+        f.n_tok += f.lens[i];
+    }
+    f.tok = cm_malloc((size_t)(f.n_tok + 1) * dim * sizeof(float));
+    for (int64_t t = 0; t < f.n_tok; t++) random_unit(&r, f.tok + t * dim, dim);
+    f.qlens = cm_malloc((size_t)nq * sizeof *f.qlens);
+    int64_t total = 0;
+    for (int64_t i = 0; i < nq; i++) total += (f.qlens[i] = 1 + (int64_t)cm_rng_below(&r, 40));
+    f.q = cm_malloc((size_t)total * dim * sizeof(float));
+    for (int64_t t = 0; t < total; t++) random_unit(&r, f.q + t * dim, dim);
+    return f;
+}
+
+static void fixture_free(fixture *f)
+{
+    cm_free(f->tok);
+    cm_free(f->lens);
+    cm_free(f->q);
+    cm_free(f->qlens);
+}
+
+/* Compares exact_search with the naive scores for every query. */
+static void compare(const data_corpus *c, const data_queries *q, uint32_t k, int threads,
+                    const char *what)
+{
+    int64_t *ids = cm_malloc((size_t)q->n * k * sizeof *ids);
+    float *sc = cm_malloc((size_t)q->n * k * sizeof *sc);
+    double *naive = cm_malloc((size_t)q->n * c->n_docs * sizeof *naive);
+    chimera_error err;
+    CHECK_OK(exact_search(c, q, k, threads, NULL, NULL, ids, sc, &err), &err);
+    exact_scores_naive(c, q, naive);
+    int64_t n_valid = 0;
+    for (int64_t d = 0; d < c->n_docs; d++) n_valid += c->doc_off[d + 1] > c->doc_off[d];
+    int bad = 0;
+    for (int64_t i = 0; i < q->n && bad < 5; i++) {
+        const double *ns = naive + i * c->n_docs;
+        for (uint32_t r = 0; r < k; r++) {
+            int64_t id = ids[i * k + r];
+            if ((int64_t)r >= n_valid) {
+                if (id != -1 || sc[i * k + r] != -INFINITY) bad++;
+                continue;
+            }
+            /* map the user id back to a row */
+            int64_t row = -1;
+            for (int64_t d = 0; d < c->n_docs; d++)
+                if (data_corpus_id(c, d) == id) row = d;
+            if (row < 0 || c->doc_off[row + 1] == c->doc_off[row]) {
+                bad++;
+                continue;
+            }
+            if (fabs(ns[row] - sc[i * k + r]) > SCORE_TOL) bad++;
+            /* rank r must hold the r-th best naive score (up to the tolerance) */
+            int64_t better = 0;
+            for (int64_t d = 0; d < c->n_docs; d++) better += ns[d] > ns[row] + SCORE_TOL;
+            if (better > (int64_t)r) bad++;
+        }
+    }
+    CHECKF(bad == 0, "%s: %d mismatches against the naive search (k=%u, threads=%d)", what, bad,
+           k, threads);
+    cm_free(ids);
+    cm_free(sc);
+    cm_free(naive);
+}
+
+static void test_random_shapes(void)
+{
+    struct {
+        int64_t docs;
+        uint32_t dim;
+        int max_len;
+        uint32_t k;
+    } cases[] = {{50, 128, 20, 10}, {40, 96, 700, 7}, {30, 13, 4, 40}, {200, 64, 60, 100}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        fixture f = random_fixture(11 + ci, cases[ci].docs, cases[ci].dim, 9, cases[ci].max_len, 0);
+        data_corpus c;
+        data_queries q;
+        chimera_error err;
+        CHECK_OK(data_corpus_wrap(&c, f.tok, f.n_tok, f.dim, f.lens, f.n_docs, NULL, NULL, &err),
+                 &err);
+        CHECK_OK(data_queries_new(&q, f.q, f.nq, f.dim, f.qlens, 0, &err), &err);
+        for (int threads = 1; threads <= 3; threads++) compare(&c, &q, cases[ci].k, threads, "random");
+        data_queries_free(&q);
+        data_corpus_free(&c);
+        fixture_free(&f);
+    }
+}
+
+static void test_synthetic(void)
+{
+    chimera_synth_opts o = {.n_docs = 300, .dim = 128, .n_queries = 20, .seed = 5};
+    synth_corpus s;
+    chimera_error err;
+    CHECK_OK(synth_generate(&o, &s, &err), &err);
+    data_corpus c;
+    data_queries q;
+    CHECK_OK(data_corpus_wrap(&c, s.tokens, s.n_tokens, s.dim, s.doclens, s.n_docs, NULL, NULL, &err), &err);
+    CHECK_OK(data_queries_new(&q, s.queries, s.n_queries, s.dim, NULL, s.query_len, &err), &err);
+    compare(&c, &q, 50, 2, "synthetic");
+    data_queries_free(&q);
+    data_corpus_free(&c);
+    synth_free(&s);
+}
+
+static void test_edges(void)
+{
+    chimera_error err;
+    /* empty documents, user ids, k > n_docs */
+    fixture f = random_fixture(3, 25, 32, 4, 10, 1);
+    int64_t *ids = cm_malloc(25 * sizeof *ids);
+    for (int i = 0; i < 25; i++) ids[i] = 1000 - 7 * i;
+    chimera_corpus_opts allow = {.allow_empty = 1};
+    data_corpus c;
+    data_queries q;
+    CHECK_OK(data_corpus_wrap(&c, f.tok, f.n_tok, f.dim, f.lens, f.n_docs, ids, &allow, &err), &err);
+    CHECK_OK(data_queries_new(&q, f.q, f.nq, f.dim, f.qlens, 0, &err), &err);
+    compare(&c, &q, 40, 2, "empty docs + ids + padding");
+
+    /* wrong dimension */
+    data_queries q2;
+    CHECK_OK(data_queries_new(&q2, f.q, 1, 16, NULL, 2, &err), &err);
+    int64_t oi[4];
+    float os[4];
+    CHECK_STATUS(exact_search(&c, &q2, 4, 1, NULL, NULL, oi, os, &err), CHIMERA_ERR_DIM, &err);
+    CHECK(strstr(err.msg, "dimension 16") != NULL);
+    CHECK_STATUS(exact_search(&c, &q, 0, 1, NULL, NULL, oi, os, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    data_queries_free(&q2);
+    data_queries_free(&q);
+    data_corpus_free(&c);
+    cm_free(ids);
+    fixture_free(&f);
+
+    /* duplicates: identical documents tie; the earlier row must win, deterministically */
+    float tok[3 * 4 * 8];
+    int64_t lens[4] = {3, 3, 3, 3};
+    cm_rng r;
+    cm_rng_seed(&r, 9, 0);
+    for (int i = 0; i < 3 * 8; i++) tok[i] = (float)cm_rng_gauss(&r);
+    for (int dcopy = 1; dcopy < 4; dcopy++) memcpy(tok + dcopy * 24, tok, 24 * sizeof(float));
+    float big[4 * 24];
+    memcpy(big, tok, sizeof big);
+    CHECK_OK(data_corpus_wrap(&c, big, 12, 8, lens, 4, NULL, NULL, &err), &err);
+    CHECK_OK(data_queries_new(&q, tok, 1, 8, NULL, 2, &err), &err);
+    int64_t ti[4];
+    float ts[4];
+    CHECK_OK(exact_search(&c, &q, 4, 2, NULL, NULL, ti, ts, &err), &err);
+    CHECK(ti[0] == 0 && ti[1] == 1 && ti[2] == 2 && ti[3] == 3);
+    CHECK(ts[0] == ts[3]);
+    data_queries_free(&q);
+    data_corpus_free(&c);
+}
+
+int main(void)
+{
+    test_random_shapes();
+    test_synthetic();
+    test_edges();
+    return check_report();
+}
