@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what Chimera needs on Debian 12 (bookworm): compilers and CMake, OpenBLAS,
+# xxHash and cJSON (all from Debian), and numpy for the tests' fixture conversions.
+# Idempotent: installs only what is missing. The CUDA toolkit is optional and is not
+# installed here (the build uses nvcc when it finds one).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! python3 -c 'import numpy' 2>/dev/null; then
+  echo "installing: numpy (PyPI)"
+  python3 -m pip install -q numpy || echo "warning: numpy unavailable; the float16/NaN CLI checks will be skipped"
+fi
