@@ -1,0 +1,171 @@
+/* What this proves: every SIMD variant of the quant kernels that this CPU can run
+ * computes what the scalar reference computes. Integer outputs (the popcount sums) must
+ * be equal bit for bit; the float-LUT sums too (each lane adds in the scalar order);
+ * the B-bit float dot products, summed in another order with FMA, must agree within
+ * FLOAT_TOL relative to their magnitude. The estimator entry points (list and doc
+ * shapes) are compared the same way. Inputs: random codes and queries, encoded tokens,
+ * and awkward cases: d not a multiple of 16 or 64 (padded dims 64, 128, 192, 256, 320),
+ * token counts 0, 1 and around the 8/16-lane and block boundaries, a zero query, zero
+ * residuals (v == c), m = 1 and m not a multiple of 8. A level the CPU lacks prints
+ * "skipped: <level> not supported by this CPU". */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/cpu.h"
+#include "core/rng.h"
+#include "quant/kernels.h"
+#include "quant/rabitq.h"
+#include "core/alloc.h"
+
+/* Relative tolerance of float paths summed in a different order (float32: ~1e-7 per
+ * addition, d <= 320 terms, ample margin). */
+#define FLOAT_TOL 1e-5
+
+static int close_rel(float a, float b, float scale) { return fabsf(a - b) <= FLOAT_TOL * (1.0f + scale); }
+
+static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, cm_rng *r)
+{
+    quant_rotation rot;
+    CHECK_OK(quant_rotation_init(&rot, dim, 77, NULL), NULL);
+    uint32_t D = rot.dim_pad, W = D / 64;
+    const size_t NMAX = 67;
+    const uint32_t ms[] = {1, 3, 8, 13, 32};
+    float *x = cm_malloc((size_t)NMAX * dim * 4), *vr = cm_malloc((size_t)NMAX * D * 4);
+    float *cr = cm_malloc(D * 4), *q = cm_malloc(32 * dim * 4);
+    uint8_t *c1 = cm_malloc(NMAX * D / 8), *cB = cm_malloc(NMAX * D);
+    quant_f1 *f1 = cm_malloc(NMAX * sizeof *f1);
+    quant_fB *fB = cm_malloc(NMAX * sizeof *fB);
+    uint32_t *cid = cm_calloc(NMAX, 4);
+    float *S = cm_malloc(32 * 4);
+    quant_qset qs;
+    CHECK_OK(quant_qset_init(&qs, D, 32, NULL), NULL);
+    float *fa = cm_malloc(NMAX * 32 * 4), *fb = cm_malloc(NMAX * 32 * 4);
+    uint32_t *wa = cm_malloc(NMAX * 32 * 4), *wb = cm_malloc(NMAX * 32 * 4), pa[67], pb[67];
+
+    for (uint32_t bits = 1; bits <= 8; bits++) {
+        for (size_t i = 0; i < NMAX * dim; i++) x[i] = (float)cm_rng_gauss(r);
+        quant_rotate_n(&rot, NMAX, x, dim, vr, D);
+        quant_rotate(&rot, x, cr); /* token 0 equals its centroid: zero residual */
+        CHECK_OK(quant_encode(D, bits, NMAX, vr, cr, NULL, c1, f1, cB, fB, NULL), NULL);
+        /* Half of the B-bit codes random bytes (every nibble/byte value occurs). */
+        size_t cbB = qm_codeB_bytes(D, bits);
+        for (size_t i = NMAX / 2 * cbB; i < NMAX * cbB; i++) {
+            unsigned v = (unsigned)cm_rng_next(r), mask = (1u << bits) - 1u;
+            cB[i] = (uint8_t)(bits <= 4 ? v & (mask | mask << 4) : v & mask);
+        }
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            uint32_t m = ms[mi];
+            for (size_t i = 0; i < (size_t)m * dim; i++) q[i] = (float)cm_rng_gauss(r);
+            if (m == 3) memset(q, 0, dim * 4); /* a zero query token */
+            quant_qset_set(&qs, &rot, q, m);
+            for (uint32_t j = 0; j < m; j++) S[j] = (float)cm_rng_gauss(r);
+            const size_t ns[] = {0, 1, 7, 8, 9, 15, 16, 17, NMAX};
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                size_t n = ns[ni];
+                int ok_lut = 1, ok_pop = 1, ok_multi = 1, ok_B = 1, ok_est = 1;
+                for (uint32_t j = 0; j < m; j++) {
+                    const float *lut = qs.lut + (size_t)j * D * 4;
+                    ref->ip1_lut(lut, D, c1, n, fa);
+                    k->ip1_lut(lut, D, c1, n, fb);
+                    ok_lut &= n == 0 || memcmp(fa, fb, n * 4) == 0;
+                    const uint64_t *pl = qs.planes + (size_t)j * 4 * W;
+                    ref->ip1_pop(pl, W, c1, n, wa, pa);
+                    k->ip1_pop(pl, W, c1, n, wb, pb);
+                    ok_pop &= n == 0 || (memcmp(wa, wb, n * 4) == 0 && memcmp(pa, pb, n * 4) == 0);
+                    float qc = S[j];
+                    quant_est1_list_lut(ref, &qs, j, c1, f1, n, qc, fa);
+                    quant_est1_list_lut(k, &qs, j, c1, f1, n, qc, fb);
+                    ok_est &= n == 0 || memcmp(fa, fb, n * 4) == 0;
+                    quant_est1_list_pop(ref, &qs, j, c1, f1, n, qc, fa);
+                    quant_est1_list_pop(k, &qs, j, c1, f1, n, qc, fb);
+                    ok_est &= n == 0 || memcmp(fa, fb, n * 4) == 0;
+                }
+                ref->ip1_pop_multi(qs.planes_t, qs.m_pad, m, W, c1, n, wa, pa);
+                k->ip1_pop_multi(qs.planes_t, qs.m_pad, m, W, c1, n, wb, pb);
+                ok_multi &= n == 0 || (memcmp(wa, wb, n * m * 4) == 0 && memcmp(pa, pb, n * 4) == 0);
+                ref->ipB_multi(qs.q, m, D, bits, cB, n, fa);
+                k->ipB_multi(qs.q, m, D, bits, cB, n, fb);
+                /* Scale: sum_i |u_i q_i| <= 2^B * sum_i |q_i|, the size of the terms. */
+                for (size_t i = 0; i < n * m; i++) {
+                    const float *qj = qs.q + (i % m) * D;
+                    float sa = 0;
+                    for (uint32_t c = 0; c < D; c++) sa += fabsf(qj[c]);
+                    ok_B &= close_rel(fa[i], fb[i], (float)(1u << bits) * sa);
+                }
+                float ma[32], mb[32], ba[32], bb[32];
+                for (uint32_t j = 0; j < m; j++) ma[j] = mb[j] = ba[j] = bb[j] = -INFINITY;
+                quant_est1_doc_max(ref, &qs, c1, f1, n, cid, S, m, ma);
+                quant_est1_doc_max(k, &qs, c1, f1, n, cid, S, m, mb);
+                quant_estB_doc_max(ref, &qs, bits, cB, fB, n, cid, S, m, ba);
+                quant_estB_doc_max(k, &qs, bits, cB, fB, n, cid, S, m, bb);
+                for (uint32_t j = 0; j < m; j++) {
+                    ok_est &= memcmp(&ma[j], &mb[j], 4) == 0;
+                    ok_est &= n == 0 ? (ba[j] == -INFINITY && bb[j] == -INFINITY)
+                                     : close_rel(ba[j], bb[j], fabsf(ba[j]));
+                }
+                CHECKF(ok_lut, "%s ip1_lut d=%u n=%zu m=%u", k->name, dim, n, m);
+                CHECKF(ok_pop, "%s ip1_pop d=%u n=%zu m=%u", k->name, dim, n, m);
+                CHECKF(ok_multi, "%s ip1_pop_multi d=%u n=%zu m=%u", k->name, dim, n, m);
+                CHECKF(ok_B, "%s ipB_multi d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
+                CHECKF(ok_est, "%s estimates d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
+            }
+        }
+    }
+    /* The scalar LUT and popcount sums agree with direct bit arithmetic (so the
+     * reference itself is pinned down, not only its copies). */
+    quant_qset_set(&qs, &rot, q, 1);
+    int ok = 1;
+    for (size_t t = 0; t < NMAX; t++) {
+        double s = 0;
+        uint32_t ws = 0, pc = 0;
+        for (uint32_t i = 0; i < D; i++) {
+            unsigned b = qm_code1_bit(c1 + t * D / 8, i);
+            s += (b - 0.5) * qs.q[i];
+            unsigned qu = 0;
+            for (int p = 0; p < 4; p++) qu |= (unsigned)((qs.planes[p * W + i / 64] >> (i % 64)) & 1) << p;
+            ws += b * qu;
+            pc += b;
+        }
+        ref->ip1_lut(qs.lut, D, c1 + t * D / 8, 1, fa);
+        ref->ip1_pop(qs.planes, W, c1 + t * D / 8, 1, wa, pa);
+        ok &= fabs(fa[0] - s) < 1e-4 && wa[0] == ws && pa[0] == pc;
+    }
+    CHECKF(ok, "scalar reference vs direct bit sums d=%u", dim);
+    quant_qset_free(&qs);
+    cm_free(x);
+    cm_free(vr);
+    cm_free(cr);
+    cm_free(q);
+    cm_free(c1);
+    cm_free(cB);
+    cm_free(f1);
+    cm_free(fB);
+    cm_free(cid);
+    cm_free(S);
+    cm_free(fa);
+    cm_free(fb);
+    cm_free(wa);
+    cm_free(wb);
+}
+
+int main(void)
+{
+    const quant_kernels *ref = quant_kernels_for(CM_SIMD_SCALAR);
+    const uint32_t dims[] = {33, 100, 128, 150, 200, 300};
+    cm_rng r;
+    cm_rng_seed(&r, 31337, 0);
+    const cm_simd_level levels[] = {CM_SIMD_SCALAR, CM_SIMD_AVX2, CM_SIMD_AVX512};
+    for (int l = 0; l < 3; l++) {
+        if (!cm_cpu_supports(levels[l])) {
+            printf("skipped: %s not supported by this CPU\n", cm_simd_level_name(levels[l]));
+            continue;
+        }
+        const quant_kernels *k = quant_kernels_for(levels[l]);
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run(ref, k, dims[i], &r);
+        printf("%s: compared with scalar\n", k->name);
+    }
+    CHECK(quant_kernels_active() == quant_kernels_for(cm_simd_level_get()));
+    return check_report();
+}
