@@ -744,11 +744,17 @@ static void test_refusals(void)
     CHECK(count_prefixed("mine.") == 0);
     rm_rf(dir);
 
-    /* a file, a symbolic link, a missing parent, an empty path */
+    /* a file, a symbolic link, a missing parent, an empty path; a refused begin removes
+     * nothing, not even a directory that happens to be named like its template */
     path_of(dir, sizeof dir, "afile");
     write_all_file(dir, "data", 4);
+    char guard[700];
+    snprintf(guard, sizeof guard, "%s.tmp-XXXXXX", dir);
+    CHECK(mkdir(guard, 0755) == 0);
     CHECK_STATUS(store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECKF(strstr(err.msg, "not a directory") != NULL, "%s", err.msg);
+    CHECK(access(guard, F_OK) == 0);
+    rmdir(guard);
     path_of(p, sizeof p, "alink");
     CHECK(symlink(dir, p) == 0);
     CHECK_STATUS(store_writer_begin(p, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);

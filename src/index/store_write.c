@@ -286,15 +286,18 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     w->fd = -1;
     if (opts) w->opts = *opts;
     chimera_status s = CHIMERA_OK;
+    /* the mkdtemp template stays out of w->tmp_dir until the directory exists, so that
+     * abort never removes a path this writer did not create */
+    char *tmpl = NULL;
     w->out_dir = cm_malloc(n + 1);
     if (w->out_dir) {
         memcpy(w->out_dir, out_dir, n);
         w->out_dir[n] = '\0';
         w->parent = dir_of(w->out_dir);
-        w->tmp_dir = concat(w->out_dir, ".tmp-XXXXXX");
+        tmpl = concat(w->out_dir, ".tmp-XXXXXX");
     }
     w->buf = cm_malloc(STORE_BUF_BYTES);
-    if (!w->out_dir || !w->parent || !w->tmp_dir || !w->buf) {
+    if (!w->out_dir || !w->parent || !tmpl || !w->buf) {
         s = cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", out_dir);
         goto fail;
     }
@@ -310,18 +313,17 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     }
     int kind;
     if ((s = classify_target(w->out_dir, &kind, err)) != CHIMERA_OK) goto fail;
-    if (!mkdtemp(w->tmp_dir)) {
-        int e = errno;
-        cm_free(w->tmp_dir);
-        w->tmp_dir = NULL; /* nothing was created: abort must not remove anything */
+    if (!mkdtemp(tmpl)) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot create a temporary directory in %s: %s",
-                    w->out_dir, w->parent, strerror(e));
+                    w->out_dir, w->parent, strerror(errno));
         goto fail;
     }
+    w->tmp_dir = tmpl;
     chmod(w->tmp_dir, 0755); /* mkdtemp makes it 0700; an index is as readable as a file */
     *out = w;
     return CHIMERA_OK;
 fail:
+    cm_free(tmpl);
     store_writer_abort(w);
     return s;
 }

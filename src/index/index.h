@@ -1,0 +1,104 @@
+/* A Chimera index: what the build writes and what search reads.
+ *
+ * Sections (all arrays little-endian, payloads 64-byte aligned in the mapping; K =
+ * n_clusters, N = n_tokens, D = n_docs, dp = dim_pad, c1 = dp/8, cB = B-bit code bytes):
+ *
+ *   rotation    u8   serialised quant_rotation (the index's P)
+ *   centroids   f32  [K, dim]        unit centroids of the fine IVF (original space)
+ *   graph_adj   u32  [K, degree]     proximity graph over the centroids
+ *   graph_entry u32  [n_entry]       its entry points
+ *   post_off    i64  [K + 1]         posting list c = positions post_off[c] .. post_off[c+1]
+ *   post_tok    u32  [N]             token (doc-major row) at each posting position
+ *   post_doc    u32  [N]             document of each posting position
+ *   c1_codes    u8   [N, c1]         1-bit planes, cluster-major (posting order)
+ *   c1_fact     u16  [N, 3]          their quant_f1 factors
+ *   d1_codes    u8   [N, c1]         1-bit planes, doc-major (token order)
+ *   d1_fact     u16  [N, 3]          their quant_f1 factors
+ *   tok_cid     u32  [N]             centroid of each token (doc-major)
+ *   dB_codes    u8   [N, cB]         full B-bit codes, doc-major
+ *   dB_fact     u8   [N, 8]          their quant_fB factors
+ *   doc_off     i64  [D + 1]         document d = tokens doc_off[d] .. doc_off[d+1]
+ *   doc_ids     i64  [D]             user id of each document
+ *   deleted     u8   [ceil(D / 8)]   deletion bitmap (bit d % 8 of byte d / 8)
+ *
+ * Device-resident (the GPU backend uploads them as they are): rotation, centroids,
+ * graph_*, post_*, c1_*, d1_*, tok_cid, doc_off, deleted. Host-only: dB_*, doc_ids.
+ *
+ * The manifest's "meta" holds dims, counts, the build parameters, posting-list
+ * statistics and per-phase build times (see build.c). */
+#ifndef CHIMERA_INDEX_INDEX_H
+#define CHIMERA_INDEX_INDEX_H
+
+#include <stdint.h>
+
+#include "chimera.h"
+#include "data/corpus.h"
+#include "graph/graph.h"
+#include "index/store.h"
+#include "quant/rabitq.h"
+
+#define IX_MAX_PHASES 8
+
+typedef struct ix_build_opts {
+    uint32_t bits;          /* 0: 4 */
+    uint32_t n_clusters;    /* 0: auto (see ix_auto_clusters) */
+    uint32_t graph_degree;  /* 0: 32 */
+    int n_threads;          /* 0: all CPUs */
+    uint64_t seed;
+    int no_sync;            /* skip fsyncs (tests, scratch indexes) */
+    chimera_progress_fn progress;
+    void *progress_user;
+} ix_build_opts;
+
+typedef struct ix_build_report {
+    int n_phases;
+    const char *phase[IX_MAX_PHASES];
+    double seconds[IX_MAX_PHASES];
+    double total_seconds;
+    uint64_t peak_rss;
+    uint32_t n_clusters;
+    double assign_recall;   /* fraction of tokens given their true nearest centroid */
+    uint64_t bytes_written;
+} ix_build_report;
+
+/* The number of clusters the build picks for n_tokens: one per ~100 tokens (the fine
+ * granularity the paper relies on: small residuals make 1-bit filtering selective),
+ * rounded to a multiple of 64, at least 1 and at most n_tokens / 4. */
+uint32_t ix_auto_clusters(int64_t n_tokens);
+
+chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_build_opts *opts,
+                        ix_build_report *report, chimera_error *err);
+
+/* An opened index: views into the mapped sections. */
+typedef struct ix_index {
+    store *st;
+    uint32_t dim, dim_pad, bits, n_clusters, degree, n_entry;
+    int64_t n_docs, n_tokens;
+    quant_rotation rot;
+    const float *centroids;
+    graph g; /* adj and entry point into the mapping; never graph_free it */
+    const int64_t *post_off;
+    const uint32_t *post_tok, *post_doc;
+    const uint8_t *c1_codes, *d1_codes, *dB_codes;
+    const quant_f1 *c1_fact, *d1_fact;
+    const quant_fB *dB_fact;
+    const uint32_t *tok_cid;
+    const int64_t *doc_off, *doc_ids;
+    const uint8_t *deleted;
+} ix_index;
+
+/* Opens and validates (sizes against the meta's counts, offsets monotone and in range;
+ * with verify, every checksum). Errors name the section and what was expected. */
+chimera_status ix_open(const char *dir, int verify, ix_index *ix, chimera_error *err);
+void ix_close(ix_index *ix);
+
+/* Deep check (chimera check): every token in exactly one posting list, post_doc and
+ * tok_cid consistent with the lists and the documents, ids unique, graph valid. */
+chimera_status ix_check(const ix_index *ix, chimera_error *err);
+
+static inline int ix_is_deleted(const ix_index *ix, int64_t doc)
+{
+    return (ix->deleted[doc >> 3] >> (doc & 7)) & 1;
+}
+
+#endif
