@@ -1,0 +1,300 @@
+/* Micro-benchmark of src/quant: ns per token of every kernel shape and SIMD variant the
+ * CPU runs, the bytes/s they reach against a streaming-read bandwidth measured in the
+ * same run, encoder speed by B, and an estimator error table by B (mean abs error, RMSE,
+ * bias, miss rate of the eps0 = 1.9 bound) with the factors as stored (f16) and in
+ * float64, which is the evidence for the factor storage choice.
+ *
+ * Usage: bench_quant [n_tokens_list] (default 1<<20). d = 128, m = 32 query tokens,
+ * random codes for the kernel timings (the kernels are data-independent), encoded
+ * clustered tokens for the error table. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/cpu.h"
+#include "core/f16.h"
+#include "core/rng.h"
+#include "quant/kernels.h"
+#include "quant/rabitq.h"
+#include "quant/rotation.h"
+#include "core/alloc.h"
+
+#define D 128
+#define M 32
+#define DOC_LEN 32
+
+static volatile uint64_t sink;
+static volatile float fsink;
+
+static double bandwidth(size_t bytes, double min_time)
+{
+    uint64_t *buf = cm_aligned_alloc(64, bytes);
+    size_t n = bytes / 8;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    double t0 = cm_now(), t;
+    size_t reps = 0;
+    do {
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = 0; i < n; i += 4) {
+            s0 += buf[i];
+            s1 += buf[i + 1];
+            s2 += buf[i + 2];
+            s3 += buf[i + 3];
+        }
+        sink += s0 + s1 + s2 + s3;
+        reps++;
+        t = cm_now() - t0;
+    } while (t < min_time);
+    cm_free(buf);
+    return (double)bytes * reps / t;
+}
+
+static void unit_gauss(cm_rng *r, float *x, uint32_t d)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < d; i++) {
+        x[i] = (float)cm_rng_gauss(r);
+        s += (double)x[i] * x[i];
+    }
+    for (uint32_t i = 0; i < d; i++) x[i] = (float)(x[i] / sqrt(s));
+}
+
+static void near(cm_rng *r, const float *c, float sigma, float *x, uint32_t d)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < d; i++) {
+        x[i] = c[i] + sigma * (float)cm_rng_gauss(r) / sqrtf((float)d);
+        s += (double)x[i] * x[i];
+    }
+    for (uint32_t i = 0; i < d; i++) x[i] = (float)(x[i] / sqrt(s));
+}
+
+static double dotd(const float *a, const float *b, uint32_t d)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < d; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static void error_table(void)
+{
+    enum { NT = 2000, NQ = 16, NC = 16 };
+    quant_rotation rot;
+    quant_rotation_init(&rot, D, 1, NULL);
+    cm_rng r;
+    cm_rng_seed(&r, 5, 0);
+    float *cent = cm_malloc(NC * D * 4), *tok = cm_malloc(NT * D * 4), *q = cm_malloc(NQ * D * 4);
+    float *crot = cm_malloc(NC * D * 4), *vrot = cm_malloc(NT * D * 4);
+    uint32_t *cid = cm_malloc(NT * 4);
+    for (int k = 0; k < NC; k++) unit_gauss(&r, cent + k * D, D);
+    for (int t = 0; t < NT; t++) {
+        cid[t] = (uint32_t)cm_rng_below(&r, NC);
+        near(&r, cent + cid[t] * D, 0.6f, tok + t * D, D);
+    }
+    for (int j = 0; j < NQ; j++) near(&r, cent + cm_rng_below(&r, NC) * D, 0.6f, q + j * D, D);
+    quant_rotate_n(&rot, NC, cent, D, crot, D);
+    quant_rotate_n(&rot, NT, tok, D, vrot, D);
+    quant_qset qs;
+    quant_qset_init(&qs, D, NQ, NULL);
+    quant_qset_set(&qs, &rot, q, NQ);
+    void *work = cm_aligned_alloc(64, quant_encode_work_bytes(D));
+    uint8_t c1[D / 8], cB[D];
+    quant_f1 f1;
+    quant_fB fB;
+    printf("\nestimator error of <q,v>, d=128, clustered unit vectors (|r| ~ 0.5), %d tokens x %d "
+           "queries\n",
+           NT, NQ);
+    printf("%-10s %10s %10s %11s %9s %11s %12s\n", "code", "mean|err|", "rmse", "bias",
+           "miss1.9", "rmse(f64)", "rmse(k f16)");
+    for (int bits = 0; bits <= 8; bits++) { /* 0: the 1-bit plane via popcount */
+        uint32_t b = bits == 0 ? 1 : (uint32_t)bits;
+        double sa = 0, s2 = 0, s = 0, miss = 0, s2x = 0, s2h = 0, n = 0;
+        for (int t = 0; t < NT; t++) {
+            quant_exact_factors x;
+            quant_encode_one(D, b, vrot + t * D, crot + cid[t] * D, work, c1, &f1, cB, &fB, &x);
+            float u[D];
+            for (int i = 0; i < D; i++) u[i] = (float)qm_codeB_get(cB, b, i) - qm_codeB_offset(b);
+            for (int j = 0; j < NQ; j++) {
+                const float *qr = qs.q + j * D;
+                double ex = dotd(q + j * D, tok + t * D, D), qc = dotd(q + j * D, cent + cid[t] * D, D);
+                double g = 0;
+                for (int i = 0; i < D; i++) g += (qr[i] - crot[cid[t] * D + i]) * (double)(qr[i] - crot[cid[t] * D + i]);
+                g = sqrt(g);
+                double est, estx, esth, ferr;
+                if (bits == 0) {
+                    uint32_t ws, pc;
+                    quant_kernels_for(CM_SIMD_SCALAR)->ip1_pop(qs.planes + j * 4 * 2, 2, c1, 1, &ws, &pc);
+                    float ip = qm_pop_ip(qs.delta[j], qs.vlow[j], D, qs.sum_qu[j], ws, pc);
+                    est = qm_est1((float)qc, &f1, ip);
+                    estx = qc + x.alpha1 + x.kappa1 * ip;
+                    esth = est;
+                    ferr = qm_f16_to_f32(f1.f_error);
+                } else {
+                    double ip = 0;
+                    for (int i = 0; i < D; i++) ip += (double)u[i] * qr[i];
+                    est = qm_estB((float)qc, &fB, (float)ip);
+                    estx = qc + x.alphaB + x.kappaB * ip;
+                    esth = qc + qm_f16_to_f32(fB.alpha) + cm_f16_to_f32(cm_f32_to_f16(fB.kappa)) * ip;
+                    ferr = qm_f16_to_f32(fB.f_error);
+                }
+                double e = est - ex;
+                sa += fabs(e);
+                s2 += e * e;
+                s += e;
+                s2x += (estx - ex) * (estx - ex);
+                s2h += (esth - ex) * (esth - ex);
+                miss += fabs(e) > qm_bound((float)ferr, (float)g, QM_EPS0);
+                n++;
+            }
+        }
+        char name[16];
+        snprintf(name, sizeof name, bits == 0 ? "1-bit pop" : "B=%d", bits);
+        printf("%-10s %10.3e %10.3e %+11.2e %9.4f %11.3e %12.3e\n", name, sa / n,
+               sqrt(s2 / n), s / n, miss / n, sqrt(s2x / n), sqrt(s2h / n));
+    }
+    printf("encoder alone (quant_encode, %d tokens):", NT);
+    for (uint32_t b = 1; b <= 8; b++) {
+        uint8_t *o1 = cm_malloc(NT * D / 8), *oB = cm_malloc(NT * D);
+        quant_f1 *p1 = cm_malloc(NT * sizeof *p1);
+        quant_fB *pB = cm_malloc(NT * sizeof *pB);
+        double t0 = cm_now();
+        quant_encode(D, b, NT, vrot, crot, cid, o1, p1, oB, pB, NULL);
+        printf(" B=%u %.1f us", b, (cm_now() - t0) / NT * 1e6);
+        cm_free(o1);
+        cm_free(oB);
+        cm_free(p1);
+        cm_free(pB);
+    }
+    printf("/token\n");
+    printf("(rmse: factors as stored; rmse(f64): unrounded factors; rmse(k f16): kappa "
+           "also rounded to f16)\n");
+    cm_free(work);
+    quant_qset_free(&qs);
+    cm_free(cent);
+    cm_free(tok);
+    cm_free(q);
+    cm_free(crot);
+    cm_free(vrot);
+    cm_free(cid);
+}
+
+typedef struct bench_ctx {
+    const quant_kernels *k;
+    quant_qset *qs;
+    size_t n_list, n_doc;
+    uint8_t *c1, *cB4, *cB8;
+    quant_f1 *f1;
+    quant_fB *fB;
+    uint32_t *cid;
+    float *S, *out;
+} bench_ctx;
+
+static void report(const char *kernel, const char *var, double sec, size_t tokens, size_t bytes,
+                   double bw)
+{
+    double ns = sec / tokens * 1e9, gbs = bytes / sec / 1e9;
+    printf("%-34s %-7s %9.2f %9.2f %7.0f%%\n", kernel, var, ns, gbs, 100.0 * gbs * 1e9 / bw);
+}
+
+#define TIME(stmt, out_sec)                                                                    \
+    do {                                                                                       \
+        double t0_ = cm_now(), t_;                                                             \
+        size_t reps_ = 0;                                                                      \
+        do {                                                                                   \
+            stmt;                                                                              \
+            reps_++;                                                                           \
+            t_ = cm_now() - t0_;                                                               \
+        } while (t_ < 0.3);                                                                    \
+        out_sec = t_ / reps_;                                                                  \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    size_t n_list = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)1 << 20;
+    size_t n_doc = (size_t)1 << 16;
+    printf("bench_quant: d=%d, m=%d query tokens, list n=%zu, doc-shape n=%zu (docs of %d), "
+           "cpu level %s\n",
+           D, M, n_list, n_doc, DOC_LEN, cm_simd_level_name(cm_simd_level_get()));
+    double bw_dram = bandwidth((size_t)256 << 20, 1.0), bw_l2 = bandwidth((size_t)256 << 10, 0.5);
+    printf("streaming read: %.1f GB/s (256 MiB buffer), %.1f GB/s (256 KiB buffer)\n",
+           bw_dram / 1e9, bw_l2 / 1e9);
+
+    cm_rng r;
+    cm_rng_seed(&r, 1, 0);
+    uint8_t *c1 = cm_aligned_alloc(64, n_list * D / 8), *cB4 = cm_aligned_alloc(64, n_doc * D / 2),
+            *cB8 = cm_aligned_alloc(64, n_doc * D);
+    for (size_t i = 0; i < n_list * D / 8; i++) c1[i] = (uint8_t)cm_rng_next(&r);
+    for (size_t i = 0; i < n_doc * D / 2; i++) cB4[i] = (uint8_t)cm_rng_next(&r);
+    for (size_t i = 0; i < n_doc * D; i++) cB8[i] = (uint8_t)cm_rng_next(&r);
+    quant_f1 *f1 = cm_malloc(n_list * sizeof *f1);
+    quant_fB *fB = cm_malloc(n_doc * sizeof *fB);
+    for (size_t i = 0; i < n_list; i++) {
+        f1[i].kappa = cm_f32_to_f16(0.1f);
+        f1[i].alpha = cm_f32_to_f16(0.01f);
+        f1[i].f_error = cm_f32_to_f16(0.01f);
+    }
+    for (size_t i = 0; i < n_doc; i++) {
+        fB[i].kappa = 0.01f;
+        fB[i].alpha = cm_f32_to_f16(0.001f);
+        fB[i].f_error = 0;
+    }
+    uint32_t *cid = cm_malloc(n_doc * 4);
+    enum { K = 4096 };
+    float *S = cm_malloc((size_t)K * M * 4), *out = cm_malloc(n_list * 4);
+    for (size_t i = 0; i < n_doc; i++) cid[i] = (uint32_t)cm_rng_below(&r, K);
+    for (size_t i = 0; i < (size_t)K * M; i++) S[i] = (float)cm_rng_uniform(&r);
+    quant_rotation rot;
+    quant_rotation_init(&rot, D, 3, NULL);
+    float q[M * D];
+    for (int i = 0; i < M * D; i++) q[i] = (float)cm_rng_gauss(&r);
+    quant_qset qs;
+    quant_qset_init(&qs, D, M, NULL);
+    quant_qset_set(&qs, &rot, q, M);
+
+    printf("\n%-34s %-7s %9s %9s %8s\n", "kernel (est incl. factors)", "variant", "ns/token",
+           "GB/s", "of DRAM");
+    const cm_simd_level levels[] = {CM_SIMD_SCALAR, CM_SIMD_AVX2, CM_SIMD_AVX512};
+    size_t b1 = D / 8 + sizeof(quant_f1);
+    for (int l = 0; l < 3; l++) {
+        if (!cm_cpu_supports(levels[l])) {
+            printf("%-34s %-7s skipped: not supported by this CPU\n", "all", cm_simd_level_name(levels[l]));
+            continue;
+        }
+        const quant_kernels *k = quant_kernels_for(levels[l]);
+        double sec;
+        TIME(quant_est1_list_lut(k, &qs, 0, c1, f1, n_list, 0.5f, out), sec);
+        report("1-bit list, float LUT", k->name, sec, n_list, n_list * b1, bw_dram);
+        TIME(quant_est1_list_pop(k, &qs, 0, c1, f1, n_list, 0.5f, out), sec);
+        report("1-bit list, popcount (4-bit q)", k->name, sec, n_list, n_list * b1, bw_dram);
+        float mx[M];
+        for (int j = 0; j < M; j++) mx[j] = -INFINITY;
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max(
+                 k, &qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("1-bit doc x32 q, popcount", k->name, sec, n_doc, n_doc * (b1 + 4), bw_dram);
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max(
+                 k, &qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("B=4 doc x32 q, float dot", k->name, sec, n_doc, n_doc * (D / 2 + 8 + 4), bw_dram);
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max(
+                 k, &qs, 8, cB8 + t * D, fB + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("B=8 doc x32 q, float dot", k->name, sec, n_doc, n_doc * (D + 8 + 4), bw_dram);
+        fsink += mx[0] + out[n_list - 1];
+    }
+    printf("(GB/s: code + factor (+ centroid id) bytes read per second; doc shapes are "
+           "compute-bound by design: 32 query tokens per token read)\n");
+    error_table();
+    quant_qset_free(&qs);
+    cm_free(c1);
+    cm_free(cB4);
+    cm_free(cB8);
+    cm_free(f1);
+    cm_free(fB);
+    cm_free(cid);
+    cm_free(S);
+    cm_free(out);
+    return 0;
+}
