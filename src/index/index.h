@@ -96,6 +96,12 @@ void ix_close(ix_index *ix);
  * tok_cid consistent with the lists and the documents, ids unique, graph valid. */
 chimera_status ix_check(const ix_index *ix, chimera_error *err);
 
+/* The manifest-only summary behind `chimera info`. */
+chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error *err);
+
+/* 1 when the GPU backend uploads this section (everything but dB_*, doc_ids). */
+int ix_section_on_device(const char *name);
+
 static inline int ix_is_deleted(const ix_index *ix, int64_t doc)
 {
     return (ix->deleted[doc >> 3] >> (doc & 7)) & 1;

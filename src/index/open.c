@@ -5,6 +5,7 @@
  * numbers in range. ix_check goes further (O(N) memory) for `chimera check`. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
