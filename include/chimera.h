@@ -14,6 +14,8 @@
  * Life cycle
  *   chimera_corpus_open()      map a token matrix (.npy) and its document lengths
  *   chimera_queries_open()     read query token sets
+ *   chimera_index_build()      build an index of a corpus into a directory
+ *   chimera_index_open()       map an index for searching
  *   chimera_exact_search()     exact top-k by Chamfer score (ground truth)
  *   chimera_trec_write()       write results as a TREC run
  *   chimera_run_read(), chimera_eval_recall(), chimera_eval_qrels()   evaluate runs
@@ -208,6 +210,99 @@ typedef struct chimera_exact_opts {
 chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_queries *queries,
                                     uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
                                     float *scores);
+
+/* ---------------------------------------------------------------------------------- */
+/* Index: build, open, inspect                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct chimera_index chimera_index;
+
+typedef struct chimera_build_opts {
+    uint32_t bits;          /* bits per dimension of the full codes, 1..8 (0: 4) */
+    uint32_t n_clusters;    /* IVF clusters (0: about one per 100 tokens) */
+    uint32_t graph_degree;  /* out-degree of the centroid graph (0: 32) */
+    int n_threads;          /* 0: one per CPU */
+    uint64_t seed;          /* every random step derives from it */
+    int no_sync;            /* 1: skip fsyncs (scratch indexes; the swap stays atomic) */
+    chimera_progress_fn progress;
+    void *progress_user;
+} chimera_build_opts;
+
+#define CHIMERA_MAX_PHASES 8
+
+typedef struct chimera_build_report {
+    int n_phases;
+    const char *phase[CHIMERA_MAX_PHASES]; /* "sample", "kmeans", "assign", ... (static) */
+    double seconds[CHIMERA_MAX_PHASES];
+    double total_seconds;
+    uint64_t peak_rss_bytes;
+    uint32_t n_clusters;
+    double assign_recall;   /* fraction of tokens given their exact nearest centroid */
+    uint64_t index_bytes;   /* bytes of all sections */
+} chimera_build_report;
+
+/* Builds an index of `corpus` into directory `dir` (its parent must exist). The build
+ * writes into a temporary directory beside `dir` and swaps it in only when complete and
+ * synced, so an existing index at `dir` is never damaged by a failed or killed build;
+ * a non-index directory at `dir` is refused. report (may be NULL) gets per-phase times.
+ * @return CHIMERA_OK, _INVALID_ARG, _IO, _NOMEM; message in err. */
+chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir,
+                                   const chimera_build_opts *opts, chimera_build_report *report,
+                                   chimera_error *err);
+
+typedef struct chimera_open_opts {
+    int verify;             /* 1: recompute every section checksum (reads all data) */
+} chimera_open_opts;
+
+/* Opens (maps) an index, checking its format version, every section's presence and
+ * size against the counts, and offsets and ids used by search; with verify, checksums.
+ * @return CHIMERA_OK, _IO, _VERSION, _CORRUPT (names the section), _NOMEM. */
+chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts,
+                                  chimera_index **out, chimera_error *err);
+void chimera_index_close(chimera_index *index);
+const char *chimera_index_errmsg(const chimera_index *index);
+
+/* The deep consistency check (`chimera check`): every token in exactly one posting
+ * list, lists consistent with documents and centroids, unique ids, a valid graph whose
+ * every node is reachable, and every checksum. @return CHIMERA_OK or _CORRUPT. */
+chimera_status chimera_index_check(chimera_index *index);
+
+int64_t chimera_index_n_docs(const chimera_index *index);
+uint32_t chimera_index_dim(const chimera_index *index);
+
+typedef struct chimera_section_info {
+    char name[24];
+    char dtype[8];
+    uint64_t bytes;
+    int device_resident;    /* 1: uploaded to the GPU by the CUDA backend */
+} chimera_section_info;
+
+#define CHIMERA_INFO_MAX_SECTIONS 32
+
+/* What `chimera info IDX` prints; read from the manifest alone (nothing is mapped). */
+typedef struct chimera_index_info {
+    uint32_t format_major, format_minor;
+    char library_version[16];
+    uint32_t dim, dim_pad, bits, n_clusters, graph_degree;
+    int64_t n_docs, n_tokens;
+    int64_t list_min, list_median, list_max;
+    double list_mean, list_imbalance;
+    uint32_t list_empty;
+    uint64_t bytes_device, bytes_host, bytes_total;
+    uint32_t n_sections;
+    chimera_section_info sections[CHIMERA_INFO_MAX_SECTIONS];
+    char seed[24];
+    int build_threads;
+    double assign_recall;
+    double build_seconds;
+    uint64_t build_peak_rss;
+    int n_phases;
+    char phase[CHIMERA_MAX_PHASES][16];
+    double phase_seconds[CHIMERA_MAX_PHASES];
+} chimera_index_info;
+
+chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
+                                       chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Result files and evaluation                                                        */

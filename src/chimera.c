@@ -11,6 +11,7 @@
 #include "data/corpus.h"
 #include "data/synth.h"
 #include "data/trec.h"
+#include "index/index.h"
 #include "search/eval.h"
 #include "search/exact.h"
 #include "core/alloc.h"
@@ -26,6 +27,11 @@ struct chimera_queries {
 
 struct chimera_run {
     trec_run r;
+};
+
+struct chimera_index {
+    ix_index ix;
+    chimera_error last;
 };
 
 const char *chimera_status_str(chimera_status status)
@@ -262,4 +268,82 @@ chimera_status chimera_synth_write(const char *out_dir, const chimera_synth_opts
 {
     if (!out_dir) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth_write: out_dir is NULL");
     return synth_write(out_dir, opts, err);
+}
+
+/* ---- index ------------------------------------------------------------------------- */
+
+chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir,
+                                   const chimera_build_opts *opts, chimera_build_report *report,
+                                   chimera_error *err)
+{
+    if (!corpus || !dir)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_build: corpus and dir are required");
+    chimera_build_opts o = {0};
+    if (opts) o = *opts;
+    if (o.bits > 8)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_build: bits = %u, expected 1..8", o.bits);
+    if (o.graph_degree > 256)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_build: graph degree %u, expected <= 256",
+                       o.graph_degree);
+    ix_build_opts bo = {o.bits, o.n_clusters, o.graph_degree, o.n_threads, o.seed, o.no_sync,
+                        o.progress, o.progress_user};
+    ix_build_report r;
+    chimera_status s = ix_build(&corpus->c, dir, &bo, &r, err);
+    if (report) {
+        memset(report, 0, sizeof *report);
+        report->n_phases = r.n_phases;
+        for (int i = 0; i < r.n_phases && i < CHIMERA_MAX_PHASES; i++) {
+            report->phase[i] = r.phase[i];
+            report->seconds[i] = r.seconds[i];
+        }
+        report->total_seconds = r.total_seconds;
+        report->peak_rss_bytes = r.peak_rss;
+        report->n_clusters = r.n_clusters;
+        report->assign_recall = r.assign_recall;
+        report->index_bytes = r.bytes_written;
+    }
+    return s;
+}
+
+chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts,
+                                  chimera_index **out, chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_open: out is NULL");
+    *out = NULL;
+    if (!dir) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_open: dir is NULL");
+    chimera_index *h = cm_calloc(1, sizeof *h);
+    if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "index: out of memory");
+    chimera_status s = ix_open(dir, opts && opts->verify, &h->ix, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+void chimera_index_close(chimera_index *index)
+{
+    if (!index) return;
+    ix_close(&index->ix);
+    cm_free(index);
+}
+
+const char *chimera_index_errmsg(const chimera_index *index) { return index ? index->last.msg : ""; }
+
+chimera_status chimera_index_check(chimera_index *index)
+{
+    if (!index) return CHIMERA_ERR_INVALID_ARG;
+    cm_error_clear(&index->last);
+    return ix_check(&index->ix, &index->last);
+}
+
+int64_t chimera_index_n_docs(const chimera_index *index) { return index ? index->ix.n_docs : 0; }
+uint32_t chimera_index_dim(const chimera_index *index) { return index ? index->ix.dim : 0; }
+
+chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
+                                       chimera_error *err)
+{
+    if (!dir || !info) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_info: dir and info are required");
+    return ix_info(dir, info, err);
 }

@@ -3,7 +3,9 @@
  *   chimera gen     write a synthetic corpus (tokens, doclens, queries, qrels)
  *   chimera exact   exact Chamfer top-k by brute force: the ground truth
  *   chimera eval    Recall@k against the truth; MRR@10 / NDCG@10 against qrels
- *   chimera info    what this build and machine offer (SIMD level, BLAS, CUDA)
+ *   chimera build   build an index (k-means, posting lists, graph, RaBitQ codes)
+ *   chimera info    describe an index, or what this build and machine offer
+ *   chimera check   verify an index deeply
  *
  * Before doing anything it checks whether the BLAS library fell back to generic kernels
  * on this CPU (see chimera_blas_suggested_coretype) and, if so and the user has set no
@@ -41,7 +43,9 @@ static void usage(void)
             "  gen      write a synthetic corpus\n"
             "  exact    exact Chamfer top-k (ground truth)\n"
             "  eval     Recall@k / MRR@10 / NDCG@10 of a run\n"
-            "  info     build and machine capabilities\n"
+            "  build    build an index\n"
+            "  info     [IDX] describe an index, or this build and machine\n"
+            "  check    IDX: verify an index's structure and checksums\n"
             "  version  print the version\n");
 }
 
@@ -74,7 +78,9 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "gen") == 0) return cmd_gen(argc, argv);
     if (strcmp(cmd, "exact") == 0) return cmd_exact(argc, argv);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
-    if (strcmp(cmd, "info") == 0) return cmd_info(argc, argv);
+    if (strcmp(cmd, "info") == 0) return cmd_index_info(argc, argv);
+    if (strcmp(cmd, "build") == 0) return cmd_build(argc, argv);
+    if (strcmp(cmd, "check") == 0) return cmd_check(argc, argv);
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
     usage();
     return 2;

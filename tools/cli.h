@@ -38,5 +38,8 @@ int cmd_gen(int argc, char **argv);
 int cmd_exact(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_index_info(int argc, char **argv);
+int cmd_build(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 #endif
