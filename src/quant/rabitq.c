@@ -9,11 +9,12 @@
  * the events t = (e_i+1)/|o_i| in increasing order with a min-heap, caps each coordinate
  * at 2^(B-1)-1 (it is not re-queued beyond) and scores the clamped codes, so it is exact
  * over that family; the library's start at t_end * T[b_ex] with unclamped scoring is
- * slightly sub-optimal (cos 0.9935 vs 0.9947 at B = 4). The best step is then replayed
- * rather than rounding floor(t |o_i|) again, which could land on the other side of an
- * event by floating-point rounding. Cost: d * (2^(B-1)-1) heap events per token, twice
- * (e.g. ~900 at d = 128, B = 4); XXX: B = 8 is ~16k events per token, a build-time cost
- * that the fast-mode constant t (REFERENCE 1.4) would remove if it ever matters.
+ * slightly sub-optimal (cos 0.9935 vs 0.9947 at B = 4). The codes of the best step are
+ * counted from the walk's log of pops rather than re-rounded as floor(t |o_i|), which
+ * could land on the other side of an event by floating-point rounding.
+ * Cost: d * (2^(B-1)-1) heap events per token (~900 at d = 128, B = 4). XXX: B = 8 is
+ * ~16k events per token (milliseconds), a build-time cost that the fast-mode constant t
+ * (REFERENCE 1.4) would remove if it ever matters.
  *
  * Factors (similarity form, REFERENCE 1.8) are computed in double from the codes
  * actually stored, then rounded to the storage types of quant_math.h. */
@@ -65,10 +66,11 @@ static event heap_pop(event *h, uint32_t *n)
     return top;
 }
 
-/* Runs the event walk for `steps` pops (or all, when steps == UINT64_MAX, returning the
- * best step). e receives the codes after the walk. */
+/* Walks the events in increasing t, logging the coordinate of each pop in `pops`, and
+ * returns the step with the best cosine; the codes at that step are then the counts of
+ * each coordinate in pops[0..best) (no second walk, no re-rounding of floor(t a_i)). */
 static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, uint8_t *e, event *h,
-                             uint64_t steps)
+                             uint32_t *pops)
 {
     uint32_t n = 0;
     double num = 0.0, den = 0.25 * d;
@@ -79,13 +81,13 @@ static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, uint8_t
     }
     double best = num / sqrt(den);
     uint64_t best_step = 0, step = 0;
-    while (n > 0 && step < steps) {
+    while (n > 0) {
         event ev = heap_pop(h, &n);
         uint32_t i = ev.i;
         e[i]++;
         num += a[i];
         den += 2.0 * e[i];
-        step++;
+        pops[step++] = i;
         double cs = num / sqrt(den);
         if (cs > best) {
             best = cs;
@@ -93,12 +95,17 @@ static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, uint8_t
         }
         if (e[i] < emax) heap_push(h, &n, (event){(e[i] + 1.0) / a[i], i});
     }
+    memset(e, 0, d);
+    for (uint64_t k = 0; k < best_step; k++) e[pops[k]]++;
     return best_step;
 }
 
+/* Layout of the work area: r, a (double), heap, log of pops, codes. The log holds at most
+ * d * (2^(B-1) - 1) entries; sized for B = 8. */
 size_t quant_encode_work_bytes(uint32_t dim_pad)
 {
-    return (size_t)dim_pad * (2 * sizeof(double) + sizeof(event) + 1) + 64;
+    return (size_t)dim_pad * (2 * sizeof(double) + sizeof(event) + 127 * sizeof(uint32_t) + 1) +
+           64;
 }
 
 static uint16_t half(double x) { return cm_f32_to_f16((float)x); }
@@ -109,7 +116,8 @@ void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const
 {
     double *r = work, *a = r + dim_pad;
     event *h = (event *)(a + dim_pad);
-    uint8_t *e = (uint8_t *)(h + dim_pad);
+    uint32_t *pops = (uint32_t *)(h + dim_pad);
+    uint8_t *e = (uint8_t *)(pops + (size_t)dim_pad * 127);
     uint32_t d = dim_pad;
 
     double nr2 = 0.0, rc = 0.0;
@@ -157,8 +165,7 @@ void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const
     if (codeB) {
         unsigned bex = bits - 1, emax = (1u << bex) - 1u;
         if (bex > 0) {
-            uint64_t best = rescale_walk(a, d, emax, e, h, UINT64_MAX);
-            rescale_walk(a, d, emax, e, h, best);
+            rescale_walk(a, d, emax, e, h, pops);
         } else {
             memset(e, 0, d);
         }
