@@ -1,13 +1,123 @@
 /* The device interface used by search/, and the registry of compiled-in backends.
  *
- * backend.c is the only file in the project that knows whether the CUDA backend was
- * compiled in (CHIMERA_HAVE_CUDA); everything else asks it. The stage vtable (upload of
- * resident data, centroid search, refinement, 1-bit document scoring) lands here with
- * the search pipeline; for now the registry reports which devices exist. */
+ * A backend holds the index's resident data (centroids, graph, posting lists, 1-bit
+ * planes and factors: DESIGN.md section 2) and runs the device stages of a query:
+ *
+ *   query_begin   take the m query tokens (the only upload per query), rotate them,
+ *                 build the tables, compute the centroid scores S[c][j] = <c, q_j>
+ *   probe         the n_probe best centroids of every query token
+ *   refine        candidate refinement: 1-bit estimates over the probed posting lists,
+ *                 max per (document, query token), imputed floor for tokens that saw
+ *                 none of a document, partial sums, the top k_refine documents
+ *   score1        the complete 1-bit Chamfer score of a chunk of documents
+ *
+ * Every per-query call names a `worker` in [0, n_workers): each worker owns its scratch
+ * (and, on a GPU, its stream), so workers run queries concurrently; calls of one worker
+ * are sequential. Only ids and scores come back. search/ knows nothing else about a
+ * backend, and the CPU backend (cpu/) is the reference the CUDA backend (cuda/) must
+ * match: integer-exact where the arithmetic is integer, within a stated tolerance
+ * elsewhere.
+ *
+ * backend.c is the only file that knows whether CUDA was compiled in. */
 #ifndef CHIMERA_BACKEND_BACKEND_H
 #define CHIMERA_BACKEND_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "chimera.h"
+#include "quant/quant_math.h"
+#include "quant/rotation.h"
+
+#define BE_API_VERSION 1
+
+/* Everything a device keeps for the life of an index: plain pointers into the mapped
+ * index (layout: index/index.h), uploaded as they are. */
+typedef struct be_resident {
+    uint32_t dim, dim_pad, n_clusters, degree, n_entry;
+    int64_t n_docs, n_tokens;
+    const quant_rotation *rot;
+    const float *centroids;       /* [K, dim] */
+    const uint32_t *graph_adj;    /* [K, degree] */
+    const uint32_t *graph_entry;  /* [n_entry] */
+    const int64_t *post_off;      /* [K + 1] */
+    const uint32_t *post_doc;     /* [N] document of each posting position */
+    const uint8_t *c1_codes;      /* [N, dim_pad/8] cluster-major */
+    const quant_f1 *c1_fact;
+    const uint8_t *d1_codes;      /* [N, dim_pad/8] doc-major */
+    const quant_f1 *d1_fact;
+    const uint32_t *tok_cid;      /* [N] */
+    const int64_t *doc_off;       /* [D + 1] */
+    const uint8_t *deleted;       /* [ceil(D/8)] */
+} be_resident;
+
+typedef enum be_impute {
+    BE_IMPUTE_PROBE_FLOOR = 0, /* the n_probe-th centroid score of the query token: a
+                                  proxy for what an unprobed token can score (default) */
+    BE_IMPUTE_ZERO = 1,        /* 0, as a plain partial sum would */
+    BE_IMPUTE_MIN_SEEN = 2,    /* the smallest estimate seen for that query token */
+} be_impute;
+
+typedef enum be_probe_mode {
+    BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, which it
+                           needs anyway; a GPU: the graph above a size) */
+    BE_PROBE_BRUTE = 1, /* top n_probe of the exact centroid scores */
+    BE_PROBE_GRAPH = 2, /* the proximity graph */
+} be_probe_mode;
+
+typedef struct be_config {
+    int n_workers;        /* concurrent query workers */
+    int n_threads;        /* threads a backend may use inside one call (CPU) */
+    uint32_t max_m;       /* largest query */
+    uint32_t max_probe;   /* largest n_probe */
+    uint32_t max_refine;  /* largest k_refine */
+    size_t device_memory_budget; /* bytes (0: the device's free memory) */
+} be_config;
+
+/* What refine reports for --profile. */
+typedef struct be_refine_stats {
+    uint64_t tokens_scored;   /* posting entries estimated */
+    uint64_t docs_touched;    /* distinct documents seen */
+} be_refine_stats;
+
+struct cm_backend_i {
+    int api_version; /* BE_API_VERSION */
+    /* Uploads the resident data once. The pointers stay valid until free. */
+    chimera_status (*upload)(void *ctx, const be_resident *r, const be_config *cfg,
+                             chimera_error *err);
+    /* q: m x dim query tokens (host memory). */
+    chimera_status (*query_begin)(void *ctx, int worker, const float *q, uint32_t m,
+                                  chimera_error *err);
+    /* cids/qc: [m x n_probe] centroid ids and scores, best first per token. */
+    chimera_status (*probe)(void *ctx, int worker, uint32_t n_probe, be_probe_mode mode,
+                            uint32_t *cids, float *qc, chimera_error *err);
+    /* Uses the probes of the last probe call. docs/partial: [k_refine], best first
+     * (ties: smaller document), *n_out filled (fewer when fewer documents were seen).
+     * Deleted documents never appear. */
+    chimera_status (*refine)(void *ctx, int worker, uint32_t k_refine, be_impute impute,
+                             uint32_t *docs, float *partial, uint32_t *n_out,
+                             be_refine_stats *stats, chimera_error *err);
+    /* scores[i] = 1-bit Chamfer estimate of docs[i] over all its tokens. */
+    chimera_status (*score1)(void *ctx, int worker, const uint32_t *docs, uint32_t n,
+                             float *scores, chimera_error *err);
+    /* (optional; default NULL) The host-memory centroid scores S [K x m] of the
+     * worker's current query, when the backend computed them on the host anyway (the
+     * CPU backend); search/ then reuses them for full-bit scoring. */
+    const float *(*host_centroid_scores)(void *ctx, int worker);
+    void (*release)(void *ctx);
+};
+
+typedef struct cm_backend {
+    const struct cm_backend_i *iface;
+    void *ctx;
+    const char *name; /* "cpu", "cuda" */
+} cm_backend;
+
+/* Creates a backend by name ("cpu", "cuda", or "auto": cuda when compiled in and a
+ * device is usable, else cpu). @return CHIMERA_OK, _UNSUPPORTED (cuda not compiled),
+ * _DEVICE (no usable device), _NOMEM. */
+chimera_status backend_new(const char *name, cm_backend *out, chimera_error *err);
+void backend_free(cm_backend *b);
 
 /* 1 when the CUDA backend was built into this library. */
 int backend_cuda_compiled(void);

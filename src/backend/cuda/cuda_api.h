@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "chimera.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -12,6 +14,10 @@ extern "C" {
  * compute capability, or the runtime's reason for having none. Never fails hard: with
  * no driver or no GPU it returns 0. */
 int cuda_device_count(char *status, size_t cap);
+
+/* The CUDA implementation of the device interface (backend/backend.h). */
+struct cm_backend;
+chimera_status cuda_backend_new(struct cm_backend *out, chimera_error *err);
 
 #ifdef __cplusplus
 }

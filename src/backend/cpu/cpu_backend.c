@@ -1,0 +1,389 @@
+/* The CPU backend: the reference implementation of the device interface (backend.h),
+ * with the quant/ SIMD kernels.
+ *
+ * Per query, query_begin computes the centroid scores S = C Q^T [K x m] with one sgemm.
+ * Document scoring needs <q_j, c> for the centroid of every token it scores, and those
+ * tokens' centroids are spread over the whole index, so S is needed in full anyway
+ * (PLAID and WARP compute the same matrix); that makes the exact top-n_probe per token a
+ * cheap selection over S, which is why probing defaults to brute force here. The graph
+ * (BE_PROBE_GRAPH) pays off on a GPU, where the centroid search runs before and apart
+ * from S; on the CPU it is there for comparison (bench) and equivalence tests.
+ *
+ * Refinement follows DESIGN.md section 2: for each query token, its probed posting
+ * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
+ * the query but slower on CPUs, bench/bench_quant.c), each estimate max-reduced into
+ * M[document][token], then each touched document's partial score sums M, with the
+ * imputed floor for tokens that saw none of its tokens. Documents are found by an epoch-
+ * stamped direct map (two uint32 per document per worker): no hashing, no clearing
+ * between queries.
+ *
+ * Threads: in throughput mode every worker runs its own queries single-threaded; in
+ * latency mode (one worker, n_threads > 1) the sgemm and the document scoring of a chunk
+ * are split over a pool. Scratch is allocated at upload for the configured maxima; the
+ * M table grows on demand (rarely, amortised), never per query. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/blas.h"
+#include "core/error.h"
+#include "core/pool.h"
+#include "core/topk.h"
+#include "graph/graph.h"
+#include "quant/kernels.h"
+#include "quant/rabitq.h"
+#include "core/alloc.h"
+
+typedef struct cpu_worker {
+    quant_qset qs;
+    float *S;            /* [K x m] centroid scores of the current query */
+    uint32_t m;
+    const float *q;      /* current query tokens (caller's, valid during the query) */
+    uint32_t n_probe;
+    uint32_t *probe_cid; /* [max_m x max_probe] */
+    float *probe_qc;
+    /* refinement */
+    uint32_t epoch;
+    uint32_t *doc_stamp, *doc_slot; /* [n_docs] */
+    uint32_t *slot_doc;
+    float *M;                       /* [cap_slots x m] */
+    uint32_t cap_slots;
+    float *est;                     /* [longest posting list] */
+    float *heap_s;
+    int64_t *heap_i;
+    float *sel_s;                   /* probe selection heap [max_probe] */
+    int64_t *sel_i;
+} cpu_worker;
+
+typedef struct cpu_ctx {
+    be_resident r;
+    be_config cfg;
+    cpu_worker *w;
+    const quant_kernels *kt;
+    cm_pool *pool;       /* latency mode only */
+    graph g;             /* a view of the resident graph (never graph_free'd) */
+    graph_searcher *gs;  /* built on first graph probe request */
+    int64_t max_list;
+} cpu_ctx;
+
+/* ---- upload ------------------------------------------------------------------------ */
+
+static void cpu_free(void *vctx)
+{
+    cpu_ctx *c = vctx;
+    if (!c) return;
+    if (c->w)
+        for (int i = 0; i < c->cfg.n_workers; i++) {
+            cpu_worker *w = &c->w[i];
+            quant_qset_free(&w->qs);
+            cm_free(w->S);
+            cm_free(w->probe_cid);
+            cm_free(w->probe_qc);
+            cm_free(w->doc_stamp);
+            cm_free(w->doc_slot);
+            cm_free(w->slot_doc);
+            cm_free(w->M);
+            cm_free(w->est);
+            cm_free(w->heap_s);
+            cm_free(w->heap_i);
+            cm_free(w->sel_s);
+            cm_free(w->sel_i);
+        }
+    cm_free(c->w);
+    graph_searcher_free(c->gs);
+    cm_pool_free(c->pool);
+    cm_free(c);
+}
+
+static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_config *cfg,
+                                 chimera_error *err)
+{
+    cpu_ctx *c = vctx;
+    c->r = *r;
+    c->cfg = *cfg;
+    if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
+    c->kt = quant_kernels_active();
+    c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
+                   .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
+    for (uint32_t k = 0; k < r->n_clusters; k++) {
+        int64_t n = r->post_off[k + 1] - r->post_off[k];
+        if (n > c->max_list) c->max_list = n;
+    }
+    if (c->cfg.n_workers == 1 && c->cfg.n_threads > 1) {
+        c->pool = cm_pool_new(c->cfg.n_threads);
+        if (!c->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot start threads");
+    }
+    int nw = c->cfg.n_workers;
+    uint32_t mm = cfg->max_m, mp = cfg->max_probe ? cfg->max_probe : 1;
+    c->w = cm_calloc((size_t)nw, sizeof *c->w);
+    if (!c->w) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
+    for (int i = 0; i < nw; i++) {
+        cpu_worker *w = &c->w[i];
+        CM_TRY(quant_qset_init(&w->qs, r->dim_pad, mm, err));
+        w->S = cm_aligned_alloc(64, (size_t)r->n_clusters * mm * sizeof(float));
+        w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
+        w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
+        w->doc_stamp = cm_calloc((size_t)r->n_docs, sizeof(uint32_t));
+        w->doc_slot = cm_malloc((size_t)r->n_docs * sizeof(uint32_t));
+        w->cap_slots = r->n_docs < 4096 ? (uint32_t)r->n_docs : 4096;
+        w->slot_doc = cm_malloc((size_t)w->cap_slots * sizeof(uint32_t));
+        w->M = cm_malloc((size_t)w->cap_slots * mm * sizeof(float));
+        w->est = cm_malloc((size_t)(c->max_list + 1) * sizeof(float));
+        uint32_t kr = cfg->max_refine ? cfg->max_refine : 1;
+        w->heap_s = cm_malloc((size_t)kr * sizeof(float));
+        w->heap_i = cm_malloc((size_t)kr * sizeof(int64_t));
+        w->sel_s = cm_malloc((size_t)mp * sizeof(float));
+        w->sel_i = cm_malloc((size_t)mp * sizeof(int64_t));
+        if (!w->S || !w->probe_cid || !w->probe_qc || !w->doc_stamp || !w->doc_slot ||
+            !w->slot_doc || !w->M || !w->est || !w->heap_s || !w->heap_i || !w->sel_s ||
+            !w->sel_i)
+            return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
+    }
+    return CHIMERA_OK;
+}
+
+/* ---- query ------------------------------------------------------------------------- */
+
+typedef struct s_job {
+    const cpu_ctx *c;
+    cpu_worker *w;
+    int64_t rows_per_task;
+} s_job;
+
+static void s_task(void *ctx, int64_t t, int wi)
+{
+    (void)wi;
+    const s_job *j = ctx;
+    int64_t r0 = t * j->rows_per_task, n = (int64_t)j->c->r.n_clusters - r0;
+    if (n > j->rows_per_task) n = j->rows_per_task;
+    uint32_t d = j->c->r.dim, m = j->w->m;
+    cm_sgemm_nt((int)n, (int)m, (int)d, 1.0f, j->c->r.centroids + r0 * d, (int)d, j->w->q,
+                (int)d, 0.0f, j->w->S + r0 * m, (int)m);
+}
+
+static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, uint32_t m,
+                                      chimera_error *err)
+{
+    cpu_ctx *c = vctx;
+    cpu_worker *w = &c->w[worker];
+    if (m == 0 || m > c->cfg.max_m)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: query of %u tokens (max %u)",
+                       m, c->cfg.max_m);
+    w->m = m;
+    w->q = q;
+    quant_qset_set(&w->qs, c->r.rot, q, m);
+    s_job j = {c, w, 2048};
+    int64_t n_tasks = (c->r.n_clusters + j.rows_per_task - 1) / j.rows_per_task;
+    if (c->pool) cm_pool_run(c->pool, n_tasks, s_task, &j);
+    else
+        for (int64_t t = 0; t < n_tasks; t++) s_task(&j, t, 0);
+    return CHIMERA_OK;
+}
+
+static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
+                                uint32_t *cids, float *qc, chimera_error *err)
+{
+    cpu_ctx *c = vctx;
+    cpu_worker *w = &c->w[worker];
+    uint32_t K = c->r.n_clusters, m = w->m;
+    if (n_probe == 0 || n_probe > c->cfg.max_probe)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: n_probe %u (max %u)", n_probe,
+                       c->cfg.max_probe);
+    if (n_probe > K) n_probe = K;
+    if (mode == BE_PROBE_GRAPH) {
+        if (!c->gs) {
+            graph_search_params gp = {0};
+            CM_TRY(graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe,
+                                      c->cfg.n_workers, &c->gs, err));
+        }
+        for (uint32_t j = 0; j < m; j++)
+            graph_search(c->gs, worker, w->q + (size_t)j * c->r.dim, n_probe,
+                         w->probe_cid + (size_t)j * n_probe, w->probe_qc + (size_t)j * n_probe);
+    } else {
+        for (uint32_t j = 0; j < m; j++) {
+            cm_topk h;
+            cm_topk_init(&h, n_probe, w->sel_s, w->sel_i);
+            const float *s = w->S + j;
+            for (uint32_t k = 0; k < K; k++) {
+                float v = s[(size_t)k * m];
+                if (v > cm_topk_threshold(&h) || h.n < h.k) cm_topk_push(&h, v, k);
+            }
+            cm_topk_sort(&h);
+            for (uint32_t p = 0; p < n_probe; p++) {
+                w->probe_cid[(size_t)j * n_probe + p] = (uint32_t)h.id[p];
+                w->probe_qc[(size_t)j * n_probe + p] = h.score[p];
+            }
+        }
+    }
+    w->n_probe = n_probe;
+    if (cids) memcpy(cids, w->probe_cid, (size_t)m * n_probe * sizeof *cids);
+    if (qc) memcpy(qc, w->probe_qc, (size_t)m * n_probe * sizeof *qc);
+    return CHIMERA_OK;
+}
+
+/* Slot of document d in the M table, inserting (rows start at -inf) when new. */
+static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_slots,
+                           uint32_t *slot)
+{
+    if (w->doc_stamp[d] == w->epoch) {
+        *slot = w->doc_slot[d];
+        return 0;
+    }
+    if (*n_slots == w->cap_slots) {
+        uint32_t cap = w->cap_slots * 2;
+        float *M = cm_realloc(w->M, (size_t)cap * m * sizeof(float));
+        if (!M) return -1;
+        w->M = M;
+        uint32_t *sd = cm_realloc(w->slot_doc, (size_t)cap * sizeof(uint32_t));
+        if (!sd) return -1;
+        w->slot_doc = sd;
+        w->cap_slots = cap;
+    }
+    uint32_t s = (*n_slots)++;
+    w->doc_stamp[d] = w->epoch;
+    w->doc_slot[d] = s;
+    w->slot_doc[s] = d;
+    float *row = w->M + (size_t)s * m;
+    for (uint32_t j = 0; j < m; j++) row[j] = -INFINITY;
+    *slot = s;
+    return 0;
+}
+
+static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_impute impute,
+                                 uint32_t *docs, float *partial, uint32_t *n_out,
+                                 be_refine_stats *stats, chimera_error *err)
+{
+    cpu_ctx *c = vctx;
+    cpu_worker *w = &c->w[worker];
+    const be_resident *r = &c->r;
+    uint32_t m = w->m, np = w->n_probe, cb = qm_code1_bytes(r->dim_pad);
+    if (k_refine == 0 || k_refine > c->cfg.max_refine)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: k_refine %u (max %u)",
+                       k_refine, c->cfg.max_refine);
+    if (m > c->cfg.max_m) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: no query");
+    if (++w->epoch == 0) { /* wrapped: stamps from 2^32 queries ago could collide */
+        memset(w->doc_stamp, 0, (size_t)r->n_docs * sizeof(uint32_t));
+        w->epoch = 1;
+    }
+    uint32_t n_slots = 0;
+    uint64_t scored = 0;
+    float floor_[QUANT_QTOK_MAX];
+    for (uint32_t j = 0; j < m; j++) {
+        float min_seen = INFINITY;
+        for (uint32_t p = 0; p < np; p++) {
+            uint32_t cid = w->probe_cid[(size_t)j * np + p];
+            float qc = w->probe_qc[(size_t)j * np + p];
+            int64_t p0 = r->post_off[cid], n = r->post_off[cid + 1] - p0;
+            if (n == 0) continue;
+            quant_est1_list(c->kt, &w->qs, j, r->c1_codes + (size_t)p0 * cb, r->c1_fact + p0,
+                            (size_t)n, qc, w->est);
+            scored += (uint64_t)n;
+            for (int64_t t = 0; t < n; t++) {
+                uint32_t slot;
+                if (get_slot(w, r->post_doc[p0 + t], m, &n_slots, &slot) != 0)
+                    return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory (refine)");
+                float *cell = &w->M[(size_t)slot * m + j], e = w->est[t];
+                if (e > *cell) *cell = e;
+                if (e < min_seen) min_seen = e;
+            }
+        }
+        switch (impute) {
+        case BE_IMPUTE_ZERO: floor_[j] = 0.0f; break;
+        case BE_IMPUTE_MIN_SEEN: floor_[j] = min_seen < INFINITY ? min_seen : 0.0f; break;
+        default: floor_[j] = w->probe_qc[(size_t)j * np + np - 1]; break;
+        }
+    }
+    cm_topk h;
+    cm_topk_init(&h, k_refine, w->heap_s, w->heap_i);
+    for (uint32_t s = 0; s < n_slots; s++) {
+        uint32_t d = w->slot_doc[s];
+        if ((r->deleted[d >> 3] >> (d & 7)) & 1) continue;
+        const float *row = w->M + (size_t)s * m;
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < m; j++) sum += row[j] > -INFINITY ? row[j] : floor_[j];
+        cm_topk_push(&h, sum, d);
+    }
+    cm_topk_sort(&h);
+    for (uint32_t i = 0; i < h.n; i++) {
+        docs[i] = (uint32_t)h.id[i];
+        if (partial) partial[i] = h.score[i];
+    }
+    *n_out = h.n;
+    if (stats) {
+        stats->tokens_scored = scored;
+        stats->docs_touched = n_slots;
+    }
+    return CHIMERA_OK;
+}
+
+typedef struct score_job {
+    const cpu_ctx *c;
+    cpu_worker *w;
+    const uint32_t *docs;
+    float *scores;
+    uint32_t n;
+} score_job;
+
+static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
+{
+    const be_resident *r = &j->c->r;
+    uint32_t m = j->w->m, cb = qm_code1_bytes(r->dim_pad);
+    float mx[QUANT_QTOK_MAX];
+    for (uint32_t i = i0; i < i1; i++) {
+        uint32_t d = j->docs[i];
+        int64_t t0 = r->doc_off[d], n = r->doc_off[d + 1] - t0;
+        for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
+        quant_est1_doc_max(j->c->kt, &j->w->qs, r->d1_codes + (size_t)t0 * cb, r->d1_fact + t0,
+                           (size_t)n, r->tok_cid + t0, j->w->S, m, mx);
+        float s = 0.0f;
+        for (uint32_t q = 0; q < m; q++) s += mx[q];
+        j->scores[i] = n > 0 ? s : -INFINITY;
+    }
+}
+
+static void score_task(void *ctx, int64_t t, int wi)
+{
+    (void)wi;
+    const score_job *j = ctx;
+    uint32_t i0 = (uint32_t)t * 16, i1 = i0 + 16 < j->n ? i0 + 16 : j->n;
+    score_range(j, i0, i1);
+}
+
+static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, uint32_t n,
+                                 float *scores, chimera_error *err)
+{
+    (void)err;
+    cpu_ctx *c = vctx;
+    score_job j = {c, &c->w[worker], docs, scores, n};
+    if (c->pool && n > 32) cm_pool_run(c->pool, (n + 15) / 16, score_task, &j);
+    else score_range(&j, 0, n);
+    return CHIMERA_OK;
+}
+
+static const float *cpu_host_scores(void *vctx, int worker)
+{
+    cpu_ctx *c = vctx;
+    return c->w[worker].S;
+}
+
+static const struct cm_backend_i cpu_iface = {
+    .api_version = BE_API_VERSION,
+    .upload = cpu_upload,
+    .query_begin = cpu_query_begin,
+    .probe = cpu_probe,
+    .refine = cpu_refine,
+    .score1 = cpu_score1,
+    .host_centroid_scores = cpu_host_scores,
+    .release = cpu_free,
+};
+
+chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)
+{
+    cpu_ctx *c = cm_calloc(1, sizeof *c);
+    if (!c) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
+    out->iface = &cpu_iface;
+    out->ctx = c;
+    out->name = "cpu";
+    return CHIMERA_OK;
+}
