@@ -188,6 +188,10 @@ chimera_status chimera_queries_new(const float *tokens, int64_t n_queries, uint3
 
 int64_t chimera_queries_count(const chimera_queries *queries);
 uint32_t chimera_queries_dim(const chimera_queries *queries);
+/* A new query set holding queries [start, start + count) of q (copied). */
+chimera_status chimera_queries_slice(const chimera_queries *q, int64_t start, int64_t count,
+                                     chimera_queries **out, chimera_error *err);
+
 /* Number of tokens of query i (0 <= i < count). */
 uint32_t chimera_queries_len(const chimera_queries *queries, int64_t i);
 void chimera_queries_free(chimera_queries *queries);
@@ -303,6 +307,54 @@ typedef struct chimera_index_info {
 
 chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
                                        chimera_error *err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Search                                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+/* The pipeline's knobs; zero means the default (chimera_search_defaults fills them). */
+typedef struct chimera_search_params {
+    uint32_t n_probe;   /* clusters probed per query token */
+    uint32_t k_refine;  /* documents kept by 1-bit partial scores (refinement) */
+    uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k) */
+    uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring */
+    int impute;         /* refinement floor for unseen tokens: 0 the n_probe-th centroid
+                           score (default), 1 zero, 2 the smallest estimate seen */
+    int probe;          /* centroid search: 0 backend's choice, 1 brute force, 2 graph */
+} chimera_search_params;
+
+/* The defaults for top-k (and any preset given), written into *p. */
+void chimera_search_defaults(uint32_t k, chimera_search_params *p);
+
+typedef struct chimera_search_opts {
+    int n_threads;        /* 0: one per CPU */
+    int latency_mode;     /* 1: one query at a time with all threads; 0: queries spread
+                             over the threads (throughput) */
+    const char *backend;  /* NULL or "auto", "cpu", "cuda" */
+} chimera_search_opts;
+
+/* What a search measured (sums over its queries). */
+typedef struct chimera_search_profile {
+    double seconds;             /* wall time of the call */
+    double t_generate, t_refine, t_score1, t_fullbit, t_fullbit_wait; /* summed per query */
+    uint64_t tokens_refined;    /* posting entries given a 1-bit estimate */
+    uint64_t docs_touched;      /* documents seen in refinement */
+    uint64_t n_refined;         /* documents kept by refinement (and 1-bit scored) */
+    uint64_t n_fullbit;         /* documents re-scored at full precision */
+    uint64_t bytes_up, bytes_down; /* across the host/device boundary */
+    double *latency;            /* optional caller array [n_queries]: seconds per query */
+    char backend[16];           /* the backend that ran */
+} chimera_search_profile;
+
+/* Searches every query: ids[i*k + r], scores[i*k + r] = query i's r-th result (user id,
+ * full-bit estimated Chamfer score), best first, padded with -1 / -INFINITY. params and
+ * opts may be NULL (defaults); profile may be NULL.
+ * @return CHIMERA_OK, _INVALID_ARG, _DIM (query dimension differs from the index's),
+ *         _DEVICE, _UNSUPPORTED (backend), _NOMEM; message on the index. */
+chimera_status chimera_index_search(chimera_index *index, const chimera_queries *queries,
+                                    uint32_t k, const chimera_search_params *params,
+                                    const chimera_search_opts *opts, int64_t *ids,
+                                    float *scores, chimera_search_profile *profile);
 
 /* ---------------------------------------------------------------------------------- */
 /* Result files and evaluation                                                        */

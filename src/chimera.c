@@ -14,6 +14,10 @@
 #include "index/index.h"
 #include "search/eval.h"
 #include "search/exact.h"
+#include "search/pipeline.h"
+#include "core/clock.h"
+#include "core/cpu.h"
+#include "core/pool.h"
 #include "core/alloc.h"
 
 struct chimera_corpus {
@@ -32,6 +36,14 @@ struct chimera_run {
 struct chimera_index {
     ix_index ix;
     chimera_error last;
+    /* The search engine of the last call, kept while calls fit its configuration, so a
+     * device upload happens once per index and configuration, not per call. */
+    sp_engine *engine;
+    sp_params engine_max;
+    uint32_t engine_m;
+    int engine_workers, engine_threads;
+    char engine_backend[16];
+    cm_pool *pool;
 };
 
 const char *chimera_status_str(chimera_status status)
@@ -166,6 +178,23 @@ chimera_status chimera_queries_new(const float *tokens, int64_t n_queries, uint3
 
 int64_t chimera_queries_count(const chimera_queries *q) { return q ? q->q.n : 0; }
 uint32_t chimera_queries_dim(const chimera_queries *q) { return q ? q->q.dim : 0; }
+
+chimera_status chimera_queries_slice(const chimera_queries *q, int64_t start, int64_t count,
+                                     chimera_queries **out, chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_slice: out is NULL");
+    *out = NULL;
+    if (!q || start < 0 || count <= 0 || start + count > q->q.n)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_slice: [%lld, +%lld) is outside the %lld queries",
+                       (long long)start, (long long)count, (long long)(q ? q->q.n : 0));
+    int64_t *lens = cm_malloc((size_t)count * sizeof *lens);
+    if (!lens) return cm_fail(err, CHIMERA_ERR_NOMEM, "queries: out of memory");
+    for (int64_t i = 0; i < count; i++) lens[i] = q->q.off[start + i + 1] - q->q.off[start + i];
+    chimera_status s = chimera_queries_new(q->q.tokens + q->q.off[start] * q->q.dim, count,
+                                           q->q.dim, lens, 0, out, err);
+    cm_free(lens);
+    return s;
+}
 
 uint32_t chimera_queries_len(const chimera_queries *q, int64_t i)
 {
@@ -325,6 +354,8 @@ chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts
 void chimera_index_close(chimera_index *index)
 {
     if (!index) return;
+    sp_engine_free(index->engine);
+    cm_pool_free(index->pool);
     ix_close(&index->ix);
     cm_free(index);
 }
@@ -346,4 +377,147 @@ chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info
 {
     if (!dir || !info) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_info: dir and info are required");
     return ix_info(dir, info, err);
+}
+
+/* ---- search ------------------------------------------------------------------------ */
+
+void chimera_search_defaults(uint32_t k, chimera_search_params *p)
+{
+    if (k == 0) k = 10;
+    if (!p->n_probe) p->n_probe = 16;
+    if (!p->k_fullbit) p->k_fullbit = k * 4 > 200 ? k * 4 : 200;
+    if (!p->k_refine) p->k_refine = p->k_fullbit * 5 > 1000 ? p->k_fullbit * 5 : 1000;
+    if (!p->chunks) p->chunks = 4;
+}
+
+typedef struct search_job {
+    chimera_index *h;
+    const data_queries *q;
+    const sp_params *p;
+    int64_t *ids;
+    float *scores;
+    double *latency;
+    sp_stats *stats; /* per worker */
+    chimera_status *status; /* per worker */
+    chimera_error *errs;    /* per worker */
+} search_job;
+
+static void search_task(void *ctx, int64_t i, int w)
+{
+    search_job *j = ctx;
+    if (j->status[w] != CHIMERA_OK) return;
+    const data_queries *q = j->q;
+    double t0 = cm_now();
+    j->status[w] = sp_search(j->h->engine, w, q->tokens + q->off[i] * q->dim,
+                             (uint32_t)(q->off[i + 1] - q->off[i]), j->p, j->ids + i * j->p->k,
+                             j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
+    if (j->latency) j->latency[i] = cm_now() - t0;
+}
+
+chimera_status chimera_index_search(chimera_index *h, const chimera_queries *queries,
+                                    uint32_t k, const chimera_search_params *params,
+                                    const chimera_search_opts *opts, int64_t *ids,
+                                    float *scores, chimera_search_profile *profile)
+{
+    if (!h) return CHIMERA_ERR_INVALID_ARG;
+    chimera_error *err = &h->last;
+    cm_error_clear(err);
+    if (!queries || !ids || !scores || k == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: queries, ids, scores and k > 0 are required");
+    const data_queries *q = &queries->q;
+    if (q->dim != h->ix.dim)
+        return cm_fail(err, CHIMERA_ERR_DIM, "search: queries have dimension %u, the index %u",
+                       q->dim, h->ix.dim);
+    chimera_search_params cp = {0};
+    if (params) cp = *params;
+    chimera_search_defaults(k, &cp);
+    if (cp.k_fullbit < k) cp.k_fullbit = k;
+    if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
+    if (cp.n_probe > h->ix.n_clusters) cp.n_probe = h->ix.n_clusters;
+    if (cp.chunks > 64 || cp.impute < 0 || cp.impute > 2 || cp.probe < 0 || cp.probe > 2)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: chunks must be 1..64, impute 0..2, probe 0..2");
+    if (cp.k_refine > (1u << 24))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
+    sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
+                   (be_probe_mode)cp.probe};
+    uint32_t max_m = 0;
+    for (int64_t i = 0; i < q->n; i++)
+        if ((uint32_t)(q->off[i + 1] - q->off[i]) > max_m) max_m = (uint32_t)(q->off[i + 1] - q->off[i]);
+    if (max_m > QUANT_QTOK_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: a query has %u tokens (at most %d)",
+                       max_m, QUANT_QTOK_MAX);
+    chimera_search_opts o = {0};
+    if (opts) o = *opts;
+    int threads = o.n_threads > 0 ? o.n_threads : cm_cpu_count();
+    int workers = o.latency_mode ? 1 : threads;
+    if (workers > q->n) workers = (int)q->n;
+    int be_threads = o.latency_mode ? threads : 1;
+    const char *bname = o.backend ? o.backend : "auto";
+    /* reuse the engine when this call fits it */
+    sp_params *em = &h->engine_max;
+    if (h->engine && (strcmp(h->engine_backend, bname) != 0 || h->engine_workers != workers ||
+                      h->engine_threads != be_threads || max_m > h->engine_m || k > em->k ||
+                      p.n_probe > em->n_probe || p.k_refine > em->k_refine ||
+                      p.k_fullbit > em->k_fullbit)) {
+        sp_engine_free(h->engine);
+        h->engine = NULL;
+    }
+    if (!h->engine) {
+        sp_params mx = p;
+        CM_TRY(sp_engine_new(&h->ix, bname, workers, be_threads, &mx, max_m, &h->engine, err));
+        h->engine_max = mx;
+        h->engine_m = max_m;
+        h->engine_workers = workers;
+        h->engine_threads = be_threads;
+        snprintf(h->engine_backend, sizeof h->engine_backend, "%s", bname);
+    }
+    if (!h->pool || cm_pool_size(h->pool) != workers) {
+        cm_pool_free(h->pool);
+        h->pool = cm_pool_new(workers);
+        if (!h->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "search: cannot start threads");
+    }
+    sp_stats *stats = cm_calloc((size_t)workers, sizeof *stats);
+    chimera_status *status = cm_calloc((size_t)workers, sizeof *status);
+    chimera_error *errs = cm_calloc((size_t)workers, sizeof *errs);
+    if (!stats || !status || !errs) {
+        cm_free(stats);
+        cm_free(status);
+        cm_free(errs);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
+    }
+    search_job j = {h, q, &p, ids, scores, profile ? profile->latency : NULL, stats, status, errs};
+    double t0 = cm_now();
+    cm_pool_run(h->pool, q->n, search_task, &j);
+    double el = cm_now() - t0;
+    chimera_status s = CHIMERA_OK;
+    for (int w = 0; w < workers; w++)
+        if (status[w] != CHIMERA_OK && s == CHIMERA_OK) {
+            s = status[w];
+            *err = errs[w];
+        }
+    if (profile) {
+        double *lat = profile->latency;
+        memset(profile, 0, sizeof *profile);
+        profile->latency = lat;
+        profile->seconds = el;
+        for (int w = 0; w < workers; w++) {
+            profile->t_generate += stats[w].t_generate;
+            profile->t_refine += stats[w].t_refine;
+            profile->t_score1 += stats[w].t_score1;
+            profile->t_fullbit += stats[w].t_fullbit;
+            profile->t_fullbit_wait += stats[w].t_fullbit_wait;
+            profile->tokens_refined += stats[w].tokens_refined;
+            profile->docs_touched += stats[w].docs_touched;
+            profile->n_refined += stats[w].n_refined;
+            profile->n_fullbit += stats[w].n_fullbit;
+            profile->bytes_up += stats[w].bytes_up;
+            profile->bytes_down += stats[w].bytes_down;
+        }
+        snprintf(profile->backend, sizeof profile->backend, "%s", sp_engine_backend(h->engine));
+    }
+    cm_free(stats);
+    cm_free(status);
+    cm_free(errs);
+    return s;
 }

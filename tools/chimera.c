@@ -44,6 +44,7 @@ static void usage(void)
             "  exact    exact Chamfer top-k (ground truth)\n"
             "  eval     Recall@k / MRR@10 / NDCG@10 of a run\n"
             "  build    build an index\n"
+            "  search   search an index (the 3-stage pipeline)\n"
             "  info     [IDX] describe an index, or this build and machine\n"
             "  check    IDX: verify an index's structure and checksums\n"
             "  version  print the version\n");
@@ -81,6 +82,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "info") == 0) return cmd_index_info(argc, argv);
     if (strcmp(cmd, "build") == 0) return cmd_build(argc, argv);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc, argv);
+    if (strcmp(cmd, "search") == 0) return cmd_search(argc, argv);
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
     usage();
     return 2;

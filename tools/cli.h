@@ -41,5 +41,6 @@ int cmd_info(int argc, char **argv);
 int cmd_index_info(int argc, char **argv);
 int cmd_build(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_search(int argc, char **argv);
 
 #endif

@@ -1,0 +1,362 @@
+/* The 3-stage pipeline (see pipeline.h) and its host stage.
+ *
+ * Chunking (Algorithm 3). The k_refine candidates come from refinement sorted by partial
+ * score; chunk i is the next slice of that list. When the device has scored chunks
+ * 0..i by full 1-bit Chamfer score, the host ranks every candidate scored so far (a
+ * prefix of the list) by that score and computes the full-bit score of each document in
+ * the top ceil((i+1)/c * k_fullbit) that it has not scored yet. With c = 1 this is
+ * exactly "1-bit score all k_refine, full-bit the top k_fullbit"; with more chunks the
+ * host starts earlier and, rarely, scores a few documents that a later chunk pushes out
+ * (counted as n_fullbit, the paper's k^_full-bit, section 5.3).
+ *
+ * Threads. Each worker has a companion host thread, woken per query and fed chunk by
+ * chunk through a mutex/condvar pair: the worker thread drives the backend, the host
+ * thread rescores; they overlap whatever the backend. Scratch for both is allocated at
+ * engine creation for the configured maxima.
+ *
+ * Full-bit scores need <q_j, c> for each token's centroid. When the backend computed the
+ * centroid scores on the host anyway (the CPU backend) they are reused; otherwise (a GPU
+ * keeps them on the device) the host computes the few it needs, per document.
+ * XXX: that costs as much again as the full-bit inner products themselves; a small host
+ * cache of centroid scores per query would halve it. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/blas.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/topk.h"
+#include "quant/kernels.h"
+#include "quant/rabitq.h"
+#include "search/pipeline.h"
+#include "core/alloc.h"
+
+#define SP_MAX_CHUNKS 64
+
+typedef struct sp_worker {
+    struct sp_engine *e;
+    /* device side */
+    uint32_t *cand;
+    float *partial, *s1;
+    /* host side */
+    quant_qset qs;
+    float *cs_local;     /* [max_doc_len x max_m] centroid scores when S is not on the host */
+    uint32_t *cid_local; /* [max_doc_len] 0, 1, 2, ... */
+    uint8_t *scored;     /* [max_refine] full-bit done */
+    float *sel_s, *fin_s;
+    int64_t *sel_i, *fin_i;
+    /* handoff */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int job, quit, host_done;
+    uint32_t chunks_ready, n_chunks;
+    uint32_t chunk_end[SP_MAX_CHUNKS + 1];
+    const sp_params *p;
+    const float *q;
+    uint32_t m;
+    const float *S;
+    uint64_t n_fullbit;
+    double t_fullbit;
+    cm_topk fin;
+} sp_worker;
+
+struct sp_engine {
+    const ix_index *ix;
+    cm_backend be;
+    be_resident res;
+    sp_params max;
+    uint32_t max_m, max_doc_len;
+    int n_workers;
+    sp_worker *w;
+    const quant_kernels *kt;
+};
+
+/* ---- host stage -------------------------------------------------------------------- */
+
+static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const quant_qset *qs,
+                           const float *S, const float *q, uint32_t m, uint32_t doc,
+                           float *cs_local, uint32_t *cid_local)
+{
+    int64_t t0 = ix->doc_off[doc], n = ix->doc_off[doc + 1] - t0;
+    if (n == 0) return -INFINITY;
+    size_t cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
+    float mx[QUANT_QTOK_MAX];
+    for (uint32_t j = 0; j < m; j++) mx[j] = -INFINITY;
+    const uint32_t *cid = ix->tok_cid + t0;
+    if (!S) {
+        /* centroid scores of this document's tokens only: cs_local[t][j] = <c_t, q_j> */
+        for (int64_t t = 0; t < n; t++) cid_local[t] = (uint32_t)t;
+        for (int64_t t = 0; t < n; t++)
+            cm_sgemm_nt(1, (int)m, (int)ix->dim, 1.0f, ix->centroids + (size_t)cid[t] * ix->dim,
+                        (int)ix->dim, q, (int)ix->dim, 0.0f, cs_local + (size_t)t * m, (int)m);
+        S = cs_local;
+        cid = cid_local;
+    }
+    quant_estB_doc_max(kt, qs, ix->bits, ix->dB_codes + (size_t)t0 * cB, ix->dB_fact + t0,
+                       (size_t)n, cid, S, m, mx);
+    float s = 0.0f;
+    for (uint32_t j = 0; j < m; j++) s += mx[j];
+    return s;
+}
+
+/* Rescoring after chunk i (0-based) of n_chunks; the first chunk_end[i+1] candidates
+ * have 1-bit scores. */
+static void host_step(sp_worker *w, uint32_t i)
+{
+    sp_engine *e = w->e;
+    const sp_params *p = w->p;
+    uint32_t seen = w->chunk_end[i + 1];
+    uint64_t target = ((uint64_t)(i + 1) * p->k_fullbit + w->n_chunks - 1) / w->n_chunks;
+    if (target > seen) target = seen;
+    cm_topk sel;
+    cm_topk_init(&sel, (uint32_t)target, w->sel_s, w->sel_i);
+    for (uint32_t c = 0; c < seen; c++) cm_topk_push(&sel, w->s1[c], c);
+    for (uint32_t r = 0; r < sel.n; r++) {
+        uint32_t c = (uint32_t)sel.id[r];
+        if (w->scored[c]) continue;
+        w->scored[c] = 1;
+        float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c],
+                                w->cs_local, w->cid_local);
+        cm_topk_push(&w->fin, s, w->cand[c]);
+        w->n_fullbit++;
+    }
+}
+
+static void *host_main(void *arg)
+{
+    sp_worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && !w->job) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit) break;
+        pthread_mutex_unlock(&w->mu);
+        double t0 = cm_now();
+        quant_qset_set(&w->qs, &w->e->ix->rot, w->q, w->m);
+        for (uint32_t i = 0; i < w->n_chunks; i++) {
+            pthread_mutex_lock(&w->mu);
+            while (w->chunks_ready <= i) pthread_cond_wait(&w->cv, &w->mu);
+            pthread_mutex_unlock(&w->mu);
+            host_step(w, i);
+        }
+        pthread_mutex_lock(&w->mu);
+        w->t_fullbit = cm_now() - t0;
+        w->job = 0;
+        w->host_done = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- engine ------------------------------------------------------------------------ */
+
+void sp_engine_free(sp_engine *e)
+{
+    if (!e) return;
+    if (e->w)
+        for (int i = 0; i < e->n_workers; i++) {
+            sp_worker *w = &e->w[i];
+            if (w->thread_started) {
+                pthread_mutex_lock(&w->mu);
+                w->quit = 1;
+                pthread_cond_broadcast(&w->cv);
+                pthread_mutex_unlock(&w->mu);
+                pthread_join(w->thread, NULL);
+                pthread_mutex_destroy(&w->mu);
+                pthread_cond_destroy(&w->cv);
+            }
+            quant_qset_free(&w->qs);
+            cm_free(w->cand);
+            cm_free(w->partial);
+            cm_free(w->s1);
+            cm_free(w->cs_local);
+            cm_free(w->cid_local);
+            cm_free(w->scored);
+            cm_free(w->sel_s);
+            cm_free(w->sel_i);
+            cm_free(w->fin_s);
+            cm_free(w->fin_i);
+        }
+    cm_free(e->w);
+    backend_free(&e->be);
+    cm_free(e);
+}
+
+const char *sp_engine_backend(const sp_engine *e) { return e->be.name; }
+
+chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_workers,
+                             int n_threads, const sp_params *max, uint32_t max_m,
+                             sp_engine **out, chimera_error *err)
+{
+    *out = NULL;
+    sp_engine *e = cm_calloc(1, sizeof *e);
+    if (!e) return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
+    e->ix = ix;
+    e->max = *max;
+    e->max_m = max_m;
+    e->n_workers = n_workers < 1 ? 1 : n_workers;
+    e->kt = quant_kernels_active();
+    for (int64_t d = 0; d < ix->n_docs; d++) {
+        int64_t n = ix->doc_off[d + 1] - ix->doc_off[d];
+        if (n > e->max_doc_len) e->max_doc_len = (uint32_t)n;
+    }
+    chimera_status s = backend_new(backend, &e->be, err);
+    if (s != CHIMERA_OK) {
+        cm_free(e);
+        return s;
+    }
+    e->res = (be_resident){
+        .dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
+        .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
+        .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
+        .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .post_off = ix->post_off,
+        .post_doc = ix->post_doc, .c1_codes = ix->c1_codes, .c1_fact = ix->c1_fact,
+        .d1_codes = ix->d1_codes, .d1_fact = ix->d1_fact, .tok_cid = ix->tok_cid,
+        .doc_off = ix->doc_off, .deleted = ix->deleted};
+    be_config cfg = {.n_workers = e->n_workers, .n_threads = n_threads, .max_m = max_m,
+                     .max_probe = max->n_probe, .max_refine = max->k_refine};
+    s = e->be.iface->upload(e->be.ctx, &e->res, &cfg, err);
+    if (s != CHIMERA_OK) goto fail;
+    e->w = cm_calloc((size_t)e->n_workers, sizeof *e->w);
+    if (!e->w) goto nomem;
+    for (int i = 0; i < e->n_workers; i++) {
+        sp_worker *w = &e->w[i];
+        w->e = e;
+        s = quant_qset_init(&w->qs, ix->dim_pad, max_m, err);
+        if (s != CHIMERA_OK) goto fail;
+        uint32_t kr = max->k_refine, kf = max->k_fullbit, k = max->k;
+        w->cand = cm_malloc((size_t)kr * sizeof *w->cand);
+        w->partial = cm_malloc((size_t)kr * sizeof *w->partial);
+        w->s1 = cm_malloc((size_t)kr * sizeof *w->s1);
+        w->cs_local = cm_malloc((size_t)(e->max_doc_len + 1) * max_m * sizeof(float));
+        w->cid_local = cm_malloc((size_t)(e->max_doc_len + 1) * sizeof(uint32_t));
+        w->scored = cm_malloc(kr);
+        w->sel_s = cm_malloc((size_t)(kf + 1) * sizeof(float));
+        w->sel_i = cm_malloc((size_t)(kf + 1) * sizeof(int64_t));
+        w->fin_s = cm_malloc((size_t)(k + 1) * sizeof(float));
+        w->fin_i = cm_malloc((size_t)(k + 1) * sizeof(int64_t));
+        if (!w->cand || !w->partial || !w->s1 || !w->cs_local || !w->cid_local || !w->scored ||
+            !w->sel_s || !w->sel_i || !w->fin_s || !w->fin_i)
+            goto nomem;
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->cv, NULL);
+        if (pthread_create(&w->thread, NULL, host_main, w) != 0) {
+            pthread_mutex_destroy(&w->mu);
+            pthread_cond_destroy(&w->cv);
+            s = cm_fail(err, CHIMERA_ERR_NOMEM, "search: cannot start a host thread");
+            goto fail;
+        }
+        w->thread_started = 1;
+    }
+    *out = e;
+    return CHIMERA_OK;
+nomem:
+    s = cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory for worker scratch");
+fail:
+    sp_engine_free(e);
+    return s;
+}
+
+/* ---- one query --------------------------------------------------------------------- */
+
+chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
+                         const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
+                         chimera_error *err)
+{
+    const struct cm_backend_i *be = e->be.iface;
+    void *ctx = e->be.ctx;
+    sp_worker *w = &e->w[worker];
+    if (m == 0 || m > e->max_m || p->k > e->max.k || p->n_probe > e->max.n_probe ||
+        p->k_refine > e->max.k_refine || p->k_fullbit > e->max.k_fullbit || p->chunks == 0 ||
+        p->chunks > SP_MAX_CHUNKS)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
+    double t0 = cm_now();
+    CM_TRY(be->query_begin(ctx, worker, q, m, err));
+    CM_TRY(be->probe(ctx, worker, p->n_probe, p->probe, NULL, NULL, err));
+    double t1 = cm_now();
+    uint32_t n_cand = 0;
+    be_refine_stats rs = {0};
+    CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, w->cand, w->partial, &n_cand, &rs, err));
+    double t2 = cm_now();
+
+    /* hand the query to the host thread, then score chunks on the device */
+    uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);
+    pthread_mutex_lock(&w->mu);
+    w->p = p;
+    w->q = q;
+    w->m = m;
+    w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
+    w->n_chunks = nc;
+    for (uint32_t i = 0; i <= nc; i++) w->chunk_end[i] = (uint32_t)((uint64_t)n_cand * i / nc);
+    w->chunks_ready = 0;
+    w->n_fullbit = 0;
+    w->host_done = 0;
+    memset(w->scored, 0, n_cand ? n_cand : 1);
+    cm_topk_init(&w->fin, p->k, w->fin_s, w->fin_i);
+    w->job = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    chimera_status s = CHIMERA_OK;
+    for (uint32_t i = 0; i < nc; i++) {
+        uint32_t c0 = w->chunk_end[i], c1 = w->chunk_end[i + 1];
+        if (s == CHIMERA_OK && c1 > c0)
+            s = be->score1(ctx, worker, w->cand + c0, c1 - c0, w->s1 + c0, err);
+        if (s != CHIMERA_OK)
+            for (uint32_t c = c0; c < c1; c++) w->s1[c] = -INFINITY; /* let the host finish */
+        pthread_mutex_lock(&w->mu);
+        w->chunks_ready = i + 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    double t3 = cm_now();
+    pthread_mutex_lock(&w->mu);
+    while (!w->host_done) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    double t4 = cm_now();
+    if (s != CHIMERA_OK) return s;
+    cm_topk_emit(&w->fin, ids, scores);
+    for (uint32_t r = 0; r < p->k; r++)
+        if (ids[r] >= 0) ids[r] = e->ix->doc_ids[ids[r]];
+    if (st) {
+        st->t_generate += t1 - t0;
+        st->t_refine += t2 - t1;
+        st->t_score1 += t3 - t2;
+        st->t_fullbit_wait += t4 - t3;
+        st->t_fullbit += w->t_fullbit;
+        st->t_total += t4 - t0;
+        st->tokens_refined += rs.tokens_scored;
+        st->docs_touched += rs.docs_touched;
+        st->n_refined += n_cand;
+        st->n_scored1 += n_cand;
+        st->n_fullbit += w->n_fullbit;
+        /* query tokens up; candidate ids + partial scores and chunk scores down */
+        st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (uint64_t)n_cand * 4;
+        st->bytes_down += (uint64_t)n_cand * (4 + 4) + (uint64_t)n_cand * 4;
+    }
+    return CHIMERA_OK;
+}
+
+chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, float *scores,
+                              chimera_error *err)
+{
+    quant_qset qs;
+    CM_TRY(quant_qset_init(&qs, ix->dim_pad, m, err));
+    float *S = cm_malloc((size_t)ix->n_clusters * m * sizeof(float));
+    if (!S) {
+        quant_qset_free(&qs);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
+    }
+    quant_qset_set(&qs, &ix->rot, q, m);
+    cm_sgemm_nt((int)ix->n_clusters, (int)m, (int)ix->dim, 1.0f, ix->centroids, (int)ix->dim, q,
+                (int)ix->dim, 0.0f, S, (int)m);
+    const quant_kernels *kt = quant_kernels_active();
+    for (int64_t d = 0; d < ix->n_docs; d++)
+        scores[d] = ix_is_deleted(ix, d) ? -INFINITY
+                                         : fullbit_score(ix, kt, &qs, S, q, m, (uint32_t)d, NULL, NULL);
+    cm_free(S);
+    quant_qset_free(&qs);
+    return CHIMERA_OK;
+}

@@ -1,0 +1,58 @@
+/* The 3-stage search pipeline (paper section 3.2, Algorithm 3) over a device backend.
+ *
+ *   1. candidate generation   backend: query_begin + probe (n_probe clusters per token)
+ *   2. candidate refinement   backend: refine -> top k_refine documents by partial
+ *                              1-bit Chamfer score
+ *   3. document scoring       backend: score1 on chunk i of the k_refine documents while
+ *                              the host computes full-bit scores of the documents that
+ *                              entered the running top (i/c) * k_fullbit by 1-bit score
+ *
+ * The answer is the top k by full-bit score. Each engine worker runs one query at a time
+ * on two threads: the device stage on the worker's own thread and the host stage on a
+ * companion thread fed chunk by chunk, so they overlap on any backend. */
+#ifndef CHIMERA_SEARCH_PIPELINE_H
+#define CHIMERA_SEARCH_PIPELINE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "chimera.h"
+#include "index/index.h"
+
+typedef struct sp_params {
+    uint32_t k, n_probe, k_refine, k_fullbit, chunks;
+    be_impute impute;
+    be_probe_mode probe;
+} sp_params;
+
+/* Per-query measurements (summed over queries by the caller). */
+typedef struct sp_stats {
+    double t_generate, t_refine, t_score1, t_fullbit_wait, t_fullbit, t_total; /* seconds */
+    uint64_t tokens_refined, docs_touched, n_refined, n_scored1, n_fullbit;
+    uint64_t bytes_up, bytes_down; /* across the device interface */
+} sp_stats;
+
+typedef struct sp_engine sp_engine;
+
+/* An engine over an opened index with `n_workers` concurrent queries, each device call
+ * allowed `n_threads` threads (latency mode: 1 worker, n threads), and scratch sized for
+ * `max` (k, n_probe, k_refine, k_fullbit maxima; m up to max_m). */
+chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_workers,
+                             int n_threads, const sp_params *max, uint32_t max_m,
+                             sp_engine **out, chimera_error *err);
+void sp_engine_free(sp_engine *e);
+const char *sp_engine_backend(const sp_engine *e);
+
+/* Searches one query (m x dim tokens) on `worker`: ids (user ids) and scores [p->k], best
+ * first, padded with -1 / -inf. */
+chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
+                         const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
+                         chimera_error *err);
+
+/* The exhaustive reference: full-bit estimated Chamfer score of every document for one
+ * query, brute force over all tokens (for tests: with every cluster probed and
+ * k_refine = k_fullbit = n_docs the pipeline must equal this top-k). */
+chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, float *scores,
+                              chimera_error *err);
+
+#endif

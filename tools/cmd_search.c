@@ -1,0 +1,185 @@
+/* chimera search: the 3-stage pipeline over an index, with timing and a per-stage
+ * profile. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, int64_t n, double p)
+{
+    if (n == 0) return 0;
+    int64_t i = (int64_t)ceil(p * (double)n) - 1;
+    if (i < 0) i = 0;
+    if (i >= n) i = n - 1;
+    return sorted[i];
+}
+
+int cmd_search(int argc, char **argv)
+{
+    const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
+    uint32_t k = 10, threads = 0;
+    chimera_search_params sp = {0};
+    int profile = 0, latency = 0, impute = 0, probe = 0;
+    int64_t batch = 0;
+    cli_opt opts[] = {
+        {"--queries", OPT_STR, &queries, "queries .npy [n, m, dim] or [total, dim]", 1, 0},
+        {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
+        {"-k", OPT_U32, &k, "results per query (default 10)", 0, 0},
+        {"--out", OPT_STR, &out, "output TREC run", 0, 0},
+        {"--nprobe", OPT_U32, &sp.n_probe, "clusters probed per query token (default 16)", 0, 0},
+        {"--k-refine", OPT_U32, &sp.k_refine, "documents kept by refinement", 0, 0},
+        {"--k-fullbit", OPT_U32, &sp.k_fullbit, "documents re-scored at full precision", 0, 0},
+        {"--chunks", OPT_U32, &sp.chunks, "document-scoring chunks (default 4)", 0, 0},
+        {"--impute", OPT_STR, &impute, "refinement floor: probe (default), zero, min", 0, 0},
+        {"--probe", OPT_STR, &probe, "centroid search: auto (default), brute, graph", 0, 0},
+        {"--threads", OPT_U32, &threads, "threads (default: all CPUs)", 0, 0},
+        {"--batch", OPT_I64, &batch, "queries per call (default: all)", 0, 0},
+        {"--latency", OPT_FLAG, &latency, "one query at a time with all threads", 0, 0},
+        {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
+        {"--profile", OPT_FLAG, &profile, "print per-stage times, candidates and bytes", 0, 0},
+    };
+    /* impute/probe are words: parse as strings then map */
+    const char *impute_s = "probe", *probe_s = "auto";
+    opts[8].dst = &impute_s;
+    opts[9].dst = &probe_s;
+    const char *pos[1];
+    int np = 0;
+    int r = cli_parse("search", "IDX --queries Q.npy [-k K] [--out run.trec] [--nprobe N ...]",
+                      argc, argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
+    if (r) return r < 0 ? 2 : 0;
+    if (np != 1) {
+        fprintf(stderr, "chimera search: give the index directory\n");
+        return 2;
+    }
+    if (strcmp(impute_s, "probe") == 0) sp.impute = 0;
+    else if (strcmp(impute_s, "zero") == 0) sp.impute = 1;
+    else if (strcmp(impute_s, "min") == 0) sp.impute = 2;
+    else {
+        fprintf(stderr, "chimera search: --impute must be probe, zero or min\n");
+        return 2;
+    }
+    if (strcmp(probe_s, "auto") == 0) sp.probe = 0;
+    else if (strcmp(probe_s, "brute") == 0) sp.probe = 1;
+    else if (strcmp(probe_s, "graph") == 0) sp.probe = 2;
+    else {
+        fprintf(stderr, "chimera search: --probe must be auto, brute or graph\n");
+        return 2;
+    }
+    if (k == 0) {
+        fprintf(stderr, "chimera search: -k must be at least 1\n");
+        return 2;
+    }
+    chimera_error err;
+    chimera_index *ix = NULL;
+    chimera_queries *q = NULL;
+    if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("search", &err);
+    if (chimera_queries_open(queries, qlens, &q, &err) != CHIMERA_OK) {
+        chimera_index_close(ix);
+        return cli_fail("search", &err);
+    }
+    int64_t nq = chimera_queries_count(q);
+    int64_t *ids = malloc((size_t)nq * k * sizeof *ids);
+    float *scores = malloc((size_t)nq * k * sizeof *scores);
+    double *lat = malloc((size_t)nq * sizeof *lat);
+    int rc = 0;
+    if (!ids || !scores || !lat) {
+        fprintf(stderr, "chimera search: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = backend};
+    chimera_search_profile prof = {0};
+    chimera_search_defaults(k, &sp);
+    /* Warm-up: a few queries first, so the timed run does not pay for the first touch of
+     * the mapped index and the engine set-up, which later queries never see. */
+    {
+        chimera_queries *w = NULL;
+        int64_t nw = nq < 8 ? nq : 8;
+        chimera_search_profile wp = {0};
+        if (chimera_queries_slice(q, 0, nw, &w, &err) != CHIMERA_OK) {
+            rc = cli_fail("search", &err);
+            goto done;
+        }
+        chimera_status s = chimera_index_search(ix, w, k, &sp, &so, ids, scores, &wp);
+        chimera_queries_free(w);
+        if (s != CHIMERA_OK) {
+            fprintf(stderr, "chimera search: %s\n", chimera_index_errmsg(ix));
+            rc = 1;
+            goto done;
+        }
+    }
+    if (batch <= 0 || batch > nq) batch = nq;
+    chimera_search_profile total = {0};
+    double t0 = cli_now();
+    for (int64_t b0 = 0; b0 < nq; b0 += batch) {
+        int64_t nb = nq - b0 < batch ? nq - b0 : batch;
+        chimera_queries *sl = NULL;
+        if (chimera_queries_slice(q, b0, nb, &sl, &err) != CHIMERA_OK) {
+            rc = cli_fail("search", &err);
+            goto done;
+        }
+        prof.latency = lat + b0;
+        chimera_status s = chimera_index_search(ix, sl, k, &sp, &so, ids + b0 * k, scores + b0 * k, &prof);
+        chimera_queries_free(sl);
+        if (s != CHIMERA_OK) {
+            fprintf(stderr, "chimera search: %s\n", chimera_index_errmsg(ix));
+            rc = 1;
+            goto done;
+        }
+        total.t_generate += prof.t_generate;
+        total.t_refine += prof.t_refine;
+        total.t_score1 += prof.t_score1;
+        total.t_fullbit += prof.t_fullbit;
+        total.t_fullbit_wait += prof.t_fullbit_wait;
+        total.tokens_refined += prof.tokens_refined;
+        total.docs_touched += prof.docs_touched;
+        total.n_refined += prof.n_refined;
+        total.n_fullbit += prof.n_fullbit;
+        total.bytes_up += prof.bytes_up;
+        total.bytes_down += prof.bytes_down;
+        memcpy(total.backend, prof.backend, sizeof total.backend);
+    }
+    double el = cli_now() - t0;
+    if (out && chimera_trec_write(out, nq, k, ids, scores, "chimera", &err) != CHIMERA_OK) {
+        rc = cli_fail("search", &err);
+        goto done;
+    }
+    qsort(lat, (size_t)nq, sizeof *lat, cmp_double);
+    double mean = 0;
+    for (int64_t i = 0; i < nq; i++) mean += lat[i];
+    mean /= (double)nq;
+    printf("search: %lld queries, k=%u, n_probe=%u k_refine=%u k_fullbit=%u chunks=%u, %s backend, "
+           "%s mode: %.3fs, %.1f queries/s; latency ms mean %.2f p50 %.2f p95 %.2f p99 %.2f\n",
+           (long long)nq, k, sp.n_probe, sp.k_refine, sp.k_fullbit, sp.chunks, total.backend,
+           latency ? "latency" : "throughput", el, (double)nq / el, 1e3 * mean,
+           1e3 * pct(lat, nq, 0.50), 1e3 * pct(lat, nq, 0.95), 1e3 * pct(lat, nq, 0.99));
+    if (profile) {
+        double n = (double)nq;
+        prof = total;
+        printf("profile (per query): generate %.3f ms, refine %.3f ms, 1-bit scoring %.3f ms, "
+               "full-bit %.3f ms (waited %.3f ms after the device finished)\n",
+               1e3 * prof.t_generate / n, 1e3 * prof.t_refine / n, 1e3 * prof.t_score1 / n,
+               1e3 * prof.t_fullbit / n, 1e3 * prof.t_fullbit_wait / n);
+        printf("candidates (per query): %.0f posting entries estimated, %.0f documents touched, "
+               "%.0f refined, %.1f full-bit scored (k_fullbit %u)\n",
+               prof.tokens_refined / n, prof.docs_touched / n, prof.n_refined / n,
+               prof.n_fullbit / n, sp.k_fullbit);
+        printf("host/device traffic (per query): %.1f KiB up, %.1f KiB down\n",
+               prof.bytes_up / n / 1024.0, prof.bytes_down / n / 1024.0);
+    }
+done:
+    free(ids);
+    free(scores);
+    free(lat);
+    chimera_queries_free(q);
+    chimera_index_close(ix);
+    return rc;
+}
