@@ -13,7 +13,9 @@ matrix and L2-normalised.
 Outputs (in --out, default bench/data/out/):
   tokens.npy   [ntok, 128] float32   all passage token vectors, document-major
   doclens.npy  [ndocs] int64         tokens per passage (row i = passage i)
-  queries.npy  [nq, 32, 128] float32 query token vectors ([MASK]-padded to 32)
+  queries.npy  [nq, 32, 128] float32 query token vectors, zero rows past qlens[i]
+  qlens.npy    [nq] int64            real tokens per query
+  queries_flat.npy [sum(qlens), 128] the same queries without the zero rows
   qrels.tsv    TREC qrels "qid 0 docid 1" (qid = query row, docid = passage row)
   passages.tsv "id<TAB>text"         queries.tsv "id<TAB>text"
   meta.json    counts, encoder, projection seed, timings
@@ -312,12 +314,17 @@ def encode_passages(torch, tok, model, texts, max_len, proj, out_path, batch_tok
     return doclens, ntok, time.time() - t_start
 
 
-def encode_queries(torch, tok, model, texts, qlen, proj, batch=64):
-    """ColBERT-style queries: [CLS] text [SEP] then [MASK] up to qlen, all attended."""
+def encode_queries(torch, tok, model, texts, qlen, proj, mode, batch=64):
+    """Queries as qlen token vectors each.
+
+    mode "varlen": [CLS] text [SEP] encoded as is; the rows after the real tokens are
+    zero vectors (they add exactly 0 to a Chamfer score) and qlens gives the real
+    lengths. mode "mask": ColBERT's query augmentation, [CLS] text [SEP] then [MASK]
+    up to qlen, all positions attended (qlens = qlen)."""
     import numpy as np
     t0 = time.time()
     cls, sep, mask = tok.cls_token_id, tok.sep_token_id, tok.mask_token_id
-    rows = []
+    rows, lens = [], []
     ntrunc = 0
     for t in texts:
         body = tok(t, add_special_tokens=False)["input_ids"]
@@ -325,17 +332,21 @@ def encode_queries(torch, tok, model, texts, qlen, proj, batch=64):
             ntrunc += 1
             body = body[:qlen - 2]
         r = [cls] + body + [sep]
-        rows.append(r + [mask] * (qlen - len(r)))
+        lens.append(qlen if mode == "mask" else len(r))
+        rows.append(r + [mask if mode == "mask" else tok.pad_token_id] * (qlen - len(r)))
     x = np.array(rows, dtype=np.int64)
+    qlens = np.array(lens, dtype=np.int64)
+    am = (np.arange(qlen)[None, :] < qlens[:, None]).astype(np.int64)
     out = np.zeros((len(texts), qlen, proj.shape[1]), dtype=np.float32)
     P = torch.from_numpy(proj)
     with torch.inference_mode():
         for s in range(0, len(x), batch):
             xb = torch.from_numpy(x[s:s + batch])
-            h = model(input_ids=xb, attention_mask=torch.ones_like(xb),
+            h = model(input_ids=xb, attention_mask=torch.from_numpy(am[s:s + batch]),
                       token_type_ids=torch.zeros_like(xb)).last_hidden_state
             out[s:s + batch] = torch.nn.functional.normalize(h @ P, dim=-1).numpy()
-    return out, ntrunc, time.time() - t0
+    out *= am[:, :, None].astype(np.float32)     # padding rows are exact zeros
+    return out, qlens, ntrunc, time.time() - t0
 
 
 # ---------------------------------------------------------------------------
@@ -362,6 +373,12 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-tokens", type=int, default=4096,
                     help="padded tokens per encoder batch")
+    ap.add_argument("--query-mode", choices=("varlen", "mask"), default="varlen",
+                    help="varlen: real tokens only, zero rows after them, qlens.npy "
+                         "(default); mask: ColBERT [MASK] padding to --query-tokens")
+    ap.add_argument("--queries-only", action="store_true",
+                    help="keep the passages already in --out (same selection options) and "
+                         "redo the queries only")
     args = ap.parse_args()
 
     t_all = time.time()
@@ -379,15 +396,31 @@ def main():
         f"{torch.get_num_threads()} thread(s))")
     proj = projection(args.proj_seed, model.config.hidden_size, args.dim)
 
-    doclens, ntok, t_emb = encode_passages(
-        torch, tok, model, passages, args.max_doc_tokens, proj,
-        os.path.join(args.out, "tokens.npy"), args.batch_tokens)
-    log(f"passage embedding took {t_emb:.1f}s ({ntok / max(t_emb, 1e-9):.0f} tokens/s)")
-    np.save(os.path.join(args.out, "doclens.npy"), doclens)
+    old_meta = {}
+    if args.queries_only:
+        with open(os.path.join(args.out, "meta.json")) as f:
+            old_meta = json.load(f)
+        doclens = np.load(os.path.join(args.out, "doclens.npy"))
+        if len(doclens) != len(passages) or old_meta.get("sample_seed") != args.sample_seed:
+            raise SystemExit("--queries-only: the passages in --out were made with other "
+                             "selection options")
+        ntok, t_emb = int(doclens.sum()), old_meta["passage_embedding_seconds"]
+        log(f"keeping {len(passages)} passages ({ntok} tokens) already in {args.out}")
+    else:
+        doclens, ntok, t_emb = encode_passages(
+            torch, tok, model, passages, args.max_doc_tokens, proj,
+            os.path.join(args.out, "tokens.npy"), args.batch_tokens)
+        log(f"passage embedding took {t_emb:.1f}s ({ntok / max(t_emb, 1e-9):.0f} tokens/s)")
+        np.save(os.path.join(args.out, "doclens.npy"), doclens)
 
-    qv, qtrunc, t_q = encode_queries(torch, tok, model, queries, args.query_tokens, proj)
-    log(f"query embedding took {t_q:.1f}s ({len(queries)} queries, {qtrunc} truncated)")
+    qv, qlens, qtrunc, t_q = encode_queries(torch, tok, model, queries, args.query_tokens,
+                                            proj, args.query_mode)
+    log(f"query embedding took {t_q:.1f}s ({len(queries)} queries, mean {qlens.mean():.1f} "
+        f"real tokens, {qtrunc} truncated)")
     np.save(os.path.join(args.out, "queries.npy"), qv)
+    np.save(os.path.join(args.out, "qlens.npy"), qlens)
+    flat = np.concatenate([qv[i, :qlens[i]] for i in range(len(qlens))])
+    np.save(os.path.join(args.out, "queries_flat.npy"), flat)
 
     with open(os.path.join(args.out, "qrels.tsv"), "w") as f:
         for qi, rels in enumerate(qrels):
@@ -416,7 +449,12 @@ def main():
         "max_doc_tokens": args.max_doc_tokens,
         "nq": len(queries),
         "query_tokens": args.query_tokens,
-        "query_padding": "[CLS] text [SEP] then [MASK] to query_tokens, all positions attended",
+        "query_mode": args.query_mode,
+        "query_padding": ("[CLS] text [SEP] then [MASK] to query_tokens, all positions attended"
+                          if args.query_mode == "mask" else
+                          "[CLS] text [SEP] only; rows past qlens[i] are zero vectors "
+                          "(queries.npy) or absent (queries_flat.npy + qlens.npy)"),
+        "query_tokens_mean": float(qlens.mean()),
         "queries_truncated": qtrunc,
         "qrels": sum(len(r) for r in qrels),
         "dim": args.dim,
@@ -431,8 +469,10 @@ def main():
         "sample_seed": args.sample_seed,
         "limit": args.limit,
         "passage_embedding_seconds": round(t_emb, 1),
+        "passage_tokens_per_second": round(ntok / max(t_emb, 1e-9), 1),
         "query_embedding_seconds": round(t_q, 1),
-        "total_seconds": round(time.time() - t_all, 1),
+        "total_seconds": (old_meta.get("total_seconds", 0) if args.queries_only else 0)
+        + round(time.time() - t_all, 1),
         "cpu": _cpu_name(),
     }
     with open(os.path.join(args.out, "meta.json"), "w") as f:

@@ -1,0 +1,798 @@
+#!/usr/bin/env python3
+"""Peer benchmark harness: every system on the same token vectors and thread count.
+
+    bench/.venv/bin/python bench/peers/run.py --data bench/data/out --threads 1 \
+        [--systems xtr-warp,fast-plaid,faiss-ivf-rabitq,muvera,chimera] [--grid quick|full]
+
+Reads DATA/tokens.npy [ntok, d] float32, DATA/doclens.npy [ndocs], DATA/queries.npy
+[nq, m, d] and, when present, DATA/qlens.npy [nq] (real tokens per query; the rows
+after them are padding and are not given to the systems) and DATA/qrels.tsv (TREC
+qrels, qid = query row, docid = document row). Writes into --out (default bench/out/peers/):
+    truth.trec     exact Chamfer top-k (from `chimera exact`, numpy fallback)
+    results.csv    one row per (system, knob setting)
+    recall_qps.png recall vs QPS (log), one line per system (its Pareto frontier)
+    runs/SYSTEM/*.trec, SYSTEM.jsonl, SYSTEM.log
+
+Each peer builds its index and sweeps its knobs in its own subprocess (this file with
+--worker SYSTEM), so the peak RSS in the CSV is that system's alone (os.wait4). The
+Chimera pipeline is driven through its CLI by run_chimera(); it is skipped with a
+message while `chimera search` does not exist.
+
+Timing: QPS is the number of queries over the wall time of one batched search call
+with all queries (the system's own batching and threads); latencies are from a
+second pass that submits --lat-nq queries one at a time.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PEERS = ["xtr-warp", "fast-plaid", "faiss-ivf-rabitq", "muvera"]
+ALL_SYSTEMS = PEERS + ["chimera"]
+CSV_FIELDS = ["system", "version", "params", "recall@10", "recall@100", "mrr@10", "qps",
+              "lat_mean_ms", "lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "build_s",
+              "index_mb", "peak_rss_mb", "threads", "nq", "ndocs", "ntok", "notes"]
+
+
+def log(msg):
+    print(f"[peers {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------
+# knob grids; "quick" for a smoke test, "full" for the real sweep
+# ---------------------------------------------------------------------------
+
+def grid(system, which):
+    if system == "xtr-warp":
+        # None = the package's own heuristic (xtr_warp.hyperparams.optimize)
+        pts = [{"nprobe": n} for n in (1, 2, 4, 8, 16, 32)]
+        if which == "full":
+            pts += [{"nprobe": 8, "t_prime": t} for t in (5000, 20000, 100000)]
+            pts += [{"nprobe": 8, "bound": b} for b in (32, 256, 1024)]
+            pts += [{"nprobe": 8, "max_candidates": c} for c in (1000, 10000, 100000)]
+            pts += [{"nprobe": 32, "bound": 1024, "t_prime": 100000,
+                     "max_candidates": 100000}]
+        else:
+            pts = [{"nprobe": n} for n in (1, 4, 16)] + [{"nprobe": 4, "t_prime": 5000}]
+        return pts
+    if system == "fast-plaid":
+        if which == "full":
+            return [{"n_ivf_probe": p, "n_full_scores": f}
+                    for p in (1, 2, 4, 8, 16, 32) for f in (256, 1024, 4096)]
+        return [{"n_ivf_probe": p, "n_full_scores": f} for p in (1, 8) for f in (256, 4096)]
+    if system == "faiss-ivf-rabitq":
+        if which == "full":
+            return [{"nprobe": p, "k_token": kt}
+                    for p in (1, 2, 4, 8, 16, 32, 64) for kt in (16, 64, 256)]
+        return [{"nprobe": p, "k_token": kt} for p in (1, 8) for kt in (16, 128)]
+    if system == "muvera":
+        if which == "full":
+            return [{"n_rerank": n} for n in (100, 200, 500, 1000, 2000, 5000)]
+        return [{"n_rerank": n} for n in (100, 500)]
+    if system == "chimera":
+        if which == "full":
+            return [{"nprobe": p, "k_refine": r, "k_fullbit": f}
+                    for p in (2, 4, 8, 16, 32) for (r, f) in ((500, 100), (2000, 300),
+                                                               (8000, 1000))]
+        return [{"nprobe": p, "k_refine": 1000, "k_fullbit": 200} for p in (4, 16)]
+    raise ValueError(system)
+
+
+# ---------------------------------------------------------------------------
+# TREC I/O, exact MaxSim, evaluation
+# ---------------------------------------------------------------------------
+
+def write_trec(path, results, tag):
+    """results: list (per query row) of [(docid, score)] best first."""
+    with open(path, "w") as f:
+        for qi, res in enumerate(results):
+            for r, (d, s) in enumerate(res):
+                f.write(f"{qi} Q0 {int(d)} {r + 1} {float(s):.6f} {tag}\n")
+
+
+def read_trec(path):
+    runs = {}
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if len(p) < 6:
+                continue
+            runs.setdefault(int(p[0]), []).append((int(p[3]), int(p[2]), float(p[4])))
+    return {q: [d for _, d, _ in sorted(v)] for q, v in runs.items()}
+
+
+def read_qrels(path):
+    rel = {}
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if len(p) >= 4 and int(p[3]) > 0:
+                rel.setdefault(int(p[0]), set()).add(int(p[2]))
+    return rel
+
+
+def evaluate(run, truth, qrels, nq):
+    out = {}
+    for k in (10, 100):
+        tot = 0.0
+        for q in range(nq):
+            t = truth.get(q, [])[:k]
+            if not t:
+                continue
+            got = set(run.get(q, [])[:k])
+            tot += len(got.intersection(t)) / len(t)
+        out[f"recall@{k}"] = tot / nq
+    if qrels:
+        mrr = 0.0
+        for q in range(nq):
+            rel = qrels.get(q, set())
+            for i, d in enumerate(run.get(q, [])[:10]):
+                if d in rel:
+                    mrr += 1.0 / (i + 1)
+                    break
+        out["mrr@10"] = mrr / nq
+    return out
+
+
+class Corpus:
+    def __init__(self, data, load=True):
+        import numpy as np
+        self.np = np
+        self.doclens = np.load(os.path.join(data, "doclens.npy")).astype(np.int64)
+        self.offsets = np.zeros(len(self.doclens) + 1, dtype=np.int64)
+        np.cumsum(self.doclens, out=self.offsets[1:])
+        t = np.load(os.path.join(data, "tokens.npy"), mmap_mode="r")
+        self.tokens = np.ascontiguousarray(t, dtype=np.float32) if load else t
+        q = np.load(os.path.join(data, "queries.npy"))
+        if q.ndim != 3:
+            raise SystemExit("queries.npy must be [nq, m, d]")
+        self.queries = np.ascontiguousarray(q, dtype=np.float32)
+        self.ndocs, self.ntok, self.dim = len(self.doclens), int(self.offsets[-1]), t.shape[1]
+        self.nq = q.shape[0]
+        lp = os.path.join(data, "qlens.npy")
+        # rows past qlens[i] are padding (zero vectors: they add 0 to a Chamfer score)
+        self.qlens = (np.load(lp).astype(np.int64) if os.path.exists(lp)
+                      else np.full(self.nq, q.shape[1], dtype=np.int64))
+        self.qlist = [self.queries[i, :self.qlens[i]] for i in range(self.nq)]
+
+    def doc(self, i):
+        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+
+    def maxsim(self, Q, docs):
+        """Exact Chamfer scores of query Q [m, d] against documents `docs`."""
+        np = self.np
+        docs = np.asarray(docs, dtype=np.int64)
+        if len(docs) == 0:
+            return np.zeros(0, dtype=np.float32)
+        lens = self.doclens[docs]
+        starts = self.offsets[docs]
+        idx = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + \
+            np.arange(int(lens.sum()))
+        S = self.tokens[idx] @ Q.T                       # [tokens of docs, m]
+        seg = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        return np.maximum.reduceat(S, seg, axis=0).sum(axis=1)
+
+    def rerank(self, Q, docs, k):
+        np = self.np
+        docs = np.unique(np.asarray(docs, dtype=np.int64))
+        docs = docs[docs >= 0]
+        s = self.maxsim(Q, docs)
+        top = np.argsort(-s, kind="stable")[:k]
+        return [(int(docs[i]), float(s[i])) for i in top]
+
+
+def exact_numpy(corpus, k, qrows=None, qbatch=32, chunk_tokens=1 << 17):
+    """Exact Chamfer top-k for the given query rows (all by default)."""
+    np = corpus.np
+    qrows = np.arange(corpus.nq) if qrows is None else np.asarray(qrows)
+    nd = corpus.ndocs
+    # document-aligned token chunks
+    bounds = [0]
+    while bounds[-1] < nd:
+        lo = bounds[-1]
+        hi = int(np.searchsorted(corpus.offsets, corpus.offsets[lo] + chunk_tokens, "right")) - 1
+        bounds.append(max(hi, lo + 1) if hi < nd else nd)
+    out = []
+    for b0 in range(0, len(qrows), qbatch):
+        qs = qrows[b0:b0 + qbatch]
+        Q = corpus.queries[qs]                               # [b, m, d]
+        b, m, d = Q.shape
+        Qf = Q.reshape(b * m, d)
+        scores = np.empty((b, nd), dtype=np.float32)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            t0, t1 = corpus.offsets[lo], corpus.offsets[hi]
+            S = Qf @ corpus.tokens[t0:t1].T                  # [b*m, ntok chunk]
+            seg = corpus.offsets[lo:hi] - t0
+            mx = np.maximum.reduceat(S, seg, axis=1)         # [b*m, docs]
+            scores[:, lo:hi] = mx.reshape(b, m, hi - lo).sum(axis=1)
+        for i in range(b):
+            top = np.argpartition(-scores[i], min(k, nd - 1))[:k]
+            top = top[np.argsort(-scores[i][top], kind="stable")]
+            out.append([(int(t), float(scores[i][t])) for t in top])
+    return out
+
+
+# ---------------------------------------------------------------------------
+# timing helpers (used inside workers)
+# ---------------------------------------------------------------------------
+
+def lat_stats(lat_s):
+    import numpy as np
+    if not lat_s:
+        return {}
+    a = np.asarray(lat_s) * 1e3
+    return {"lat_mean_ms": float(a.mean()), "lat_p50_ms": float(np.percentile(a, 50)),
+            "lat_p95_ms": float(np.percentile(a, 95)), "lat_p99_ms": float(np.percentile(a, 99))}
+
+
+def du(path):
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    tot = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            fp = os.path.join(root, f)
+            if not os.path.islink(fp):
+                tot += os.path.getsize(fp)
+    return tot
+
+
+def sweep(name, version, points, batch_search, one_search, corpus, args, wdir, build_s,
+          index_bytes, notes=""):
+    """Run batch_search(params) -> results and one_search(params, qi) for each point."""
+    rows = []
+    runs = os.path.join(wdir, "runs")
+    os.makedirs(runs, exist_ok=True)
+    for p in points:
+        tag = "_".join(f"{k}{v}" for k, v in p.items()) or "default"
+        try:
+            t0 = time.perf_counter()
+            res = batch_search(p)
+            wall = time.perf_counter() - t0
+            lat = []
+            for qi in range(min(args.lat_nq, corpus.nq)):
+                t1 = time.perf_counter()
+                one_search(p, qi)
+                lat.append(time.perf_counter() - t1)
+        except Exception as e:  # one bad setting should not lose the others
+            log(f"{name} {p}: failed: {e!r}")
+            continue
+        path = os.path.join(runs, f"{tag}.trec")
+        write_trec(path, res, name)
+        row = {"system": name, "version": version, "params": json.dumps(p, sort_keys=True),
+               "qps": corpus.nq / wall, "build_s": build_s, "index_mb": index_bytes / 2**20,
+               "threads": args.threads, "nq": corpus.nq, "ndocs": corpus.ndocs,
+               "ntok": corpus.ntok, "notes": notes, "run": path}
+        row.update(lat_stats(lat))
+        rows.append(row)
+        log(f"{name} {p}: {row['qps']:.1f} QPS, p50 {row.get('lat_p50_ms', float('nan')):.2f} ms")
+        with open(os.path.join(wdir, "rows.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return rows
+
+
+def _version(dist):
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:
+        return "?"
+
+
+# ---------------------------------------------------------------------------
+# peers (each runs inside its own worker process)
+# ---------------------------------------------------------------------------
+
+def run_xtr_warp(corpus, args, wdir):
+    import torch
+    torch.set_num_threads(args.threads)
+    from xtr_warp import XTRWarp
+    idx = os.path.join(wdir, "index")
+    shutil.rmtree(idx, ignore_errors=True)
+    docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
+    t0 = time.perf_counter()
+    XTRWarp(index=idx).create(docs, device="cpu", show_progress=False, seed=42)
+    build_s = time.perf_counter() - t0
+    del docs
+    w = XTRWarp(index=idx)
+    w.load(device="cpu", mmap=True)
+    Q = torch.from_numpy(corpus.queries)
+    Ql = [torch.from_numpy(q) for q in corpus.qlist]
+    k = args.k
+    meta = w._load_metadata() or {}
+    notes = f"nbits=4 partitions={meta.get('num_partitions', '?')}"
+
+    def fill(p, q):
+        d = dict(zip(("bound", "nprobe", "centroid_score_threshold", "max_candidates",
+                      "t_prime"), w.optimize_hyperparams(k, q)))
+        d.update(p)
+        return {kk: d[kk] for kk in ("nprobe", "bound", "t_prime", "max_candidates",
+                                     "centroid_score_threshold")}
+
+    def batch(p):
+        res = w.search(Ql, top_k=k, num_threads=args.threads, show_progress=False,
+                       **fill(p, Q))
+        return [[(d, s) for d, s in r] for r in res]
+
+    def one(p, qi):
+        w.search(Ql[qi].unsqueeze(0), top_k=k, num_threads=args.threads, show_progress=False,
+                 **fill(p, Q))
+
+    points = []
+    for p in grid("xtr-warp", args.grid):
+        points.append({kk: v for kk, v in fill(p, Q).items()})
+    return sweep("xtr-warp", _version("xtr-warp-rs"), points, batch, one, corpus, args, wdir,
+                 build_s, du(idx), notes)
+
+
+def run_fast_plaid(corpus, args, wdir):
+    import torch
+    torch.set_num_threads(args.threads)
+    from fast_plaid import search as fps
+    idx = os.path.join(wdir, "index")
+    shutil.rmtree(idx, ignore_errors=True)
+    docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
+    t0 = time.perf_counter()
+    fp = fps.FastPlaid(index=idx, device="cpu")
+    fp.create(documents_embeddings=docs, nbits=4, seed=42)
+    build_s = time.perf_counter() - t0
+    del docs
+    fp = fps.FastPlaid(index=idx, device="cpu")
+    Ql = [torch.from_numpy(q) for q in corpus.qlist]
+    k = args.k
+
+    def batch(p):
+        res = fp.search(Ql, top_k=k, show_progress=False, n_processes=1, **p)
+        return [[(d, s) for d, s in r] for r in res]
+
+    def one(p, qi):
+        fp.search([Ql[qi]], top_k=k, show_progress=False, n_processes=1, **p)
+
+    return sweep("fast-plaid", _version("fast-plaid"), grid("fast-plaid", args.grid), batch,
+                 one, corpus, args, wdir, build_s, du(idx), "nbits=4")
+
+
+def run_faiss_ivf_rabitq(corpus, args, wdir):
+    """ColBERTv1 recipe: token-level ANN (IVF + RaBitQ codes) gathers candidate
+    documents, which are re-ranked by exact MaxSim over their full-precision tokens."""
+    import faiss
+    np = corpus.np
+    faiss.omp_set_num_threads(args.threads)
+    if not hasattr(faiss, "IndexIVFRaBitQ"):
+        raise SystemExit("installed faiss has no IndexIVFRaBitQ")
+    ntok, d = corpus.ntok, corpus.dim
+    nlist = int(max(16, min(ntok // 64, 4 * math.sqrt(ntok))))
+    t0 = time.perf_counter()
+    quant = faiss.IndexFlatIP(d)
+    index = faiss.IndexIVFRaBitQ(quant, d, nlist, faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(0)
+    ntrain = min(ntok, 64 * nlist)
+    train = corpus.tokens[np.sort(rng.choice(ntok, ntrain, replace=False))]
+    index.train(train)
+    index.add(corpus.tokens)
+    build_s = time.perf_counter() - t0
+    ipath = os.path.join(wdir, "ivf_rabitq.faiss")
+    faiss.write_index(index, ipath)
+    tok2doc = np.repeat(np.arange(corpus.ndocs, dtype=np.int64), corpus.doclens)
+    Qflat = np.ascontiguousarray(np.concatenate(corpus.qlist))
+    qoff = np.concatenate(([0], np.cumsum(corpus.qlens)))
+    nq = corpus.nq
+    k = args.k
+
+    def params(p):
+        sp = faiss.IVFRaBitQSearchParameters()
+        sp.nprobe = p["nprobe"]
+        return sp
+
+    def batch(p):
+        _, I = index.search(Qflat, p["k_token"], params=params(p))
+        out = []
+        for q in range(nq):
+            Iq = I[qoff[q]:qoff[q + 1]].ravel()
+            out.append(corpus.rerank(corpus.qlist[q], tok2doc[Iq[Iq >= 0]], k))
+        return out
+
+    def one(p, qi):
+        _, I = index.search(corpus.qlist[qi], p["k_token"], params=params(p))
+        I = I.ravel()
+        corpus.rerank(corpus.qlist[qi], tok2doc[I[I >= 0]], k)
+
+    size = du(ipath) + corpus.tokens.nbytes
+    notes = (f"nlist={nlist} 1-bit RaBitQ tokens + exact re-rank over float32 tokens; "
+             f"index_mb includes the float32 tokens ({corpus.tokens.nbytes / 2**20:.0f} MiB)")
+    return sweep("faiss-ivf-rabitq", _version("faiss-cpu"), grid("faiss-ivf-rabitq", args.grid),
+                 batch, one, corpus, args, wdir, build_s, size, notes)
+
+
+def run_muvera(corpus, args, wdir):
+    """MUVERA: fixed dimensional encodings (FDE) in a faiss HNSW (inner product),
+    the top n_rerank documents re-ranked by exact MaxSim."""
+    import faiss
+    from muvera import Muvera
+    np = corpus.np
+    faiss.omp_set_num_threads(args.threads)
+    R, ksim, dproj = 20, 5, 8
+    enc = Muvera(num_repetitions=R, num_simhash_projections=ksim, dimension=corpus.dim,
+                 projection_type="ams_sketch", projection_dimension=dproj,
+                 fill_empty_partitions=True, seed=42)
+    t0 = time.perf_counter()
+    D = np.zeros((corpus.ndocs, enc.output_dimension), dtype=np.float32)
+    step = 2048
+    for s in range(0, corpus.ndocs, step):
+        e = min(corpus.ndocs, s + step)
+        D[s:e] = enc.encode_documents([corpus.doc(i) for i in range(s, e)])
+    t_enc = time.perf_counter() - t0
+    index = faiss.IndexHNSWFlat(enc.output_dimension, 32, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = 100
+    index.add(D)
+    build_s = time.perf_counter() - t0
+    ipath = os.path.join(wdir, "fde_hnsw.faiss")
+    faiss.write_index(index, ipath)
+    del D
+    k = args.k
+
+    def params(p):
+        sp = faiss.SearchParametersHNSW()
+        sp.efSearch = max(p["n_rerank"], 64)
+        return sp
+
+    def batch(p):
+        Qf = np.ascontiguousarray(enc.encode_queries(corpus.qlist), dtype=np.float32)
+        _, I = index.search(Qf, p["n_rerank"], params=params(p))
+        return [corpus.rerank(corpus.qlist[q], I[q], k) for q in range(corpus.nq)]
+
+    def one(p, qi):
+        q = enc.encode_queries(corpus.qlist[qi])
+        _, I = index.search(np.asarray(q, dtype=np.float32).reshape(1, -1), p["n_rerank"],
+                            params=params(p))
+        corpus.rerank(corpus.qlist[qi], I[0], k)
+
+    size = du(ipath) + corpus.tokens.nbytes
+    notes = (f"FDE R={R} ksim={ksim} dproj={dproj} dim={enc.output_dimension} (encode "
+             f"{t_enc:.1f}s) in HNSW M=32 efC=100, efSearch=max(n_rerank,64); exact re-rank; "
+             f"index_mb includes float32 tokens")
+    return sweep("muvera", "muvera-python " + _version("muvera-python"),
+                 grid("muvera", args.grid), batch, one, corpus, args, wdir, build_s, size, notes)
+
+
+WORKERS = {"xtr-warp": run_xtr_warp, "fast-plaid": run_fast_plaid,
+           "faiss-ivf-rabitq": run_faiss_ivf_rabitq, "muvera": run_muvera}
+
+
+def worker_main(args):
+    wdir = os.path.join(args.out, "work", args.worker)
+    os.makedirs(wdir, exist_ok=True)
+    open(os.path.join(wdir, "rows.jsonl"), "w").close()
+    if os.path.exists(os.path.join(wdir, "rss.json")):
+        os.remove(os.path.join(wdir, "rss.json"))
+    corpus = Corpus(args.data)
+    WORKERS[args.worker](corpus, args, wdir)
+    with open(os.path.join(wdir, "rss.json"), "w") as f:
+        json.dump({"vm_hwm_bytes": vm_hwm()}, f)
+
+
+def vm_hwm():
+    """Peak resident set of this process since its exec (Linux VmHWM), in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# ---------------------------------------------------------------------------
+# Chimera, through its CLI
+# ---------------------------------------------------------------------------
+
+def find_chimera(explicit):
+    for c in (explicit, os.environ.get("CHIMERA"), os.path.join(REPO, "build", "chimera"),
+              shutil.which("chimera")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def chimera_help(chimera, cmd):
+    """The --help text of `chimera CMD`, or None when the command does not exist."""
+    if not chimera:
+        return None
+    try:
+        r = subprocess.run([chimera, cmd, "--help"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=30, text=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 and "unknown command" not in r.stdout else None
+
+
+def chimera_has(chimera, cmd):
+    return chimera_help(chimera, cmd) is not None
+
+
+def chimera_query_args(chimera, cmd, data):
+    """--queries (and --qlens) for `chimera CMD`: the packed queries with their lengths
+    when the data has them and the command takes --qlens, else the [nq, m, d] file."""
+    flat, ql = os.path.join(data, "queries_flat.npy"), os.path.join(data, "qlens.npy")
+    if os.path.exists(flat) and os.path.exists(ql) and "--qlens" in (
+            chimera_help(chimera, cmd) or ""):
+        return ["--queries", flat, "--qlens", ql]
+    return ["--queries", os.path.join(data, "queries.npy")]
+
+
+class _Child:
+    """Popen whose peak RSS is taken from wait4 (per process, not all children)."""
+
+    def __init__(self, cmd, logf, env=None):
+        self.t0 = time.perf_counter()
+        self.lf = open(logf, "w")
+        self.p = subprocess.Popen(cmd, stdout=self.lf, stderr=subprocess.STDOUT, env=env)
+
+    def wait(self):
+        _, status, ru = os.wait4(self.p.pid, 0)
+        self.p.returncode = os.waitstatus_to_exitcode(status)
+        self.lf.close()
+        return self.p.returncode, time.perf_counter() - self.t0, ru.ru_maxrss * 1024
+
+
+def run_chimera(chimera, data, out, threads, points, k, nq):
+    """Build a Chimera index with `chimera build` and sweep `chimera search` over points.
+
+    Returns CSV rows (without quality columns, which the caller adds). QPS is nq over
+    the wall time of the whole `chimera search` process (index load included) unless
+    the CLI reports its own queries/s, which is then preferred; latencies are taken
+    from the CLI's output when it prints them (p50/p95/p99 ... ms)."""
+    wdir = os.path.join(out, "work", "chimera")
+    runs = os.path.join(wdir, "runs")
+    os.makedirs(runs, exist_ok=True)
+    logf = os.path.join(wdir, "chimera.log")
+    open(logf, "w").close()
+    idx = os.path.join(wdir, "index")
+    shutil.rmtree(idx, ignore_errors=True)
+    env = dict(os.environ)
+    build = [chimera, "build", "--tokens", os.path.join(data, "tokens.npy"),
+             "--doclens", os.path.join(data, "doclens.npy"), "--out", idx,
+             "--threads", str(threads)]
+    rc, build_s, build_rss, txt = _call(build, logf, env)
+    if rc != 0:
+        log(f"chimera build failed (rc {rc}); see {logf}")
+        return []
+    size = du(idx)
+    ver = subprocess.run([chimera, "version"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    rows = []
+    for p in points:
+        tag = "_".join(f"{k_}{v}" for k_, v in p.items())
+        run_path = os.path.join(runs, f"{tag}.trec")
+        cmd = [chimera, "search", idx] + chimera_query_args(chimera, "search", data) + [
+               "-k", str(k), "--out", run_path, "--threads", str(threads),
+               "--nprobe", str(p["nprobe"]), "--k-refine", str(p["k_refine"]),
+               "--k-fullbit", str(p["k_fullbit"])]
+        rc, wall, rss, txt = _call(cmd, logf, env)
+        if rc != 0:
+            log(f"chimera search {p} failed (rc {rc}); see {logf}")
+            continue
+        row = {"system": "chimera", "version": ver, "params": json.dumps(p, sort_keys=True),
+               "qps": nq / wall, "build_s": build_s, "index_mb": size / 2**20,
+               "peak_rss_mb": max(rss, build_rss) / 2**20, "threads": threads, "nq": nq,
+               "notes": "qps = nq / wall time of the search process (load included)",
+               "run": run_path}
+        m = re.search(r"([\d.]+)\s*queries/s", txt)
+        if m:
+            row["qps"] = float(m.group(1))
+            row["notes"] = "qps as reported by chimera search"
+        for name in ("mean", "p50", "p95", "p99"):
+            m = re.search(rf"{name}[ =:]*([\d.]+)\s*ms", txt)
+            if m:
+                row[f"lat_{name}_ms"] = float(m.group(1))
+        rows.append(row)
+        log(f"chimera {p}: {row['qps']:.1f} QPS")
+    return rows
+
+
+def _call(cmd, logf, env):
+    with open(logf, "a") as lf:
+        lf.write("$ " + " ".join(cmd) + "\n")
+    t0 = time.perf_counter()
+    lf = open(logf, "a")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         text=True)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    lf.write(out)
+    lf.close()
+    return p.returncode, wall, ru.ru_maxrss * 1024, out
+
+
+# ---------------------------------------------------------------------------
+# driver
+# ---------------------------------------------------------------------------
+
+def get_truth(args, corpus, chimera):
+    path = os.path.join(args.out, "truth.trec")
+    k = args.k
+    src = None
+    if chimera and chimera_has(chimera, "exact") and not args.numpy_truth:
+        cmd = [chimera, "exact", "--tokens", os.path.join(args.data, "tokens.npy"),
+               "--doclens", os.path.join(args.data, "doclens.npy"),
+               ] + chimera_query_args(chimera, "exact", args.data) + [
+               "-k", str(k), "--out", path, "--threads", str(args.threads)]
+        log("exact truth: " + " ".join(cmd))
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode == 0:
+            src = "chimera exact"
+            log(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "chimera exact done")
+        else:
+            log(f"chimera exact failed (rc {r.returncode}): {r.stdout[-500:]}; using numpy")
+    if src is None:
+        log(f"exact truth in numpy ({corpus.nq} queries x {corpus.ntok} tokens)")
+        t0 = time.perf_counter()
+        write_trec(path, exact_numpy(corpus, k), "exact-numpy")
+        log(f"numpy exact took {time.perf_counter() - t0:.1f}s")
+        src = "numpy"
+    truth = read_trec(path)
+    check = {"truth_source": src}
+    if src == "chimera exact" and args.check_nq > 0:
+        # cross-check a sample of queries against the numpy implementation
+        rows = list(range(min(args.check_nq, corpus.nq)))
+        ref = exact_numpy(corpus, 10, rows)
+        agree = sum(len(set(truth[q][:10]) & {d for d, _ in ref[i]}) for i, q in enumerate(rows))
+        check["numpy_agreement@10"] = agree / (10 * len(rows))
+        log(f"chimera exact vs numpy on {len(rows)} queries: top-10 agreement "
+            f"{check['numpy_agreement@10']:.4f}")
+    return truth, check
+
+
+def plot(rows, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, metric in zip(axes, ("recall@10", "recall@100")):
+        systems = sorted({r["system"] for r in rows})
+        for s in systems:
+            pts = sorted([(r[metric], r["qps"]) for r in rows if r["system"] == s
+                          and r.get(metric) is not None], key=lambda x: (-x[0], -x[1]))
+            if not pts:
+                continue
+            # Pareto frontier: best QPS at each recall level
+            front, best = [], -1.0
+            for rec, q in pts:
+                if q > best:
+                    front.append((rec, q))
+                    best = q
+            line, = ax.plot([p[0] for p in front], [p[1] for p in front], "-o", label=s, ms=4)
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, alpha=0.35,
+                       color=line.get_color())
+        ax.set_yscale("log")
+        ax.set_xlabel(metric.capitalize() + " (vs exact Chamfer top-k)")
+        ax.set_ylabel("queries per second (log)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=os.path.join(REPO, "bench", "data", "out"))
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "out", "peers"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--systems", default=",".join(ALL_SYSTEMS),
+                    help="comma-separated subset of " + ",".join(ALL_SYSTEMS))
+    ap.add_argument("--grid", choices=("quick", "full"), default="full")
+    ap.add_argument("-k", type=int, default=100, help="results per query (>= 100)")
+    ap.add_argument("--lat-nq", type=int, default=100,
+                    help="queries submitted one at a time for the latency pass")
+    ap.add_argument("--chimera", help="path of the chimera CLI (default: build/chimera)")
+    ap.add_argument("--numpy-truth", action="store_true",
+                    help="compute the exact truth in numpy even when chimera exact exists")
+    ap.add_argument("--check-nq", type=int, default=20,
+                    help="queries cross-checked between chimera exact and numpy")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        os.environ[v] = str(args.threads)
+    if args.worker:
+        return worker_main(args)
+
+    os.makedirs(args.out, exist_ok=True)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    for s in systems:
+        if s not in ALL_SYSTEMS:
+            raise SystemExit(f"unknown system {s!r}; choose from {ALL_SYSTEMS}")
+    corpus = Corpus(args.data)
+    log(f"data {args.data}: {corpus.ndocs} docs, {corpus.ntok} tokens, dim {corpus.dim}, "
+        f"{corpus.nq} queries x {corpus.queries.shape[1]} rows ({corpus.qlens.mean():.1f} "
+        f"real tokens on average); threads {args.threads}")
+    chimera = find_chimera(args.chimera)
+    truth, check = get_truth(args, corpus, chimera)
+    qp = os.path.join(args.data, "qrels.tsv")
+    qrels = read_qrels(qp) if os.path.exists(qp) else None
+    mrr_truth = evaluate(truth, truth, qrels, corpus.nq).get("mrr@10") if qrels else None
+    if mrr_truth is not None:
+        log(f"MRR@10 of the exact Chamfer ranking itself: {mrr_truth:.4f}")
+    del corpus.tokens
+
+    rows = []
+    for s in systems:
+        if s == "chimera":
+            if not chimera_has(chimera, "search") or not chimera_has(chimera, "build"):
+                log("chimera: skipped, `chimera build` / `chimera search` not available in "
+                    f"{chimera or 'no chimera binary found'}")
+                continue
+            points = grid("chimera", args.grid)
+            got = run_chimera(chimera, args.data, args.out, args.threads, points, args.k,
+                              corpus.nq)
+        else:
+            wdir = os.path.join(args.out, "work", s)
+            os.makedirs(wdir, exist_ok=True)
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", s, "--data", args.data,
+                   "--out", args.out, "--threads", str(args.threads), "--grid", args.grid,
+                   "-k", str(args.k), "--lat-nq", str(args.lat_nq)]
+            log(f"{s}: starting worker")
+            ch = _Child(cmd, os.path.join(wdir, "worker.log"))
+            rc, wall, rss = ch.wait()
+            got = []
+            rp = os.path.join(wdir, "rows.jsonl")
+            if os.path.exists(rp):
+                with open(rp) as f:
+                    got = [json.loads(line) for line in f if line.strip()]
+            # wait4's ru_maxrss survives exec on Linux (it may hold the parent's size
+            # at fork), so prefer the worker's own VmHWM
+            hp = os.path.join(wdir, "rss.json")
+            if os.path.exists(hp):
+                with open(hp) as f:
+                    rss = json.load(f)["vm_hwm_bytes"]
+            for r in got:
+                r["peak_rss_mb"] = rss / 2**20
+            log(f"{s}: worker rc {rc} in {wall:.0f}s, peak RSS {rss / 2**20:.0f} MiB, "
+                f"{len(got)} settings" + ("" if rc == 0 else f"; see {wdir}/worker.log"))
+        for r in got:
+            r.update(evaluate(read_trec(r["run"]), truth, qrels, corpus.nq))
+        rows.extend(got)
+        write_csv(rows, os.path.join(args.out, "results.csv"))
+
+    csv_path = os.path.join(args.out, "results.csv")
+    write_csv(rows, csv_path)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump({"data": os.path.abspath(args.data), "ndocs": corpus.ndocs,
+                   "ntok": corpus.ntok, "nq": corpus.nq, "threads": args.threads,
+                   "grid": args.grid, "mrr@10_exact": mrr_truth, **check}, f, indent=2)
+    if rows:
+        png = os.path.join(args.out, "recall_qps.png")
+        plot(rows, png, f"{corpus.ndocs} docs, {corpus.ntok} tokens, {corpus.nq} queries, "
+                        f"{args.threads} thread(s)")
+        log(f"wrote {csv_path} ({len(rows)} rows) and {png}")
+    else:
+        log("no results")
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v)
+                        for k, v in r.items() if k in CSV_FIELDS})
+
+
+if __name__ == "__main__":
+    main()
