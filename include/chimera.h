@@ -357,6 +357,53 @@ chimera_status chimera_index_search(chimera_index *index, const chimera_queries 
                                     float *scores, chimera_search_profile *profile);
 
 /* ---------------------------------------------------------------------------------- */
+/* Tuning for a target recall                                                         */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct chimera_tune_point {
+    chimera_search_params params;
+    double recall, qps;
+} chimera_tune_point;
+
+typedef struct chimera_tune_result {
+    chimera_search_params best; /* the fastest setting found that reaches the target */
+    double recall, qps;         /* measured at best */
+    int reached;                /* 0: the target was out of reach; best is the closest */
+    int n_points;
+    chimera_tune_point points[96]; /* every setting tried, in order */
+} chimera_tune_result;
+
+/* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
+ * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
+ * from chimera_exact_search), then shrink k_refine, then n_probe, keeping the target.
+ * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error. */
+chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *queries,
+                                  const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
+                                  double target_recall, const chimera_search_opts *opts,
+                                  chimera_tune_result *res);
+
+/* Stores `p` in the index at `dir` as the profile for (k, target_recall), replacing one
+ * with the same key; the manifest is rewritten atomically (sections untouched). */
+chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
+                                          const chimera_tune_result *res, chimera_error *err);
+
+/* The stored profile for top-k whose target is the smallest >= target_recall (any k'
+ * >= k qualifies when no profile has this k). @return CHIMERA_OK or _EMPTY (none). */
+chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
+                                         double target_recall, chimera_search_params *p);
+
+/* Recall@k of result ids [n x run_k] against exact ids [n x truth_k] (as the paper:
+ * |R ∩ R'| / k per query, averaged; -1 entries are padding). */
+double chimera_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                          uint32_t truth_k, int64_t n_queries, uint32_t k);
+
+/* Pseudo-queries for tuning without a query log: each takes m tokens of a random
+ * document (with replacement when it is shorter) plus a little noise, normalised. */
+chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
+                                             uint32_t m, uint64_t seed,
+                                             chimera_queries **out, chimera_error *err);
+
+/* ---------------------------------------------------------------------------------- */
 /* Result files and evaluation                                                        */
 /* ---------------------------------------------------------------------------------- */
 
@@ -375,6 +422,12 @@ typedef struct chimera_run chimera_run;
 chimera_status chimera_run_read(const char *path, chimera_run **out, chimera_error *err);
 chimera_status chimera_qrels_read(const char *path, chimera_run **out, chimera_error *err);
 int64_t chimera_run_n_queries(const chimera_run *run);
+
+/* Top-k document ids of queries "0" .. "n_queries-1" of a run whose ids are integers
+ * (runs written by chimera): ids[i*k + r], -1 where the run has fewer.
+ * @return CHIMERA_OK or _FORMAT (a non-integer document id). */
+chimera_status chimera_run_topk_ids(const chimera_run *run, int64_t n_queries, uint32_t k,
+                                    int64_t *ids, chimera_error *err);
 void chimera_run_free(chimera_run *run);
 
 /* Recall@k as in the paper: for each query of `truth`, |top-k(run) ∩ top-k(truth)| / k'

@@ -15,6 +15,7 @@
 #include "search/eval.h"
 #include "search/exact.h"
 #include "search/pipeline.h"
+#include "search/tune.h"
 #include "core/clock.h"
 #include "core/cpu.h"
 #include "core/pool.h"
@@ -520,4 +521,170 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
     cm_free(status);
     cm_free(errs);
     return s;
+}
+
+/* ---- tuning and profiles ----------------------------------------------------------- */
+
+double chimera_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                          uint32_t truth_k, int64_t n_queries, uint32_t k)
+{
+    if (!run || !truth || n_queries <= 0 || k == 0) return 0.0;
+    return eval_recall_ids(run, run_k, truth, truth_k, n_queries, k);
+}
+
+chimera_status chimera_run_topk_ids(const chimera_run *run, int64_t n_queries, uint32_t k,
+                                    int64_t *ids, chimera_error *err)
+{
+    if (!run || !ids || n_queries < 0 || k == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "run_topk_ids: run, ids and k > 0 are required");
+    return eval_run_ids(&run->r, n_queries, k, ids, err);
+}
+
+chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
+                                             uint32_t m, uint64_t seed,
+                                             chimera_queries **out, chimera_error *err)
+{
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "sample_queries: out is NULL");
+    *out = NULL;
+    if (!corpus) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "sample_queries: corpus is NULL");
+    chimera_queries *h = cm_calloc(1, sizeof *h);
+    if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "queries: out of memory");
+    chimera_status s = data_queries_sample(&h->q, &corpus->c, n, m, seed, err);
+    if (s != CHIMERA_OK) {
+        cm_free(h);
+        return s;
+    }
+    *out = h;
+    return CHIMERA_OK;
+}
+
+typedef struct tune_ctx {
+    chimera_index *h;
+    const chimera_queries *q;
+    const int64_t *truth;
+    uint32_t truth_k, k;
+    const chimera_search_opts *opts;
+    int64_t *ids;
+    float *scores;
+} tune_ctx;
+
+static chimera_status tune_eval(void *vctx, const chimera_search_params *p, double *recall,
+                                double *qps)
+{
+    tune_ctx *t = vctx;
+    chimera_search_profile prof = {0};
+    CM_TRY(chimera_index_search(t->h, t->q, t->k, p, t->opts, t->ids, t->scores, &prof));
+    *recall = eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
+    *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
+    return CHIMERA_OK;
+}
+
+chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *queries,
+                                  const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
+                                  double target_recall, const chimera_search_opts *opts,
+                                  chimera_tune_result *res)
+{
+    if (!index) return CHIMERA_ERR_INVALID_ARG;
+    cm_error_clear(&index->last);
+    if (!queries || !truth_ids || !res || k == 0 || truth_k < k || !(target_recall > 0) ||
+        target_recall > 1)
+        return cm_fail(&index->last, CHIMERA_ERR_INVALID_ARG,
+                       "tune: needs queries, truth with >= k results each, k > 0 and a target in (0, 1]");
+    int64_t n = queries->q.n;
+    tune_ctx t = {index, queries, truth_ids, truth_k, k, opts,
+                  cm_malloc((size_t)n * k * sizeof(int64_t)), cm_malloc((size_t)n * k * sizeof(float))};
+    chimera_status s;
+    if (!t.ids || !t.scores) s = cm_fail(&index->last, CHIMERA_ERR_NOMEM, "tune: out of memory");
+    else s = tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters, index->ix.n_docs, res);
+    cm_free(t.ids);
+    cm_free(t.scores);
+    return s;
+}
+
+static cJSON *profile_json(uint32_t k, double target, const chimera_tune_result *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddNumberToObject(o, "k", k);
+    cJSON_AddNumberToObject(o, "target_recall", target);
+    cJSON_AddNumberToObject(o, "measured_recall", r->recall);
+    cJSON_AddNumberToObject(o, "qps", r->qps);
+    cJSON_AddNumberToObject(o, "reached", r->reached);
+    cJSON_AddNumberToObject(o, "n_probe", r->best.n_probe);
+    cJSON_AddNumberToObject(o, "k_refine", r->best.k_refine);
+    cJSON_AddNumberToObject(o, "k_fullbit", r->best.k_fullbit);
+    cJSON_AddNumberToObject(o, "chunks", r->best.chunks);
+    cJSON_AddNumberToObject(o, "impute", r->best.impute);
+    cJSON_AddNumberToObject(o, "probe", r->best.probe);
+    return o;
+}
+
+static double jnum(const cJSON *o, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : -1;
+}
+
+chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
+                                          const chimera_tune_result *res, chimera_error *err)
+{
+    if (!dir || !res || k == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "profile_save: dir, result and k are required");
+    store *st;
+    CM_TRY(store_info(dir, &st, err));
+    cJSON *meta = cJSON_Duplicate(store_meta(st), 1);
+    store_close(st);
+    if (!meta) return cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(meta, "profiles");
+    if (!cJSON_IsArray(arr)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, "profiles");
+        arr = cJSON_AddArrayToObject(meta, "profiles");
+    }
+    /* replace the profile with the same (k, target) */
+    for (int i = cJSON_GetArraySize(arr) - 1; i >= 0; i--) {
+        const cJSON *p = cJSON_GetArrayItem(arr, i);
+        if (jnum(p, "k") == k && jnum(p, "target_recall") == target_recall)
+            cJSON_DeleteItemFromArray(arr, i);
+    }
+    cJSON *p = profile_json(k, target_recall, res);
+    chimera_status s;
+    if (!arr || !p || !cJSON_AddItemToArray(arr, p)) {
+        cJSON_Delete(p);
+        s = cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
+    } else {
+        s = store_update_meta(dir, meta, err);
+    }
+    cJSON_Delete(meta);
+    return s;
+}
+
+chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
+                                         double target_recall, chimera_search_params *out)
+{
+    if (!index || !out) return CHIMERA_ERR_INVALID_ARG;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(store_meta(index->ix.st), "profiles");
+    const cJSON *best = NULL, *it;
+    double best_t = 2, best_k = 1e18;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
+        if (pk < k || pt < target_recall || jnum(it, "reached") != 1) continue;
+        /* prefer this k, then the smallest target that is enough, then the smallest k */
+        int better = !best || (pk == k && best_k != k) ||
+                     ((pk == k) == (best_k == k) && (pt < best_t || (pt == best_t && pk < best_k)));
+        if (better) {
+            best = it;
+            best_t = pt;
+            best_k = pk;
+        }
+    }
+    if (!best) return CHIMERA_ERR_EMPTY;
+    memset(out, 0, sizeof *out);
+    out->n_probe = (uint32_t)jnum(best, "n_probe");
+    out->k_refine = (uint32_t)jnum(best, "k_refine");
+    out->k_fullbit = (uint32_t)jnum(best, "k_fullbit");
+    out->chunks = (uint32_t)jnum(best, "chunks");
+    out->impute = (int)jnum(best, "impute");
+    out->probe = (int)jnum(best, "probe");
+    return CHIMERA_OK;
 }

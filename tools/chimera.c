@@ -45,6 +45,8 @@ static void usage(void)
             "  eval     Recall@k / MRR@10 / NDCG@10 of a run\n"
             "  build    build an index\n"
             "  search   search an index (the 3-stage pipeline)\n"
+            "  tune     find the fastest setting for a target recall, store it in the index\n"
+            "  bench    recall/throughput sweep against exact search (CSV)\n"
             "  info     [IDX] describe an index, or this build and machine\n"
             "  check    IDX: verify an index's structure and checksums\n"
             "  version  print the version\n");
@@ -83,6 +85,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "build") == 0) return cmd_build(argc, argv);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc, argv);
     if (strcmp(cmd, "search") == 0) return cmd_search(argc, argv);
+    if (strcmp(cmd, "tune") == 0) return cmd_tune(argc, argv);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -42,5 +42,7 @@ int cmd_index_info(int argc, char **argv);
 int cmd_build(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_search(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -29,6 +29,7 @@ int cmd_search(int argc, char **argv)
     chimera_search_params sp = {0};
     int profile = 0, latency = 0, impute = 0, probe = 0;
     int64_t batch = 0;
+    double want_recall = 0;
     cli_opt opts[] = {
         {"--queries", OPT_STR, &queries, "queries .npy [n, m, dim] or [total, dim]", 1, 0},
         {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
@@ -45,6 +46,7 @@ int cmd_search(int argc, char **argv)
         {"--latency", OPT_FLAG, &latency, "one query at a time with all threads", 0, 0},
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
         {"--profile", OPT_FLAG, &profile, "print per-stage times, candidates and bytes", 0, 0},
+        {"--recall", OPT_F64, &want_recall, "use the tuned profile for this target recall", 0, 0},
     };
     /* impute/probe are words: parse as strings then map */
     const char *impute_s = "probe", *probe_s = "auto";
@@ -97,6 +99,20 @@ int cmd_search(int argc, char **argv)
     }
     chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = backend};
     chimera_search_profile prof = {0};
+    if (want_recall > 0) {
+        chimera_search_params tuned;
+        if (chimera_index_profile_get(ix, k, want_recall, &tuned) != CHIMERA_OK) {
+            fprintf(stderr, "chimera search: %s has no tuned profile for k=%u at recall >= %.3f; "
+                            "run chimera tune first\n", pos[0], k, want_recall);
+            rc = 1;
+            goto done;
+        }
+        /* explicit flags still win over the profile */
+        if (!sp.n_probe) sp.n_probe = tuned.n_probe;
+        if (!sp.k_refine) sp.k_refine = tuned.k_refine;
+        if (!sp.k_fullbit) sp.k_fullbit = tuned.k_fullbit;
+        if (!sp.chunks) sp.chunks = tuned.chunks;
+    }
     chimera_search_defaults(k, &sp);
     /* Warm-up: a few queries first, so the timed run does not pay for the first touch of
      * the mapped index and the engine set-up, which later queries never see. */

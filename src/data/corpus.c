@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/f16.h"
+#include "core/rng.h"
 #include "data/corpus.h"
 #include "core/alloc.h"
 
@@ -415,4 +416,46 @@ void data_queries_free(data_queries *q)
     cm_free(q->tokens);
     cm_free(q->off);
     memset(q, 0, sizeof *q);
+}
+
+chimera_status data_queries_sample(data_queries *q, const data_corpus *c, int64_t n, uint32_t m,
+                                   uint64_t seed, chimera_error *err)
+{
+    memset(q, 0, sizeof *q);
+    if (n <= 0 || m == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "sample queries: need n > 0 and m > 0");
+    uint32_t d = c->dim;
+    float *buf = cm_malloc((size_t)n * m * d * sizeof(float));
+    float *row = cm_malloc((size_t)d * sizeof(float));
+    if (!buf || !row) {
+        cm_free(buf);
+        cm_free(row);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "sample queries: out of memory");
+    }
+    cm_rng r;
+    cm_rng_seed(&r, seed, 77);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t doc;
+        do doc = (int64_t)cm_rng_below(&r, (uint64_t)c->n_docs);
+        while (c->doc_off[doc + 1] == c->doc_off[doc]);
+        int64_t len = c->doc_off[doc + 1] - c->doc_off[doc];
+        for (uint32_t t = 0; t < m; t++) {
+            int64_t tok = c->doc_off[doc] + (int64_t)cm_rng_below(&r, (uint64_t)len);
+            const float *v = data_corpus_rows(c, tok, 1, row);
+            float *o = buf + ((size_t)i * m + t) * d;
+            double n2 = 0;
+            /* noise of norm ~0.3 (per coordinate 0.3/sqrt(d)): a query token is near, not
+             * on, a document token */
+            for (uint32_t x = 0; x < d; x++) {
+                o[x] = v[x] + (float)(0.3 / sqrt((double)d) * cm_rng_gauss(&r));
+                n2 += (double)o[x] * o[x];
+            }
+            float inv = (float)(1.0 / sqrt(n2 > 0 ? n2 : 1));
+            for (uint32_t x = 0; x < d; x++) o[x] *= inv;
+        }
+    }
+    chimera_status s = data_queries_new(q, buf, n, d, NULL, m, err);
+    cm_free(buf);
+    cm_free(row);
+    return s;
 }

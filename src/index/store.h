@@ -171,6 +171,13 @@ const cJSON *store_manifest(const store *s);
 /* Format version of the opened index (to upgrade older minors). */
 void store_format_version(const store *s, uint32_t *major, uint32_t *minor);
 
+/* Replaces the "meta" object of the index at `dir` (tuned profiles, notes): a new
+ * manifest is written beside the old one, synced and renamed over it, so readers see
+ * one or the other; section files are untouched. An index open elsewhere keeps its
+ * view. @return CHIMERA_OK, _INVALID_ARG (meta not an object), the statuses of
+ * store_info, _IO, _NOMEM. */
+chimera_status store_update_meta(const char *dir, const cJSON *meta, chimera_error *err);
+
 /* Unmaps everything and frees the store. NULL is a no-op. */
 void store_close(store *s);
 

@@ -5,7 +5,9 @@
  * (tiny corpora) the denominator is that count, so a perfect run scores 1. Document
  * ids are compared as strings. NDCG uses the qrels grades as gains with the log2
  * discount and the ideal ordering of that query's qrels. */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,5 +123,56 @@ chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mr
     *mrr10 = mrr / (double)nq;
     *ndcg10 = ndcg / (double)nq;
     if (n_queries) *n_queries = nq;
+    return CHIMERA_OK;
+}
+
+double eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth, uint32_t truth_k,
+                       int64_t n_queries, uint32_t k)
+{
+    double sum = 0;
+    int64_t nq = 0;
+    for (int64_t i = 0; i < n_queries; i++) {
+        const int64_t *t = truth + i * truth_k, *r = run + i * run_k;
+        uint32_t nt = 0;
+        for (uint32_t j = 0; j < k && j < truth_k; j++) nt += t[j] >= 0;
+        if (nt == 0) continue;
+        nq++;
+        uint32_t hit = 0;
+        for (uint32_t a = 0; a < k && a < run_k; a++) {
+            if (r[a] < 0) continue;
+            int dup = 0;
+            for (uint32_t b = 0; b < a; b++) dup |= r[b] == r[a];
+            if (dup) continue;
+            for (uint32_t j = 0; j < nt; j++)
+                if (t[j] == r[a]) {
+                    hit++;
+                    break;
+                }
+        }
+        sum += (double)hit / nt;
+    }
+    return nq ? sum / (double)nq : 0.0;
+}
+
+chimera_status eval_run_ids(const trec_run *run, int64_t n_queries, uint32_t k, int64_t *ids,
+                            chimera_error *err)
+{
+    for (int64_t i = 0; i < n_queries * (int64_t)k; i++) ids[i] = -1;
+    char qid[32];
+    for (int64_t i = 0; i < n_queries; i++) {
+        snprintf(qid, sizeof qid, "%lld", (long long)i);
+        int64_t r = trec_find(run, qid);
+        if (r < 0) continue;
+        int64_t r0 = run->q_off[r], n = run->q_off[r + 1] - r0;
+        for (int64_t j = 0; j < n && j < k; j++) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(run->e[r0 + j].doc, &end, 10);
+            if (errno || *end || v < 0)
+                return cm_fail(err, CHIMERA_ERR_FORMAT, "run: document id '%s' is not an integer",
+                               run->e[r0 + j].doc);
+            ids[i * k + j] = v;
+        }
+    }
     return CHIMERA_OK;
 }
