@@ -270,10 +270,14 @@ int main(int argc, char **argv)
         report("1-bit list, popcount (4-bit q)", k->name, sec, n_list, n_list * b1, bw_dram);
         float mx[M];
         for (int j = 0; j < M; j++) mx[j] = -INFINITY;
-        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max(
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max_pop(
                  k, &qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
              sec);
         report("1-bit doc x32 q, popcount", k->name, sec, n_doc, n_doc * (b1 + 4), bw_dram);
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max_lut(
+                 k, &qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("1-bit doc x32 q, interleaved LUT", k->name, sec, n_doc, n_doc * (b1 + 4), bw_dram);
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max(
                  k, &qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
              sec);

@@ -6,7 +6,10 @@
  * shapes) are compared the same way. Inputs: random codes and queries, encoded tokens,
  * and awkward cases: d not a multiple of 16 or 64 (padded dims 64, 128, 192, 256, 320),
  * token counts 0, 1 and around the 8/16-lane and block boundaries, a zero query, zero
- * residuals (v == c), m = 1 and m not a multiple of 8. A level the CPU lacks prints
+ * residuals (v == c), m = 1 and m not a multiple of 8 (up to 33, past one 32-token
+ * chunk). The 1-bit doc shape's interleaved-LUT kernel must equal scalar bit for bit and
+ * equal the single-token LUT estimates (qm_lut_ip) exactly; its popcount form is checked
+ * against it within the 4-bit query rounding. A level the CPU lacks prints
  * "skipped: <level> not supported by this CPU". */
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +26,52 @@
  * addition, d <= 320 terms, ample margin). */
 #define FLOAT_TOL 1e-5
 
+#define MQ 33 /* query tokens at most (m = 33: m_pad 40, one token past a 32-wide chunk) */
+
 static int close_rel(float a, float b, float scale) { return fabsf(a - b) <= FLOAT_TOL * (1.0f + scale); }
+
+/* The 1-bit doc forms on n tokens with centroids cid (rows of S, ld = m), from -inf and
+ * from a random floor (max-accumulation must keep a floor that no token beats):
+ * - interleaved LUT: the variant equals scalar bit for bit, and both equal the maxima of
+ *   the single-token LUT estimates qm_est1(qc, f, qm_lut_ip(...)) (same sums, same order;
+ *   LUT_TOL would be the fallback, it is not needed);
+ * - popcount: the variant equals scalar bit for bit, and it is within the 4-bit query
+ *   rounding (kappa * delta * d_pad / 4) of the LUT form. */
+static int doc_forms(const quant_kernels *ref, const quant_kernels *k, const quant_qset *qs,
+                     const uint8_t *c1, const quant_f1 *f1, size_t n, const uint32_t *cid,
+                     const float *S, cm_rng *r)
+{
+    uint32_t m = qs->m, D = qs->dim_pad;
+    float la[MQ], lb[MQ], pa[MQ], pb[MQ], want[MQ];
+    int ok = 1;
+    for (int floor_init = 0; floor_init < 2; floor_init++) {
+        for (uint32_t j = 0; j < m; j++) {
+            float f0 = floor_init ? (float)cm_rng_gauss(r) : -INFINITY;
+            la[j] = lb[j] = pa[j] = pb[j] = want[j] = f0;
+        }
+        quant_est1_doc_max_lut(ref, qs, c1, f1, n, cid, S, m, la);
+        quant_est1_doc_max_lut(k, qs, c1, f1, n, cid, S, m, lb);
+        quant_est1_doc_max_pop(ref, qs, c1, f1, n, cid, S, m, pa);
+        quant_est1_doc_max_pop(k, qs, c1, f1, n, cid, S, m, pb);
+        float kmax = 0.0f;
+        for (size_t t = 0; t < n; t++) {
+            float kp = fabsf(qm_f16_to_f32(f1[t].kappa));
+            kmax = kp > kmax ? kp : kmax;
+            for (uint32_t j = 0; j < m; j++) {
+                float ip = qm_lut_ip(qs->lut + (size_t)j * D * 4, c1 + t * D / 8, D);
+                float e = qm_est1(S[cid[t] * m + j], &f1[t], ip);
+                want[j] = e > want[j] ? e : want[j];
+            }
+        }
+        for (uint32_t j = 0; j < m; j++) {
+            ok &= memcmp(&la[j], &lb[j], 4) == 0 && memcmp(&la[j], &want[j], 4) == 0;
+            ok &= memcmp(&pa[j], &pb[j], 4) == 0;
+            float tol = kmax * qs->delta[j] * (float)D / 4.0f + 1e-4f * (1.0f + fabsf(la[j]));
+            ok &= n == 0 ? pa[j] == la[j] : fabsf(pa[j] - la[j]) <= tol;
+        }
+    }
+    return ok;
+}
 
 static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, cm_rng *r)
 {
@@ -31,18 +79,19 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
     CHECK_OK(quant_rotation_init(&rot, dim, 77, NULL), NULL);
     uint32_t D = rot.dim_pad, W = D / 64;
     const size_t NMAX = 67;
-    const uint32_t ms[] = {1, 3, 8, 13, 32};
+    const uint32_t ms[] = {1, 3, 8, 13, 32, MQ};
     float *x = cm_malloc((size_t)NMAX * dim * 4), *vr = cm_malloc((size_t)NMAX * D * 4);
-    float *cr = cm_malloc(D * 4), *q = cm_malloc(32 * dim * 4);
+    float *cr = cm_malloc(D * 4), *q = cm_malloc(MQ * dim * 4);
     uint8_t *c1 = cm_malloc(NMAX * D / 8), *cB = cm_malloc(NMAX * D);
     quant_f1 *f1 = cm_malloc(NMAX * sizeof *f1);
     quant_fB *fB = cm_malloc(NMAX * sizeof *fB);
-    uint32_t *cid = cm_calloc(NMAX, 4);
-    float *S = cm_malloc(32 * 4);
+    uint32_t *cid = cm_calloc(NMAX, 4), *cid4 = cm_malloc(NMAX * 4);
+    float *S = cm_malloc(MQ * 4), *S4 = cm_malloc(4 * MQ * 4); /* 4 centroid rows, ld = m */
+    for (size_t t = 0; t < NMAX; t++) cid4[t] = (uint32_t)cm_rng_below(r, 4);
     quant_qset qs;
-    CHECK_OK(quant_qset_init(&qs, D, 32, NULL), NULL);
-    float *fa = cm_malloc(NMAX * 32 * 4), *fb = cm_malloc(NMAX * 32 * 4);
-    uint32_t *wa = cm_malloc(NMAX * 32 * 4), *wb = cm_malloc(NMAX * 32 * 4), pa[67], pb[67];
+    CHECK_OK(quant_qset_init(&qs, D, MQ, NULL), NULL);
+    float *fa = cm_malloc(NMAX * MQ * 4), *fb = cm_malloc(NMAX * MQ * 4);
+    uint32_t *wa = cm_malloc(NMAX * MQ * 4), *wb = cm_malloc(NMAX * MQ * 4), pa[67], pb[67];
 
     for (uint32_t bits = 1; bits <= 8; bits++) {
         for (size_t i = 0; i < NMAX * dim; i++) x[i] = (float)cm_rng_gauss(r);
@@ -61,10 +110,11 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
             if (m == 3) memset(q, 0, dim * 4); /* a zero query token */
             quant_qset_set(&qs, &rot, q, m);
             for (uint32_t j = 0; j < m; j++) S[j] = (float)cm_rng_gauss(r);
+            for (uint32_t j = 0; j < 4 * m; j++) S4[j] = (float)cm_rng_gauss(r);
             const size_t ns[] = {0, 1, 7, 8, 9, 15, 16, 17, NMAX};
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                 size_t n = ns[ni];
-                int ok_lut = 1, ok_pop = 1, ok_multi = 1, ok_B = 1, ok_est = 1;
+                int ok_lut = 1, ok_pop = 1, ok_multi = 1, ok_B = 1, ok_est = 1, ok_doc = 1;
                 for (uint32_t j = 0; j < m; j++) {
                     const float *lut = qs.lut + (size_t)j * D * 4;
                     ref->ip1_lut(lut, D, c1, n, fa);
@@ -94,12 +144,13 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
                     for (uint32_t c = 0; c < D; c++) sa += fabsf(qj[c]);
                     ok_B &= close_rel(fa[i], fb[i], (float)(1u << bits) * sa);
                 }
-                float ma[32], mb[32], ba[32], bb[32];
+                float ma[MQ], mb[MQ], ba[MQ], bb[MQ];
                 for (uint32_t j = 0; j < m; j++) ma[j] = mb[j] = ba[j] = bb[j] = -INFINITY;
                 quant_est1_doc_max(ref, &qs, c1, f1, n, cid, S, m, ma);
                 quant_est1_doc_max(k, &qs, c1, f1, n, cid, S, m, mb);
                 quant_estB_doc_max(ref, &qs, bits, cB, fB, n, cid, S, m, ba);
                 quant_estB_doc_max(k, &qs, bits, cB, fB, n, cid, S, m, bb);
+                ok_doc &= doc_forms(ref, k, &qs, c1, f1, n, cid4, S4, r);
                 for (uint32_t j = 0; j < m; j++) {
                     ok_est &= memcmp(&ma[j], &mb[j], 4) == 0;
                     ok_est &= n == 0 ? (ba[j] == -INFINITY && bb[j] == -INFINITY)
@@ -110,6 +161,7 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
                 CHECKF(ok_multi, "%s ip1_pop_multi d=%u n=%zu m=%u", k->name, dim, n, m);
                 CHECKF(ok_B, "%s ipB_multi d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
                 CHECKF(ok_est, "%s estimates d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
+                CHECKF(ok_doc, "%s 1-bit doc forms d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
             }
         }
     }
@@ -143,7 +195,9 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
     cm_free(f1);
     cm_free(fB);
     cm_free(cid);
+    cm_free(cid4);
     cm_free(S);
+    cm_free(S4);
     cm_free(fa);
     cm_free(fb);
     cm_free(wa);

@@ -77,9 +77,25 @@ void quant_est1_list(const quant_kernels *kt, const quant_qset *qs, uint32_t j,
     quant_est1_list_pop(kt, qs, j, codes1, f1, n, qc, est);
 }
 
+void quant_est1_doc_max_lut(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                            const quant_f1 *f1, size_t n, const uint32_t *cid,
+                            const float *cscore, size_t ld, float *out_max)
+{
+    if (n == 0 || qs->m == 0) return;
+    table(kt)->doc1_lut_max(qs->lut_t, qs->m_pad, qs->m, qs->dim_pad, codes1, f1, n, cid, cscore,
+                            ld, out_max);
+}
+
 void quant_est1_doc_max(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
                         const quant_f1 *f1, size_t n, const uint32_t *cid, const float *cscore,
                         size_t ld, float *out_max)
+{
+    quant_est1_doc_max_lut(kt, qs, codes1, f1, n, cid, cscore, ld, out_max);
+}
+
+void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                            const quant_f1 *f1, size_t n, const uint32_t *cid,
+                            const float *cscore, size_t ld, float *out_max)
 {
     kt = table(kt);
     uint32_t d = qs->dim_pad, W = qs->n_words, m = qs->m, cb = qm_code1_bytes(d);

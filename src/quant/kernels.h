@@ -21,7 +21,9 @@
  *
  * Default 1-bit list form: the popcount form on the 4-bit query (quant_est1_list); the
  * float-LUT form (quant_est1_list_lut) is exact in the query but slower on CPUs (see
- * bench/bench_quant.c); the GPU backend uses the LUT form. */
+ * bench/bench_quant.c); the GPU backend uses the LUT form. Default 1-bit doc form: the
+ * query-interleaved float LUT (one table row per group and nibble holds all m query
+ * tokens, so one token costs d/4 contiguous vector adds per 8 query tokens). */
 #ifndef CHIMERA_QUANT_KERNELS_H
 #define CHIMERA_QUANT_KERNELS_H
 
@@ -42,6 +44,14 @@ typedef struct quant_kernels {
     /* wsum[t*m + j] for m query tokens; planes_t: [n_words][4][m_pad] (quant_qset). */
     void (*ip1_pop_multi)(const uint64_t *planes_t, size_t m_pad, uint32_t m, uint32_t n_words,
                           const uint8_t *codes, size_t n, uint32_t *wsum, uint32_t *pop);
+    /* The whole 1-bit doc shape on the query-interleaved LUT lut_t ([dim_pad/4][16][m_pad],
+     * quant_qset): for each token t, ip_j = sum over g = 0, 1, ... of its nibble's row
+     * (qm_lut_t_row), e = qm_est(cscore[cid[t]*ld + j], alpha_t, kappa_t, ip_j) evaluated
+     * as (qc + alpha) + kappa * ip without FMA, out_max[j] = max(out_max[j], e) for j < m.
+     * Every variant matches scalar bit for bit, and ip_j equals qm_lut_ip's. */
+    void (*doc1_lut_max)(const float *lut_t, uint32_t m_pad, uint32_t m, uint32_t dim_pad,
+                         const uint8_t *codes, const quant_f1 *f1, size_t n, const uint32_t *cid,
+                         const float *cscore, size_t ld, float *out_max);
     /* ip[t*m + j] = <T_t - (2^B-1)/2, q'_j>; q: [m][dim_pad] rotated query tokens. */
     void (*ipB_multi)(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bits,
                       const uint8_t *codes, size_t n, float *ip);
@@ -66,10 +76,19 @@ void quant_est1_list_lut(const quant_kernels *kt, const quant_qset *qs, uint32_t
                          const uint8_t *codes1, const quant_f1 *f1, size_t n, float qc,
                          float *est);
 
-/* doc shape, 1-bit (popcount form), max-accumulated into out_max[qs->m]. */
+/* doc shape, 1-bit, max-accumulated into out_max[qs->m]. Default form: the
+ * query-interleaved float LUT (quant_est1_doc_max_lut), exact in the query and several
+ * times faster than the popcount form on the 4-bit query (quant_est1_doc_max_pop), which
+ * is kept for comparison (bench/bench_quant.c). */
 void quant_est1_doc_max(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
                         const quant_f1 *f1, size_t n, const uint32_t *cid, const float *cscore,
                         size_t ld, float *out_max);
+void quant_est1_doc_max_lut(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                            const quant_f1 *f1, size_t n, const uint32_t *cid,
+                            const float *cscore, size_t ld, float *out_max);
+void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                            const quant_f1 *f1, size_t n, const uint32_t *cid,
+                            const float *cscore, size_t ld, float *out_max);
 
 /* full shape, B-bit codes, max-accumulated into out_max[qs->m]. */
 void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,

@@ -8,6 +8,7 @@
  * ip1_pop / ip1_pop_multi: the shared per-token body with the POPCNT instruction. A
  * pshufb nibble-count vectorisation was not tried: POPCNT already retires 1-4 per cycle
  * and the loop is a handful of them per 64 dims.
+ * doc1_lut_max: the 1-bit doc shape on the query-interleaved LUT (see its section).
  * ipB_multi: the token is unpacked once to centred floats, then one 8-wide FMA dot per
  * query token (float sums in another order than scalar: tested with a tolerance). */
 #include <immintrin.h>
@@ -65,6 +66,108 @@ static void ip1_pop_multi(const uint64_t *pt, size_t mp, uint32_t m, uint32_t W,
     }
 }
 
+/* ---- doc shape on the query-interleaved LUT ----
+ * Query tokens are taken 32 at a time (NV <= 4 vectors of 8, the last one masked) and
+ * their running maxima stay in registers across the document's tokens. Tokens go two
+ * at a time so that 2 * NV independent add chains hide the add latency (one chain per
+ * lane is the fixed summation order, so chains cannot be split within a token). The
+ * epilogue is (qc + alpha) + kappa * ip with separate mul and add, as in scalar. */
+
+static inline __attribute__((always_inline)) void
+doc1_chunk(const float *T, uint32_t mp, uint32_t G, uint32_t cb, const uint8_t *codes,
+           const quant_f1 *f1, size_t n, const uint32_t *cid, const float *cscore, size_t ld,
+           float *out_max, uint32_t j0, uint32_t left, const int NV)
+{
+    __m256i mask[4];
+    __m256 mx[4];
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < NV; v++) {
+        mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left - 8 * v), lane);
+        mx[v] = _mm256_maskload_ps(out_max + j0 + 8 * v, mask[v]);
+    }
+    /* off[nib]: the row of a nibble within its group (indexing beats a multiply). */
+    size_t off[16];
+    for (unsigned v = 0; v < 16; v++) off[v] = (size_t)v * mp;
+    const float *Tj = T + j0;
+    size_t t = 0;
+    for (; t + 2 <= n; t += 2) {
+        const uint8_t *c0 = codes + t * cb, *c1 = c0 + cb;
+        __m256 a0[4], a1[4];
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < NV; v++) a0[v] = a1[v] = _mm256_setzero_ps();
+        const float *Tg = Tj;
+        for (uint32_t k = 0; k < cb; k++, Tg += 32 * (size_t)mp) {
+            unsigned b0 = c0[k], b1 = c1[k];
+            const float *r0 = Tg + off[b0 & 15u], *r1 = Tg + off[b1 & 15u];
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) {
+                a0[v] = _mm256_add_ps(a0[v], _mm256_load_ps(r0 + 8 * v));
+                a1[v] = _mm256_add_ps(a1[v], _mm256_load_ps(r1 + 8 * v));
+            }
+            r0 = Tg + 16 * (size_t)mp + off[b0 >> 4];
+            r1 = Tg + 16 * (size_t)mp + off[b1 >> 4];
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) {
+                a0[v] = _mm256_add_ps(a0[v], _mm256_load_ps(r0 + 8 * v));
+                a1[v] = _mm256_add_ps(a1[v], _mm256_load_ps(r1 + 8 * v));
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 2; k++) {
+            const quant_f1 *f = &f1[t + k];
+            __m256 al = _mm256_set1_ps(qm_f16_to_f32(f->alpha));
+            __m256 ka = _mm256_set1_ps(qm_f16_to_f32(f->kappa));
+            const float *cs = cscore + (size_t)cid[t + k] * ld + j0;
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) {
+                __m256 q = _mm256_maskload_ps(cs + 8 * v, mask[v]);
+                __m256 e = _mm256_add_ps(_mm256_add_ps(q, al),
+                                         _mm256_mul_ps(ka, k ? a1[v] : a0[v]));
+                mx[v] = _mm256_max_ps(e, mx[v]);
+            }
+        }
+    }
+    for (; t < n; t++) {
+        const uint8_t *c0 = codes + t * cb;
+        __m256 a0[4];
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < NV; v++) a0[v] = _mm256_setzero_ps();
+        for (uint32_t g = 0; g < G; g++) {
+            const float *r0 = Tj + (size_t)(16 * g + ((c0[g >> 1] >> ((g & 1) * 4)) & 15u)) * mp;
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) a0[v] = _mm256_add_ps(a0[v], _mm256_load_ps(r0 + 8 * v));
+        }
+        __m256 al = _mm256_set1_ps(qm_f16_to_f32(f1[t].alpha));
+        __m256 ka = _mm256_set1_ps(qm_f16_to_f32(f1[t].kappa));
+        const float *cs = cscore + (size_t)cid[t] * ld + j0;
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < NV; v++) {
+            __m256 q = _mm256_maskload_ps(cs + 8 * v, mask[v]);
+            __m256 e = _mm256_add_ps(_mm256_add_ps(q, al), _mm256_mul_ps(ka, a0[v]));
+            mx[v] = _mm256_max_ps(e, mx[v]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < NV; v++) _mm256_maskstore_ps(out_max + j0 + 8 * v, mask[v], mx[v]);
+}
+
+static void doc1_lut_max(const float *T, uint32_t mp, uint32_t m, uint32_t dim_pad,
+                         const uint8_t *codes, const quant_f1 *f1, size_t n, const uint32_t *cid,
+                         const float *cscore, size_t ld, float *out_max)
+{
+    uint32_t G = dim_pad / 4, cb = qm_code1_bytes(dim_pad);
+    for (uint32_t j0 = 0; j0 < m; j0 += 32) {
+        uint32_t left = m - j0, nv = left >= 32 ? 4 : (left + 7) / 8;
+        switch (nv) {
+        case 4: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 4); break;
+        case 3: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 3); break;
+        case 2: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 2); break;
+        default: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 1); break;
+        }
+    }
+}
+
 /* u[0..d) = T_i - offset, 32 dims per step for nibbles, 8 for bytes. */
 static void unpackB(const uint8_t *code, uint32_t bits, uint32_t d, float *u)
 {
@@ -115,4 +218,5 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-const quant_kernels quant_kernels_avx2 = {"avx2", ip1_lut, ip1_pop, ip1_pop_multi, ipB_multi};
+const quant_kernels quant_kernels_avx2 = {"avx2",       ip1_lut,      ip1_pop,
+                                          ip1_pop_multi, doc1_lut_max, ipB_multi};

@@ -7,6 +7,8 @@
  * n_words to divide 8. XXX: not measured (the development machine has no AVX-512).
  * ip1_pop_multi: 8 query tokens per vector against one broadcast code word (the
  * interleaved planes make those 8 words contiguous).
+ * doc1_lut_max: the 1-bit doc shape on the query-interleaved LUT, 16 query tokens per
+ * vector (see its section).
  * ipB_multi: unpack to centred floats, 16-wide FMA dot per query token. */
 #include <immintrin.h>
 
@@ -93,6 +95,106 @@ static void ip1_pop_multi(const uint64_t *pt, size_t mp, uint32_t m, uint32_t W,
     }
 }
 
+/* ---- doc shape on the query-interleaved LUT (parallel to kernels_avx2.c) ----
+ * 64 query tokens per chunk (NV <= 4 vectors of 16); every load is masked to j < m, which
+ * also keeps a last half vector (m_pad % 16 == 8) inside the table. */
+
+static inline __attribute__((always_inline)) void
+doc1_chunk(const float *T, uint32_t mp, uint32_t G, uint32_t cb, const uint8_t *codes,
+           const quant_f1 *f1, size_t n, const uint32_t *cid, const float *cscore, size_t ld,
+           float *out_max, uint32_t j0, uint32_t left, const int NV)
+{
+    __mmask16 mask[4];
+    __m512 mx[4];
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < NV; v++) {
+        uint32_t l = left - 16u * (uint32_t)v;
+        mask[v] = l >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1u);
+        mx[v] = _mm512_maskz_loadu_ps(mask[v], out_max + j0 + 16 * v);
+    }
+    /* off[nib]: the row of a nibble within its group (indexing beats a multiply). */
+    size_t off[16];
+    for (unsigned v = 0; v < 16; v++) off[v] = (size_t)v * mp;
+    const float *Tj = T + j0;
+    size_t t = 0;
+    for (; t + 2 <= n; t += 2) {
+        const uint8_t *c0 = codes + t * cb, *c1 = c0 + cb;
+        __m512 a0[4], a1[4];
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < NV; v++) a0[v] = a1[v] = _mm512_setzero_ps();
+        const float *Tg = Tj;
+        for (uint32_t k = 0; k < cb; k++, Tg += 32 * (size_t)mp) {
+            unsigned b0 = c0[k], b1 = c1[k];
+            const float *r0 = Tg + off[b0 & 15u], *r1 = Tg + off[b1 & 15u];
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) {
+                a0[v] = _mm512_add_ps(a0[v], _mm512_maskz_loadu_ps(mask[v], r0 + 16 * v));
+                a1[v] = _mm512_add_ps(a1[v], _mm512_maskz_loadu_ps(mask[v], r1 + 16 * v));
+            }
+            r0 = Tg + 16 * (size_t)mp + off[b0 >> 4];
+            r1 = Tg + 16 * (size_t)mp + off[b1 >> 4];
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) {
+                a0[v] = _mm512_add_ps(a0[v], _mm512_maskz_loadu_ps(mask[v], r0 + 16 * v));
+                a1[v] = _mm512_add_ps(a1[v], _mm512_maskz_loadu_ps(mask[v], r1 + 16 * v));
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 2; k++) {
+            const quant_f1 *f = &f1[t + k];
+            __m512 al = _mm512_set1_ps(qm_f16_to_f32(f->alpha));
+            __m512 ka = _mm512_set1_ps(qm_f16_to_f32(f->kappa));
+            const float *cs = cscore + (size_t)cid[t + k] * ld + j0;
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++) {
+                __m512 q = _mm512_maskz_loadu_ps(mask[v], cs + 16 * v);
+                __m512 e = _mm512_add_ps(_mm512_add_ps(q, al),
+                                         _mm512_mul_ps(ka, k ? a1[v] : a0[v]));
+                mx[v] = _mm512_max_ps(e, mx[v]);
+            }
+        }
+    }
+    for (; t < n; t++) {
+        const uint8_t *c0 = codes + t * cb;
+        __m512 a0[4];
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < NV; v++) a0[v] = _mm512_setzero_ps();
+        for (uint32_t g = 0; g < G; g++) {
+            const float *r0 = Tj + (size_t)(16 * g + ((c0[g >> 1] >> ((g & 1) * 4)) & 15u)) * mp;
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < NV; v++)
+                a0[v] = _mm512_add_ps(a0[v], _mm512_maskz_loadu_ps(mask[v], r0 + 16 * v));
+        }
+        __m512 al = _mm512_set1_ps(qm_f16_to_f32(f1[t].alpha));
+        __m512 ka = _mm512_set1_ps(qm_f16_to_f32(f1[t].kappa));
+        const float *cs = cscore + (size_t)cid[t] * ld + j0;
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < NV; v++) {
+            __m512 q = _mm512_maskz_loadu_ps(mask[v], cs + 16 * v);
+            __m512 e = _mm512_add_ps(_mm512_add_ps(q, al), _mm512_mul_ps(ka, a0[v]));
+            mx[v] = _mm512_max_ps(e, mx[v]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(out_max + j0 + 16 * v, mask[v], mx[v]);
+}
+
+static void doc1_lut_max(const float *T, uint32_t mp, uint32_t m, uint32_t dim_pad,
+                         const uint8_t *codes, const quant_f1 *f1, size_t n, const uint32_t *cid,
+                         const float *cscore, size_t ld, float *out_max)
+{
+    uint32_t G = dim_pad / 4, cb = qm_code1_bytes(dim_pad);
+    for (uint32_t j0 = 0; j0 < m; j0 += 64) {
+        uint32_t left = m - j0, nv = left >= 64 ? 4 : (left + 15) / 16;
+        switch (nv) {
+        case 4: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 4); break;
+        case 3: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 3); break;
+        case 2: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 2); break;
+        default: doc1_chunk(T, mp, G, cb, codes, f1, n, cid, cscore, ld, out_max, j0, left, 1); break;
+        }
+    }
+}
+
 static void unpackB(const uint8_t *code, uint32_t bits, uint32_t d, float *u)
 {
     const __m512 off = _mm512_set1_ps(qm_codeB_offset(bits));
@@ -137,5 +239,5 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-const quant_kernels quant_kernels_avx512 = {"avx512", ip1_lut, ip1_pop, ip1_pop_multi,
-                                            ipB_multi};
+const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
+                                            ip1_pop_multi, doc1_lut_max, ipB_multi};

@@ -1,6 +1,7 @@
 /* Scalar reference kernels (RaBitQ inner products, REFERENCE.md 1.10): the definition
  * that the SIMD variants are tested against. Straight loops in the summation order the
- * variants reproduce: the LUT sum runs over groups in order, per token. */
+ * variants reproduce: the LUT sum runs over groups in order, per token (and per query
+ * token in the doc form), and the estimate is (qc + alpha) + kappa * ip, unfused. */
 #include "quant/kernels_impl.h"
 #include "core/alloc.h"
 
@@ -27,6 +28,28 @@ static void ip1_pop_multi(const uint64_t *pt, size_t mp, uint32_t m, uint32_t W,
     }
 }
 
+static void doc1_lut_max(const float *T, uint32_t mp, uint32_t m, uint32_t dim_pad,
+                         const uint8_t *codes, const quant_f1 *f1, size_t n, const uint32_t *cid,
+                         const float *cscore, size_t ld, float *out_max)
+{
+    float ip[QUANT_QTOK_MAX];
+    uint32_t cb = qm_code1_bytes(dim_pad), G = dim_pad / 4;
+    for (size_t t = 0; t < n; t++) {
+        const uint8_t *code = codes + t * cb;
+        for (uint32_t j = 0; j < m; j++) ip[j] = 0.0f;
+        for (uint32_t g = 0; g < G; g++) {
+            const float *row = qm_lut_t_row(T, mp, code, g);
+            for (uint32_t j = 0; j < m; j++) ip[j] += row[j];
+        }
+        float alpha = qm_f16_to_f32(f1[t].alpha), kappa = qm_f16_to_f32(f1[t].kappa);
+        const float *cs = cscore + (size_t)cid[t] * ld;
+        for (uint32_t j = 0; j < m; j++) {
+            float e = qm_est(cs[j], alpha, kappa, ip[j]);
+            out_max[j] = e > out_max[j] ? e : out_max[j];
+        }
+    }
+}
+
 static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bits,
                       const uint8_t *codes, size_t n, float *ip)
 {
@@ -44,4 +67,4 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
 }
 
 const quant_kernels quant_kernels_scalar = {"scalar", ip1_lut, ip1_pop, ip1_pop_multi,
-                                            ipB_multi};
+                                            doc1_lut_max, ipB_multi};

@@ -30,6 +30,12 @@
  *                 The nibble of group g is (byte[g/2] >> 4*(g%2)) & 15 of the 1-bit
  *                 plane, so sum_g L_g[nibble_g] = <b - 1/2, q'> directly (the table is
  *                 centred, which removes the -S_q/2 term and its cancellation).
+ *   query-interleaved LUT (doc shape) for m query tokens padded to m_pad (a multiple
+ *                 of 8): T[(16 g + nib) * m_pad + j] = entry nib of group g of token j's
+ *                 LUT, zero for j >= m. One document token adds, for g = 0, 1, ..., the
+ *                 contiguous row of its nibble into m_pad accumulators, which gives
+ *                 <b - 1/2, q'_j> for every j at once, summed per lane in the order of
+ *                 qm_lut_ip (so the doc and list forms agree bit for bit).
  *   4-bit query   q'_i ~= vlow + delta * qu_i, qu_i in 0..15, stored as 4 bit-planes
  *                 (plane p holds bit p of every qu_i in the 1-bit layout).
  */
@@ -132,6 +138,21 @@ QM_HD static inline float qm_lut_ip(const float *lut, const uint8_t *code, uint3
     for (uint32_t g = 0; g < dim_pad / 4; g++)
         acc += lut[16 * g + ((code[g >> 1] >> ((g & 1) * 4)) & 15u)];
     return acc;
+}
+
+/* Copies the LUT of query token j (qm_lut_build layout) into column j of the
+ * query-interleaved table T (layout above). */
+QM_HD static inline void qm_lut_interleave(const float *lut, uint32_t dim_pad, uint32_t j,
+                                           uint32_t m_pad, float *T)
+{
+    for (uint32_t r = 0; r < dim_pad * 4; r++) T[(uint64_t)r * m_pad + j] = lut[r];
+}
+
+/* Row of T that group g of a 1-bit code selects (m_pad floats). */
+QM_HD static inline const float *qm_lut_t_row(const float *T, uint32_t m_pad, const uint8_t *code,
+                                              uint32_t g)
+{
+    return T + (uint64_t)(16 * g + ((code[g >> 1] >> ((g & 1) * 4)) & 15u)) * m_pad;
 }
 
 /* Quantises a rotated query token to 4 bits per dim, uniformly between its min and max

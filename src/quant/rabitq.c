@@ -245,12 +245,13 @@ chimera_status quant_qset_init(quant_qset *qs, uint32_t dim_pad, uint32_t m_cap,
     size_t mp = qs->m_pad;
     qs->q = cm_aligned_alloc(64, mp * dim_pad * sizeof(float));
     qs->lut = cm_aligned_alloc(64, mp * dim_pad * 4 * sizeof(float));
+    qs->lut_t = cm_aligned_alloc(64, mp * dim_pad * 4 * sizeof(float));
     qs->planes = cm_aligned_alloc(64, mp * 4 * qs->n_words * sizeof(uint64_t));
     qs->planes_t = cm_aligned_alloc(64, mp * 4 * qs->n_words * sizeof(uint64_t));
     qs->delta = cm_aligned_alloc(64, mp * sizeof(float));
     qs->vlow = cm_aligned_alloc(64, mp * sizeof(float));
     qs->sum_qu = cm_aligned_alloc(64, mp * sizeof(int32_t));
-    if (!qs->q || !qs->lut || !qs->planes || !qs->planes_t || !qs->delta || !qs->vlow ||
+    if (!qs->q || !qs->lut || !qs->lut_t || !qs->planes || !qs->planes_t || !qs->delta || !qs->vlow ||
         !qs->sum_qu) {
         quant_qset_free(qs);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "query set: out of memory");
@@ -262,6 +263,7 @@ void quant_qset_free(quant_qset *qs)
 {
     cm_free(qs->q);
     cm_free(qs->lut);
+    cm_free(qs->lut_t);
     cm_free(qs->planes);
     cm_free(qs->planes_t);
     cm_free(qs->delta);
@@ -277,6 +279,7 @@ static void qset_finish(quant_qset *qs, uint32_t m)
     size_t mp = qs->m_pad;
     memset(qs->q + (size_t)m * d, 0, (mp - m) * d * sizeof(float));
     memset(qs->lut, 0, mp * d * 4 * sizeof(float));
+    memset(qs->lut_t, 0, mp * d * 4 * sizeof(float));
     memset(qs->planes, 0, mp * 4 * W * sizeof(uint64_t));
     memset(qs->planes_t, 0, mp * 4 * W * sizeof(uint64_t));
     memset(qs->delta, 0, mp * sizeof(float));
@@ -286,6 +289,7 @@ static void qset_finish(quant_qset *qs, uint32_t m)
     for (uint32_t j = 0; j < m; j++) {
         const float *q = qs->q + (size_t)j * d;
         qm_lut_build(q, d, qs->lut + (size_t)j * d * 4);
+        qm_lut_interleave(qs->lut + (size_t)j * d * 4, d, j, (uint32_t)mp, qs->lut_t);
         qm_query4(q, d, qs->planes + (size_t)j * 4 * W, 1, &qs->delta[j], &qs->vlow[j],
                   &qs->sum_qu[j]);
         /* The interleaved copy: word w of plane p of token j at [(w*4 + p) * m_pad + j]. */

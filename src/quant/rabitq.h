@@ -6,7 +6,8 @@
  * (B = 1..8). The MSB plane of the B-bit code equals the 1-bit plane, so an index may
  * keep only the B-bit codes on the host and extract the GPU plane with
  * quant_codeB_msb(). A query set holds everything the kernels need for m query tokens:
- * rotated tokens, LUTs and 4-bit planes, built once per query into reused buffers. */
+ * rotated tokens, LUTs (per token and query-interleaved) and 4-bit planes, built once per
+ * query into reused buffers. */
 #ifndef CHIMERA_QUANT_RABITQ_H
 #define CHIMERA_QUANT_RABITQ_H
 
@@ -52,12 +53,16 @@ void quant_codeB_msb(uint32_t dim_pad, uint32_t bits, size_t n, const uint8_t *c
                      uint8_t *codes1);
 
 /* Per-query state for m <= m_cap query tokens. Buffers are 64-byte aligned; rows beyond m
- * (up to m_pad = m_cap rounded up to 8) are zero so SIMD kernels may read whole vectors. */
+ * (up to m_pad = m_cap rounded up to 8) are zero so SIMD kernels may read whole vectors.
+ * Memory: about m_pad * dim_pad * 36 bytes, of which lut and lut_t take 16 each
+ * (lut_t: 64 KiB at dim_pad = 128, m_cap = 32, so it stays in L2 while a query's
+ * documents are scored; 1.3 MiB at the caps dim_pad = 320, m_cap = 256). */
 typedef struct quant_qset {
     uint32_t dim_pad, n_words; /* n_words = dim_pad / 64 */
     uint32_t m, m_cap, m_pad;
     float *q;          /* [m_cap][dim_pad] rotated tokens */
     float *lut;        /* [m_cap][dim_pad/4][16] centred LUTs */
+    float *lut_t;      /* [dim_pad/4][16][m_pad]: query-interleaved LUTs (1-bit doc kernel) */
     uint64_t *planes;  /* [m_cap][4][n_words]: token-major 4-bit planes (list kernels) */
     uint64_t *planes_t; /* [n_words][4][m_pad]: query-interleaved planes (doc kernels) */
     float *delta, *vlow;
