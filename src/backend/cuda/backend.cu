@@ -1,0 +1,524 @@
+// The CUDA backend (backend.h): residency, per-worker query state, and the stage entry
+// points of the vtable; the kernels are in centroid.cu, refine.cu, docscore.cu, topk.cu.
+//
+// Residency: upload copies every be_resident array once (cudaMalloc + cudaMemcpy) after
+// checking that the resident bytes plus every worker's scratch fit in
+// be_config.device_memory_budget (0: the device's free memory less a reserve for the
+// context and cuBLAS); when they do not, it fails with CHIMERA_ERR_DEVICE and both
+// numbers, before allocating anything, so search/ can fall back to the CPU backend.
+//
+//   resident = 4*K*dim (centroids) + 4*K*degree + 4*n_entry (graph) + 8*(K+1) (post_off)
+//            + N*(4 + 2*dim_pad/8 + 2*6 + 4) (post_doc, both 1-bit planes and factors,
+//              tok_cid) + 8*(D+1) (doc_off) + ceil(D/8) (deleted)
+//   worker   = 4*max_m*(dim + dim_pad + 4*dim_pad) (query, rotated query, LUTs)
+//            + 8*K*max_m (S in both layouts) + 8*max_m*max_probe (probes)
+//            + D*(4*max_m + 16) (refinement table, flag, touched list, selection key)
+//            + 8*next_pow2(max_refine) + 8*max_refine + small
+//   pinned host per worker = 4*max_m*(dim + dim_pad) + 8*max(max_refine, max_m*max_probe)
+//
+// Per query, per worker: the query tokens go up twice over (as given, for the centroid
+// scores, and rotated on the host by quant_rotate, for the LUTs: m*(dim + dim_pad)*4
+// bytes, 32 KiB at m = 32, d = 128; rotating on the device would halve that), probe ids
+// and scores come down only when the caller asks for them, refinement results
+// (8*k_refine bytes + 16) and document scores (4 bytes each, after 4 bytes of id up)
+// come down. S stays on the device (host_centroid_scores is NULL).
+//
+// Each worker has its own stream, cuBLAS handle, pinned buffers and CUDA events around
+// each stage; the stage times (device time between the events) and transfer bytes are
+// totalled per worker and printed at release when CHIMERA_CUDA_PROFILE is set. With
+// CHIMERA_CUDA_POISON set, every device output buffer is filled with 0xff bytes before
+// the kernels that write it, so a result a kernel failed to write shows up as NaN /
+// UINT32_MAX instead of a stale value (the tests set it).
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_api.h"
+#include "core/alloc.h" // last: poisons malloc/free
+}
+
+#define CU_MEM_RESERVE ((size_t)256 << 20) // context, cuBLAS workspaces, fragmentation
+
+static const char *const stage_name[CU_N_STAGES] = {"query_begin", "probe", "refine", "score1"};
+
+// ---- sizes ---------------------------------------------------------------------------
+
+static size_t resident_bytes(const be_resident *r)
+{
+    size_t K = r->n_clusters, N = (size_t)r->n_tokens, D = (size_t)r->n_docs, cb = r->dim_pad / 8;
+    return 4 * K * r->dim + 4 * K * r->degree + 4 * (size_t)r->n_entry + 8 * (K + 1) +
+           N * (4 + 2 * cb + 2 * sizeof(quant_f1) + 4) + 8 * (D + 1) + (D + 7) / 8;
+}
+
+static size_t host_ids_cap(const be_config *cfg)
+{
+    size_t a = cfg->max_refine, b = (size_t)cfg->max_m * cfg->max_probe;
+    return a > b ? a : b;
+}
+
+static size_t worker_bytes(const be_resident *r, const be_config *cfg)
+{
+    size_t mm = cfg->max_m, K = r->n_clusters, D = (size_t)r->n_docs;
+    return 4 * mm * (r->dim + r->dim_pad + 4 * (size_t)r->dim_pad) + 8 * K * mm +
+           8 * mm * cfg->max_probe + D * (4 * mm + 16) + 4 * mm +
+           8 * (size_t)cu_next_pow2(cfg->max_refine) + 8 * (size_t)cfg->max_refine +
+           sizeof(cu_refine_counters) + sizeof(cu_sel_state) + 4 * CU_RADIX_BINS;
+}
+
+// ---- release -------------------------------------------------------------------------
+
+// Teardown cannot report: errors are cleared and ignored.
+#define CU_IGNORE(stmt)                                                                        \
+    do {                                                                                       \
+        if ((stmt) != cudaSuccess) cudaGetLastError();                                         \
+    } while (0)
+
+static void dfree(void *p)
+{
+    if (p) CU_IGNORE(cudaFree(p));
+}
+
+static void print_profile(const cu_ctx *c)
+{
+    for (int i = 0; i < c->n_workers_init; i++) {
+        const cu_worker *w = &c->w[i];
+        uint64_t nq = w->stage_calls[CU_ST_BEGIN];
+        fprintf(stderr, "cuda worker %d: %llu queries", i, (unsigned long long)nq);
+        for (int s = 0; s < CU_N_STAGES; s++)
+            fprintf(stderr, ", %s %.3f ms/call (%llu)", stage_name[s],
+                    w->stage_calls[s] ? w->stage_ms[s] / (double)w->stage_calls[s] : 0.0,
+                    (unsigned long long)w->stage_calls[s]);
+        if (nq)
+            fprintf(stderr, ", %.1f B up / %.1f B down per query",
+                    (double)w->bytes_up / (double)nq, (double)w->bytes_down / (double)nq);
+        fputc('\n', stderr);
+    }
+}
+
+static void cu_release(void *vctx)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    if (!c) return;
+    if (c->w) {
+        const char *prof = getenv("CHIMERA_CUDA_PROFILE");
+        if (prof && *prof && strcmp(prof, "0") != 0) print_profile(c);
+        for (int i = 0; i < c->cfg.n_workers; i++) {
+            cu_worker *w = &c->w[i];
+            if (w->stream) CU_IGNORE(cudaStreamSynchronize(w->stream));
+            dfree(w->d_q);
+            dfree(w->d_qrot);
+            dfree(w->d_lut);
+            dfree(w->d_S_km);
+            dfree(w->d_S_mk);
+            dfree(w->d_probe_cid);
+            dfree(w->d_probe_qc);
+            dfree(w->d_M);
+            dfree(w->d_flag);
+            dfree(w->d_touched);
+            dfree(w->d_cand);
+            dfree(w->d_minkey);
+            dfree(w->d_cnt);
+            dfree(w->d_sel);
+            dfree(w->d_hist);
+            dfree(w->d_sel_out);
+            dfree(w->d_out_ids);
+            dfree(w->d_out_scores);
+            if (w->h_q) CU_IGNORE(cudaFreeHost(w->h_q));
+            if (w->h_ids) CU_IGNORE(cudaFreeHost(w->h_ids));
+            if (w->h_scores) CU_IGNORE(cudaFreeHost(w->h_scores));
+            if (w->h_cnt) CU_IGNORE(cudaFreeHost(w->h_cnt));
+            for (int s = 0; s < CU_N_STAGES; s++)
+                for (int e = 0; e < 2; e++)
+                    if (w->ev[s][e]) CU_IGNORE(cudaEventDestroy(w->ev[s][e]));
+            if (w->ev_up) CU_IGNORE(cudaEventDestroy(w->ev_up));
+            if (w->blas) cublasDestroy(w->blas);
+            if (w->stream) CU_IGNORE(cudaStreamDestroy(w->stream));
+        }
+        cm_free(c->w);
+    }
+    cu_resident *r = &c->r;
+    dfree(r->centroids);
+    dfree(r->graph_adj);
+    dfree(r->graph_entry);
+    dfree(r->post_off);
+    dfree(r->post_doc);
+    dfree(r->c1_codes);
+    dfree(r->d1_codes);
+    dfree(r->c1_fact);
+    dfree(r->d1_fact);
+    dfree(r->tok_cid);
+    dfree(r->doc_off);
+    dfree(r->deleted);
+    cm_free(c);
+}
+
+// ---- upload --------------------------------------------------------------------------
+
+template <class T>
+static chimera_status dalloc(T **p, size_t count, chimera_error *err)
+{
+    *p = nullptr;
+    if (count == 0) return CHIMERA_OK;
+    CUDA_CHECK(cudaMalloc((void **)p, count * sizeof(T)));
+    return CHIMERA_OK;
+}
+
+template <class T>
+static chimera_status dup(T **p, const T *src, size_t count, chimera_error *err)
+{
+    CM_TRY(dalloc(p, count, err));
+    if (count == 0) return CHIMERA_OK;
+    if (!src)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: a resident array is NULL");
+    CUDA_CHECK(cudaMemcpy(*p, src, count * sizeof(T), cudaMemcpyHostToDevice));
+    return CHIMERA_OK;
+}
+
+static chimera_status worker_init(cu_ctx *c, cu_worker *w, chimera_error *err)
+{
+    const be_config *cfg = &c->cfg;
+    size_t mm = cfg->max_m, K = c->r.n_clusters, D = (size_t)c->r.n_docs;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&w->blas));
+    CUBLAS_CHECK(cublasSetStream(w->blas, w->stream));
+    CUBLAS_CHECK(cublasSetMathMode(w->blas, CUBLAS_DEFAULT_MATH));
+    for (int s = 0; s < CU_N_STAGES; s++)
+        for (int e = 0; e < 2; e++) CUDA_CHECK(cudaEventCreate(&w->ev[s][e]));
+    CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_up, cudaEventDisableTiming));
+    CM_TRY(dalloc(&w->d_q, mm * c->r.dim, err));
+    CM_TRY(dalloc(&w->d_qrot, mm * c->r.dim_pad, err));
+    CM_TRY(dalloc(&w->d_lut, mm * c->r.dim_pad * 4, err));
+    CM_TRY(dalloc(&w->d_S_km, K * mm, err));
+    CM_TRY(dalloc(&w->d_S_mk, K * mm, err));
+    CM_TRY(dalloc(&w->d_probe_cid, mm * cfg->max_probe, err));
+    CM_TRY(dalloc(&w->d_probe_qc, mm * cfg->max_probe, err));
+    CM_TRY(dalloc(&w->d_M, D * mm, err));
+    CM_TRY(dalloc(&w->d_flag, D, err));
+    CM_TRY(dalloc(&w->d_touched, D, err));
+    CM_TRY(dalloc(&w->d_cand, D, err));
+    CM_TRY(dalloc(&w->d_minkey, mm, err));
+    CM_TRY(dalloc(&w->d_cnt, 1, err));
+    CM_TRY(dalloc(&w->d_sel, 1, err));
+    CM_TRY(dalloc(&w->d_hist, CU_RADIX_BINS, err));
+    CM_TRY(dalloc(&w->d_sel_out, cu_next_pow2(cfg->max_refine), err));
+    CM_TRY(dalloc(&w->d_out_ids, cfg->max_refine, err));
+    CM_TRY(dalloc(&w->d_out_scores, cfg->max_refine, err));
+    CUDA_CHECK(cudaHostAlloc((void **)&w->h_q, mm * (c->r.dim + c->r.dim_pad) * sizeof(float),
+                             cudaHostAllocDefault));
+    CUDA_CHECK(cudaHostAlloc((void **)&w->h_ids, host_ids_cap(cfg) * sizeof(uint32_t),
+                             cudaHostAllocDefault));
+    CUDA_CHECK(cudaHostAlloc((void **)&w->h_scores, host_ids_cap(cfg) * sizeof(float),
+                             cudaHostAllocDefault));
+    CUDA_CHECK(cudaHostAlloc((void **)&w->h_cnt, sizeof *w->h_cnt, cudaHostAllocDefault));
+    // Between queries every cell of the table is "no estimate" and every flag 0.
+    CM_TRY(cu_fill_i32(w->stream, w->d_M, D * mm, CU_KEY_EMPTY_MAX, err));
+    if (D) CUDA_CHECK(cudaMemsetAsync(w->d_flag, 0, D * sizeof(uint32_t), w->stream));
+    CUDA_CHECK(cudaMemsetAsync(w->d_hist, 0, CU_RADIX_BINS * sizeof(uint32_t), w->stream));
+    CUDA_CHECK(cudaStreamSynchronize(w->stream));
+    return CHIMERA_OK;
+}
+
+static chimera_status cu_upload(void *vctx, const be_resident *r, const be_config *cfg,
+                                chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    if (c->w) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: upload called twice");
+    c->cfg = *cfg;
+    if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
+    if (cfg->max_m == 0 || cfg->max_m > QUANT_QTOK_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: max_m %u (1..%d)",
+                       cfg->max_m, QUANT_QTOK_MAX);
+    if (cfg->max_probe == 0 || cfg->max_probe > CU_MAX_PROBE)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: max_probe %u (1..%d)",
+                       cfg->max_probe, CU_MAX_PROBE);
+    if (cfg->max_refine == 0 || cfg->max_refine > (1u << 24))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: max_refine %u (1..2^24)",
+                       cfg->max_refine);
+    if (r->dim == 0 || r->dim_pad % 64 != 0 || r->dim_pad < r->dim || r->dim_pad > QUANT_DIM_MAX)
+        return cm_fail(err, CHIMERA_ERR_DIM, "cuda backend: dim %u, dim_pad %u", r->dim, r->dim_pad);
+    if (r->n_clusters == 0 || r->n_clusters >= (1u << 31))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: %u clusters (1..2^31-1)",
+                       r->n_clusters);
+    if (r->n_docs < 0 || r->n_docs >= (int64_t)UINT32_MAX || r->n_tokens < 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: %lld documents",
+                       (long long)r->n_docs);
+    if (!r->rot) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: no rotation");
+    c->rot = r->rot;
+
+    CUDA_CHECK(cudaSetDevice(c->device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, c->device));
+    if (prop.major < 8)
+        return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
+                       "cuda backend: %s is sm_%d%d; the kernels need sm_80 or newer "
+                       "(__reduce_max_sync)",
+                       prop.name, prop.major, prop.minor);
+    c->n_sm = prop.multiProcessorCount;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    c->itopk_cap = CU_GRAPH_ITOPK_MAX;
+
+    cu_resident *d = &c->r;
+    d->dim = r->dim;
+    d->dim_pad = r->dim_pad;
+    d->code_bytes = qm_code1_bytes(r->dim_pad);
+    d->n_clusters = r->n_clusters;
+    d->degree = r->degree;
+    d->n_entry = r->n_entry;
+    d->n_docs = r->n_docs;
+    d->n_tokens = r->n_tokens;
+    CM_TRY(cu_refine_prepare(c, err));
+    CM_TRY(cu_score1_prepare(c, err));
+    CM_TRY(cu_centroid_prepare(c, err));
+    if (cu_probe_brute_smem(cfg->max_probe) > 48u * 1024u)
+        return cm_fail(err, CHIMERA_ERR_INTERNAL, "cuda backend: probe selection buffer too large");
+
+    size_t need = resident_bytes(r) + (size_t)c->cfg.n_workers * worker_bytes(r, &c->cfg);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t avail = cfg->device_memory_budget ? cfg->device_memory_budget
+                   : free_b > CU_MEM_RESERVE ? free_b - CU_MEM_RESERVE
+                                             : 0;
+    if (need > avail)
+        return cm_fail(err, CHIMERA_ERR_DEVICE,
+                       "cuda backend: needs %zu bytes of device memory (%zu resident + %d x %zu "
+                       "per worker), %zu available (%s; %zu free of %zu on %s)",
+                       need, resident_bytes(r), c->cfg.n_workers, worker_bytes(r, &c->cfg),
+                       avail, cfg->device_memory_budget ? "budget" : "free less reserve",
+                       free_b, total_b, prop.name);
+
+    size_t K = r->n_clusters, N = (size_t)r->n_tokens, D = (size_t)r->n_docs;
+    CM_TRY(dup(&d->centroids, r->centroids, K * r->dim, err));
+    CM_TRY(dup(&d->graph_adj, r->graph_adj, K * r->degree, err));
+    CM_TRY(dup(&d->graph_entry, r->graph_entry, (size_t)r->n_entry, err));
+    CM_TRY(dup(&d->post_off, r->post_off, K + 1, err));
+    CM_TRY(dup(&d->post_doc, r->post_doc, N, err));
+    CM_TRY(dup(&d->c1_codes, r->c1_codes, N * d->code_bytes, err));
+    CM_TRY(dup(&d->c1_fact, r->c1_fact, N, err));
+    CM_TRY(dup(&d->d1_codes, r->d1_codes, N * d->code_bytes, err));
+    CM_TRY(dup(&d->d1_fact, r->d1_fact, N, err));
+    CM_TRY(dup(&d->tok_cid, r->tok_cid, N, err));
+    CM_TRY(dup(&d->doc_off, r->doc_off, D + 1, err));
+    CM_TRY(dup(&d->deleted, r->deleted, (D + 7) / 8, err));
+
+    c->w = (cu_worker *)cm_calloc((size_t)c->cfg.n_workers, sizeof *c->w);
+    if (!c->w) return cm_fail(err, CHIMERA_ERR_NOMEM, "cuda backend: out of memory");
+    for (int i = 0; i < c->cfg.n_workers; i++) {
+        c->n_workers_init = i + 1;
+        CM_TRY(worker_init(c, &c->w[i], err));
+    }
+    return CHIMERA_OK;
+}
+
+// ---- per-query stages ------------------------------------------------------------------
+
+static chimera_status get_worker(cu_ctx *c, int worker, cu_worker **w, chimera_error *err)
+{
+    if (!c->w || worker < 0 || worker >= c->cfg.n_workers)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: worker %d (of %d%s)", worker,
+                       c->cfg.n_workers, c->w ? "" : ", nothing uploaded");
+    *w = &c->w[worker];
+    CUDA_CHECK(cudaSetDevice(c->device));
+    return CHIMERA_OK;
+}
+
+static chimera_status stage_start(cu_worker *w, int s, chimera_error *err)
+{
+    CUDA_CHECK(cudaEventRecord(w->ev[s][0], w->stream));
+    return CHIMERA_OK;
+}
+
+static chimera_status stage_end(cu_worker *w, int s, chimera_error *err)
+{
+    CUDA_CHECK(cudaEventRecord(w->ev[s][1], w->stream));
+    w->stage_pending[s] = 1;
+    w->stage_calls[s]++;
+    return CHIMERA_OK;
+}
+
+// After a stream synchronisation: every recorded stage is complete; add its time.
+static chimera_status stages_collect(cu_worker *w, chimera_error *err)
+{
+    for (int s = 0; s < CU_N_STAGES; s++)
+        if (w->stage_pending[s]) {
+            float ms = 0.0f;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, w->ev[s][0], w->ev[s][1]));
+            w->stage_ms[s] += ms;
+            w->stage_pending[s] = 0;
+        }
+    return CHIMERA_OK;
+}
+
+static chimera_status sync_worker(cu_worker *w, chimera_error *err)
+{
+    CUDA_CHECK(cudaStreamSynchronize(w->stream));
+    return stages_collect(w, err);
+}
+
+static chimera_status cu_query_begin(void *vctx, int worker, const float *q, uint32_t m,
+                                     chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    cu_worker *w;
+    CM_TRY(get_worker(c, worker, &w, err));
+    if (m == 0 || m > c->cfg.max_m)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: query of %u tokens (max %u)",
+                       m, c->cfg.max_m);
+    uint32_t dim = c->r.dim, dp = c->r.dim_pad;
+    // The pinned buffer may still feed the previous query's copies.
+    CUDA_CHECK(cudaEventSynchronize(w->ev_up));
+    float *hq = w->h_q, *hrot = w->h_q + (size_t)c->cfg.max_m * dim;
+    memcpy(hq, q, (size_t)m * dim * sizeof(float));
+    for (uint32_t j = 0; j < m; j++) quant_rotate(c->rot, q + (size_t)j * dim, hrot + (size_t)j * dp);
+    w->m = m;
+    w->n_probe = 0;
+    CM_TRY(stage_start(w, CU_ST_BEGIN, err));
+    CUDA_CHECK(cudaMemcpyAsync(w->d_q, hq, (size_t)m * dim * sizeof(float),
+                               cudaMemcpyHostToDevice, w->stream));
+    CUDA_CHECK(cudaMemcpyAsync(w->d_qrot, hrot, (size_t)m * dp * sizeof(float),
+                               cudaMemcpyHostToDevice, w->stream));
+    CUDA_CHECK(cudaEventRecord(w->ev_up, w->stream));
+    w->bytes_up += (uint64_t)m * (dim + dp) * sizeof(float);
+    if (c->poison) {
+        CUDA_CHECK(cudaMemsetAsync(w->d_lut, 0xff, (size_t)m * dp * 16, w->stream));
+        CUDA_CHECK(cudaMemsetAsync(w->d_S_km, 0xff, (size_t)c->r.n_clusters * m * 4, w->stream));
+    }
+    CM_TRY(cu_lut_build(c, w, err));
+    CM_TRY(cu_centroid_km(c, w, err));
+    CM_TRY(stage_end(w, CU_ST_BEGIN, err));
+    return CHIMERA_OK;
+}
+
+static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
+                               uint32_t *cids, float *qc, chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    cu_worker *w;
+    CM_TRY(get_worker(c, worker, &w, err));
+    if (w->m == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: probe before query_begin");
+    if (n_probe == 0 || n_probe > c->cfg.max_probe)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: n_probe %u (max %u)", n_probe,
+                       c->cfg.max_probe);
+    if (n_probe > c->r.n_clusters) n_probe = c->r.n_clusters;
+    int graph = 0;
+    if (mode == BE_PROBE_GRAPH) graph = cu_graph_usable(c, n_probe);
+    else if (mode == BE_PROBE_AUTO)
+        graph = c->r.n_clusters >= CU_GRAPH_MIN_K && cu_graph_usable(c, n_probe);
+    uint32_t m = w->m;
+    size_t np = (size_t)m * n_probe;
+    CM_TRY(stage_start(w, CU_ST_PROBE, err));
+    if (c->poison) {
+        CUDA_CHECK(cudaMemsetAsync(w->d_probe_cid, 0xff, np * 4, w->stream));
+        CUDA_CHECK(cudaMemsetAsync(w->d_probe_qc, 0xff, np * 4, w->stream));
+    }
+    if (graph) CM_TRY(cu_probe_graph(c, w, n_probe, err));
+    else CM_TRY(cu_probe_brute(c, w, n_probe, err));
+    CM_TRY(stage_end(w, CU_ST_PROBE, err));
+    w->n_probe = n_probe;
+    if (!cids && !qc) return CHIMERA_OK;
+    CUDA_CHECK(cudaMemcpyAsync(w->h_ids, w->d_probe_cid, np * 4, cudaMemcpyDeviceToHost, w->stream));
+    CUDA_CHECK(cudaMemcpyAsync(w->h_scores, w->d_probe_qc, np * 4, cudaMemcpyDeviceToHost, w->stream));
+    w->bytes_down += np * 8;
+    CM_TRY(sync_worker(w, err));
+    if (cids) memcpy(cids, w->h_ids, np * sizeof *cids);
+    if (qc) memcpy(qc, w->h_scores, np * sizeof *qc);
+    return CHIMERA_OK;
+}
+
+static chimera_status cu_refine(void *vctx, int worker, uint32_t k_refine, be_impute impute,
+                                uint32_t *docs, float *partial, uint32_t *n_out,
+                                be_refine_stats *stats, chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    cu_worker *w;
+    CM_TRY(get_worker(c, worker, &w, err));
+    if (k_refine == 0 || k_refine > c->cfg.max_refine)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: k_refine %u (max %u)",
+                       k_refine, c->cfg.max_refine);
+    if (w->m == 0 || w->n_probe == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: refine before probe");
+    CM_TRY(stage_start(w, CU_ST_REFINE, err));
+    CM_TRY(cu_refine_run(c, w, k_refine, impute, err));
+    CM_TRY(stage_end(w, CU_ST_REFINE, err));
+    CUDA_CHECK(cudaMemcpyAsync(w->h_ids, w->d_out_ids, (size_t)k_refine * 4,
+                               cudaMemcpyDeviceToHost, w->stream));
+    CUDA_CHECK(cudaMemcpyAsync(w->h_scores, w->d_out_scores, (size_t)k_refine * 4,
+                               cudaMemcpyDeviceToHost, w->stream));
+    CUDA_CHECK(cudaMemcpyAsync(w->h_cnt, w->d_cnt, sizeof *w->h_cnt, cudaMemcpyDeviceToHost,
+                               w->stream));
+    w->bytes_down += (uint64_t)k_refine * 8 + sizeof *w->h_cnt;
+    CM_TRY(sync_worker(w, err));
+    uint32_t n = w->h_cnt->n_out;
+    if (n > k_refine)
+        return cm_fail(err, CHIMERA_ERR_INTERNAL, "cuda backend: refine selected %u of %u", n,
+                       k_refine);
+    memcpy(docs, w->h_ids, (size_t)n * sizeof *docs);
+    if (partial) memcpy(partial, w->h_scores, (size_t)n * sizeof *partial);
+    *n_out = n;
+    if (stats) {
+        stats->tokens_scored = w->h_cnt->tokens_scored;
+        stats->docs_touched = w->h_cnt->n_touched;
+    }
+    return CHIMERA_OK;
+}
+
+static chimera_status cu_score1(void *vctx, int worker, const uint32_t *docs, uint32_t n,
+                                float *scores, chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    cu_worker *w;
+    CM_TRY(get_worker(c, worker, &w, err));
+    if (n == 0) return CHIMERA_OK;
+    if (w->m == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: score1 before query_begin");
+    if (n > c->cfg.max_refine)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: score1 of %u documents (max %u)",
+                       n, c->cfg.max_refine);
+    for (uint32_t i = 0; i < n; i++)
+        if ((int64_t)docs[i] >= c->r.n_docs)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: document %u of %lld",
+                           docs[i], (long long)c->r.n_docs);
+    memcpy(w->h_ids, docs, (size_t)n * sizeof *docs);
+    CM_TRY(stage_start(w, CU_ST_SCORE1, err));
+    CUDA_CHECK(cudaMemcpyAsync(w->d_out_ids, w->h_ids, (size_t)n * 4, cudaMemcpyHostToDevice,
+                               w->stream));
+    if (c->poison) CUDA_CHECK(cudaMemsetAsync(w->d_out_scores, 0xff, (size_t)n * 4, w->stream));
+    CM_TRY(cu_score1_run(c, w, n, err));
+    CUDA_CHECK(cudaMemcpyAsync(w->h_scores, w->d_out_scores, (size_t)n * 4,
+                               cudaMemcpyDeviceToHost, w->stream));
+    CM_TRY(stage_end(w, CU_ST_SCORE1, err));
+    w->bytes_up += (uint64_t)n * 4;
+    w->bytes_down += (uint64_t)n * 4;
+    CM_TRY(sync_worker(w, err));
+    memcpy(scores, w->h_scores, (size_t)n * sizeof *scores);
+    return CHIMERA_OK;
+}
+
+static const struct cm_backend_i cu_iface = {
+    BE_API_VERSION, cu_upload, cu_query_begin, cu_probe, cu_refine, cu_score1,
+    nullptr, // host_centroid_scores: S stays on the device
+    cu_release,
+};
+
+extern "C" chimera_status cuda_backend_new(cm_backend *out, chimera_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return cm_fail(err, CHIMERA_ERR_DEVICE, "cuda backend: no usable device (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device present");
+    }
+    cu_ctx *c = (cu_ctx *)cm_calloc(1, sizeof *c);
+    if (!c) return cm_fail(err, CHIMERA_ERR_NOMEM, "cuda backend: out of memory");
+    const char *poison = getenv("CHIMERA_CUDA_POISON");
+    c->poison = poison && *poison && strcmp(poison, "0") != 0;
+    c->device = 0;
+    out->iface = &cu_iface;
+    out->ctx = c;
+    out->name = "cuda";
+    return CHIMERA_OK;
+}

@@ -1,0 +1,125 @@
+// The CUDA backend's state and the launchers each kernel family exports to backend.cu.
+// Every launcher enqueues on the worker's stream, checks its launches and returns a
+// status; none of them synchronises (backend.cu does, once per stage, where results go
+// back to the host).
+#ifndef CHIMERA_BACKEND_CUDA_INTERNAL_CUH
+#define CHIMERA_BACKEND_CUDA_INTERNAL_CUH
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/topk.cuh"
+
+extern "C" {
+#include "backend/backend.h"
+#include "quant/rabitq.h"
+}
+
+// Threads of the grid-stride kernels and their fixed grid (blocks per SM).
+#define CU_THREADS 256
+#define CU_BLOCKS_PER_SM 4
+
+// Probe: largest n_probe (the brute-force selection sorts next_pow2(n_probe) keys in
+// shared memory) and the graph search's largest candidate list (REFERENCE 2.3: single
+// CTA up to 512); AUTO takes the graph only from CU_GRAPH_MIN_K centroids (centroid.cu).
+#define CU_MAX_PROBE 4096
+#define CU_GRAPH_ITOPK_MAX 512
+#define CU_GRAPH_MIN_K (1u << 20)
+
+// Refinement: probed lists per block (a block loads its query token's LUT once for them).
+#define CU_REFINE_LISTS_PER_BLOCK 8
+
+// Document scoring: documents per block and the LUT tile budget in shared memory.
+#define CU_SCORE_DOCS_PER_BLOCK 8
+#define CU_SCORE_LUT_BYTES (32u * 1024u)
+
+enum { CU_ST_BEGIN = 0, CU_ST_PROBE, CU_ST_REFINE, CU_ST_SCORE1, CU_N_STAGES };
+
+// Device-resident index data (be_resident, uploaded once).
+struct cu_resident {
+    uint32_t dim, dim_pad, code_bytes, n_clusters, degree, n_entry;
+    int64_t n_docs, n_tokens;
+    float *centroids;
+    uint32_t *graph_adj, *graph_entry;
+    int64_t *post_off;
+    uint32_t *post_doc;
+    uint8_t *c1_codes, *d1_codes;
+    quant_f1 *c1_fact, *d1_fact;
+    uint32_t *tok_cid;
+    int64_t *doc_off;
+    uint8_t *deleted;
+};
+
+// Refinement outputs the host reads back in one copy.
+struct cu_refine_counters {
+    uint32_t n_touched, n_out;
+    unsigned long long tokens_scored;
+};
+
+struct cu_worker {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t ev[CU_N_STAGES][2], ev_up; // per-stage start/end; query upload done
+    int stage_pending[CU_N_STAGES];
+    double stage_ms[CU_N_STAGES];
+    uint64_t stage_calls[CU_N_STAGES], bytes_up, bytes_down;
+    // query
+    uint32_t m, n_probe;
+    float *d_q, *d_qrot, *d_lut;  // [max_m x dim], [max_m x dim_pad], [max_m x dim_pad*4]
+    float *d_S_km, *d_S_mk;       // [K x m] (document scoring), [m x K] (probe)
+    uint32_t *d_probe_cid;        // [max_m x max_probe]
+    float *d_probe_qc;
+    // refinement
+    int32_t *d_M;                 // [n_docs x m] order-preserving keys, CU_KEY_EMPTY_MAX between queries
+    uint32_t *d_flag;             // [n_docs] 1 while a document is in the touched list
+    uint32_t *d_touched;          // [n_docs]
+    unsigned long long *d_cand;   // [n_docs] selection keys of the touched documents
+    int32_t *d_minkey;            // [max_m] smallest estimate per query token (MIN_SEEN)
+    cu_refine_counters *d_cnt;
+    cu_sel_state *d_sel;
+    uint32_t *d_hist;             // [CU_RADIX_BINS]
+    unsigned long long *d_sel_out; // [next_pow2(max_refine)]
+    uint32_t *d_out_ids;          // [max_refine] refine results / score1 document ids
+    float *d_out_scores;          // [max_refine]
+    // pinned host buffers
+    float *h_q;                   // [max_m x (dim + dim_pad)]
+    uint32_t *h_ids;              // [max(max_refine, max_m * max_probe)]
+    float *h_scores;
+    cu_refine_counters *h_cnt;
+};
+
+struct cu_ctx {
+    int device, n_sm, poison;
+    size_t smem_optin;
+    be_config cfg;
+    const quant_rotation *rot;
+    cu_resident r;
+    uint32_t itopk_cap; // graph search: candidate list length cap (<= CU_GRAPH_ITOPK_MAX)
+    cu_worker *w;
+    int n_workers_init; // workers whose stream/handle exist
+};
+
+// centroid.cu
+chimera_status cu_centroid_km(cu_ctx *c, cu_worker *w, chimera_error *err);
+chimera_status cu_probe_brute(cu_ctx *c, cu_worker *w, uint32_t n_probe, chimera_error *err);
+chimera_status cu_probe_graph(cu_ctx *c, cu_worker *w, uint32_t n_probe, chimera_error *err);
+int cu_graph_usable(const cu_ctx *c, uint32_t n_probe);
+size_t cu_graph_smem(const cu_ctx *c, uint32_t n_probe);
+size_t cu_probe_brute_smem(uint32_t n_probe);
+chimera_status cu_centroid_prepare(cu_ctx *c, chimera_error *err);
+// refine.cu
+chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impute impute,
+                             chimera_error *err);
+chimera_status cu_refine_prepare(cu_ctx *c, chimera_error *err);
+chimera_status cu_lut_build(cu_ctx *c, cu_worker *w, chimera_error *err);
+chimera_status cu_fill_i32(cudaStream_t s, int32_t *p, size_t n, int32_t v, chimera_error *err);
+// docscore.cu
+chimera_status cu_score1_run(cu_ctx *c, cu_worker *w, uint32_t n, chimera_error *err);
+chimera_status cu_score1_prepare(cu_ctx *c, chimera_error *err);
+size_t cu_score1_smem(const cu_ctx *c, uint32_t *tq);
+
+#endif
