@@ -546,13 +546,14 @@ class _Child:
         return self.p.returncode, time.perf_counter() - self.t0, ru.ru_maxrss * 1024
 
 
-def run_chimera(chimera, data, out, threads, points, k, nq):
+def run_chimera(chimera, data, out, threads, points, k, nq, latency_pass=True):
     """Build a Chimera index with `chimera build` and sweep `chimera search` over points.
 
     Returns CSV rows (without quality columns, which the caller adds). QPS is nq over
     the wall time of the whole `chimera search` process (index load included) unless
-    the CLI reports its own queries/s, which is then preferred; latencies are taken
-    from the CLI's output when it prints them (p50/p95/p99 ... ms)."""
+    the CLI reports its own queries/s (it does: warm, throughput mode), which is then
+    preferred; latencies come from a second `chimera search --latency` pass (one query
+    at a time) when latency_pass is set, else from the throughput pass."""
     wdir = os.path.join(out, "work", "chimera")
     runs = os.path.join(wdir, "runs")
     os.makedirs(runs, exist_ok=True)
@@ -590,11 +591,18 @@ def run_chimera(chimera, data, out, threads, points, k, nq):
         m = re.search(r"([\d.]+)\s*queries/s", txt)
         if m:
             row["qps"] = float(m.group(1))
-            row["notes"] = "qps as reported by chimera search"
-        for name in ("mean", "p50", "p95", "p99"):
-            m = re.search(rf"{name}[ =:]*([\d.]+)\s*ms", txt)
-            if m:
-                row[f"lat_{name}_ms"] = float(m.group(1))
+            row["notes"] = "qps as reported by chimera search (throughput mode, warm)"
+        if latency_pass:
+            # one query at a time (--latency); its per-query latencies
+            rc, _, rss2, txt2 = _call(cmd[:cmd.index("--out")] + cmd[cmd.index("--out") + 2:]
+                                      + ["--latency"], logf, env)
+            if rc == 0:
+                txt = txt2
+                row["peak_rss_mb"] = max(rss, rss2, build_rss) / 2**20
+        m = re.search(r"latency ms mean ([\d.]+) p50 ([\d.]+) p95 ([\d.]+) p99 ([\d.]+)", txt)
+        if m:
+            for name, v in zip(("mean", "p50", "p95", "p99"), m.groups()):
+                row[f"lat_{name}_ms"] = float(v)
         rows.append(row)
         log(f"chimera {p}: {row['qps']:.1f} QPS")
     return rows
