@@ -3,7 +3,8 @@
  *   spreads a basis vector evenly, is a function of its seed, survives a serialise /
  *   deserialise round trip bit for bit, and deserialisation rejects corrupt buffers;
  * - the B-bit code's top bit-plane is the 1-bit code, B = 1 degenerates to it, and the
- *   rescale search is at least as good as every t on a fine grid (its optimality);
+ *   rescale search is at least as good as every t on a fine grid and at every critical t
+ *   = k / a_i (its exact optimality);
  * - on random and clustered unit vectors at d = 96, 128, 200 the estimators of <q, v>
  *   from the 1-bit plane and from the B-bit code (B = 1..8), with the factors as stored
  *   (f16), are unbiased (|mean error| below 4 standard errors), miss the bound
@@ -154,7 +155,7 @@ static void test_codes(void)
     quant_fB fB, fB1;
     double prev_cos = 0;
     for (uint32_t bits = 1; bits <= 8; bits++) {
-        int msb_ok = 1, search_ok = 1;
+        int msb_ok = 1, search_ok = 1, critical_ok = 1;
         double mean_cos = 0;
         for (int t = 0; t < 12; t++) {
             unit_gauss(&r, v, D);
@@ -177,10 +178,21 @@ static void test_codes(void)
                     double tt = (emax + 1.0) / amax * 4.0 * k / 1500;
                     if (cos_at(a, D, emax, tt) > x.cosB + 1e-12) search_ok = 0;
                 }
+                /* Every critical t = k / a_i (the code changes only there), at and just
+                 * above it: none beats the search, which is thus the exact optimum. */
+                if (t < 3 && bits <= 5)
+                    for (uint32_t i = 0; i < D; i++)
+                        for (unsigned k = 1; k <= emax && a[i] > 0; k++) {
+                            double tc = k / a[i];
+                            if (cos_at(a, D, emax, tc) > x.cosB + 1e-12 ||
+                                cos_at(a, D, emax, tc * (1 + 1e-9)) > x.cosB + 1e-12)
+                                critical_ok = 0;
+                        }
             }
         }
         CHECKF(msb_ok, "B=%u: MSB plane differs from the 1-bit code", bits);
         CHECKF(search_ok, "B=%u: a grid t beats the rescale search", bits);
+        CHECKF(critical_ok, "B=%u: a critical t beats the rescale search", bits);
         CHECKF(mean_cos > prev_cos, "B=%u: mean cos %g not above B-1's %g", bits, mean_cos,
                prev_cos);
         if (bits == 4) CHECKF(mean_cos > 0.99, "B=4 mean cos %g", mean_cos);
