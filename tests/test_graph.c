@@ -227,8 +227,8 @@ static void test_degenerate(cm_pool *pool)
     CHECK_OK(graph_check(&g, NULL, &err), &err);
     graph_searcher *s = NULL;
     CHECK_OK(graph_searcher_new(&g, v, d, NULL, 4, 1, &s, &err), &err);
-    uint32_t ids[4];
-    float ips[4];
+    uint32_t ids[8];
+    float ips[8];
     CHECK(graph_search(s, 0, v + d, 4, ids, ips) == 1);
     CHECK(ids[0] == 0 && ids[1] == UINT32_MAX && isinf(ips[3]));
     graph_searcher_free(s);
@@ -242,7 +242,7 @@ static void test_degenerate(cm_pool *pool)
     uint32_t bid[4];
     float bip[4];
     CHECK_OK(graph_brute_force(v, 5, d, v + 50 * d, 1, d, 4, NULL, bid, bip, &err), &err);
-    CHECK(memcmp(ids, bid, sizeof ids) == 0);
+    CHECK(memcmp(ids, bid, sizeof bid) == 0);
     graph_searcher_free(s);
     graph_free(&g);
     /* Duplicates: 100 copies of 4 vectors; both kNN builders. */

@@ -3,7 +3,8 @@
  *   next on fixed data, with d not a multiple of 8, and returns unit centroids;
  * - hierarchical k-means reaches an objective within a few percent of flat k-means on
  *   the same data (measured exactly against all centroids, not by its own estimate);
- * - results are bit-identical for the same seed with and without a thread pool;
+ * - results are bit-identical for the same seed with and without a thread pool (flat
+ *   and hierarchical);
  * - degenerate inputs behave: k > n is a clear CHIMERA_ERR_INVALID_ARG, k == n and
  *   k == 1 work (k == 1 gives the normalised mean), duplicate points leave no NaN;
  * - exact assignment agrees with a brute-force dot-product loop; two-level assignment
@@ -136,6 +137,15 @@ static void test_hierarchical(cm_pool *pool)
     o.mode = KMEANS_HIERARCHICAL;
     CHECK_OK(kmeans_train(x, n, d, d, k, &o, &hier, &err), &err);
     CHECK(hier.n_coarse == 32);
+    {
+        kmeans_result serial;
+        o.pool = NULL;
+        CHECK_OK(kmeans_train(x, n, d, d, k, &o, &serial, &err), &err);
+        CHECK(memcmp(serial.centroids, hier.centroids, sizeof(float) * k * d) == 0);
+        CHECK(memcmp(serial.child_off, hier.child_off, sizeof(uint32_t) * (hier.n_coarse + 1)) == 0);
+        kmeans_result_free(&serial);
+        o.pool = pool;
+    }
     CHECK(hier.child_off && hier.child_off[0] == 0 && hier.child_off[hier.n_coarse] == k);
     CHECK(unit_rows(hier.centroids, k, d));
     CHECK(unit_rows(hier.coarse, hier.n_coarse, d));
@@ -277,9 +287,10 @@ static void test_assign_exact(cm_pool *pool)
     }
     CHECK(agree);
     CHECK(ivf_assign_recall(a, x, n, d, 0, 1) == 1.0);
+    ivf_assigner_free(a);
     CHECK_STATUS(ivf_assigner_new(c, 0, d, NULL, 0, NULL, &ao, &a, &err), CHIMERA_ERR_INVALID_ARG,
                  &err);
-    ivf_assigner_free(a);
+    CHECK(a == NULL);
 
     /* Postings from this assignment. */
     ivf_postings p;

@@ -22,7 +22,7 @@
 typedef enum graph_knn_mode {
     GRAPH_KNN_AUTO = 0,      /* exact when n <= 32768, partitioned above */
     GRAPH_KNN_EXACT = 1,     /* tiled sgemm over all pairs: n^2 * d * 2 flop */
-    GRAPH_KNN_PARTITION = 2, /* overlapping partitions around random pivots, exact inside */
+    GRAPH_KNN_PARTITION = 2, /* overlapping pivot partitions, exact inside, one refinement */
 } graph_knn_mode;
 
 /* Zero in any field means its default. */
@@ -31,8 +31,8 @@ typedef struct graph_build_opts {
     uint32_t intermediate_degree; /* k of the kNN graph fed to pruning (0: 2 * degree) */
     graph_knn_mode knn;
     uint32_t n_entry;             /* entry points stored with the graph (0: 64) */
-    uint32_t partition_size;      /* PARTITION: target points per partition (0: 1024) */
-    uint32_t partition_overlap;   /* PARTITION: partitions each point joins (0: 3) */
+    uint32_t partition_size;      /* PARTITION: target points per partition (0: 2048) */
+    uint32_t partition_overlap;   /* PARTITION: partitions each point joins (0: 4, max 16) */
     uint64_t seed;                /* (0: 1234) */
     cm_pool *pool;                /* NULL: the calling thread only */
     chimera_progress_fn progress; /* optional */

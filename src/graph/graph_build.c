@@ -9,21 +9,26 @@
  * kNN. Exact: tiled sgemm over all pairs (n^2 d 2 flop: 1.1e12 at n = 65536, d = 128,
  * 10-40 s on two cores depending on the BLAS kernels) -- used up to n = 32768.
  * Partitioned (above that): P = overlap * n / partition_size random pivots; each node
- * joins the partitions of its `overlap` nearest pivots, and kNN is exact inside each
- * partition (n * overlap * partition_size * d * 2 flop, ~20x less at the defaults).
- * This is the "cluster hierarchy" builder of REFERENCE 2.7 without needing k-means
- * here (src/graph may not depend on src/cluster); overlapping partitions put most
- * true neighbours of a node in at least one shared partition, and pruning plus
- * reverse edges tolerate the rest (CAGRA itself builds from an approximate IVF-PQ or
- * NN-descent graph). Candidates from several partitions meet in a per-node heap
- * under a per-node spin lock; duplicates keep their highest ip, so the result is
- * independent of the thread schedule.
+ * joins the partitions of its `overlap` (4) nearest pivots as a column, and its kNN
+ * row is computed exactly against the members of its ROW_PASSES (2) nearest pivots'
+ * partitions, one pass per rank, so every row is written by one task per pass
+ * (no locks; later passes de-duplicate). Cost n * ROW_PASSES * partition_size * d * 2
+ * flop, ~16x less than exact at n = 65536 and falling as 1/n relative to it. One
+ * neighbour-of-neighbour round (NN-descent's local join over the 16 best on both
+ * hops) then recovers neighbours across partition boundaries. This is the "cluster
+ * hierarchy" builder of REFERENCE 2.7 without k-means (src/graph may not depend on
+ * src/cluster); CAGRA itself builds from an approximate (IVF-PQ or NN-descent) graph,
+ * and pruning plus reverse edges tolerate a few missing neighbours. Measured on
+ * K = 65,536 clustered centroids: Recall@32 of the final search 0.981 from this
+ * graph versus 0.992 from the exact kNN graph at itopk 64. Ties and duplicates
+ * (keep the highest ip) make the result independent of the thread schedule.
  *
  * Pruning follows current cuVS (`kern_fused_prune`): for node A and each neighbour D
  * at rank kAD, every B' in D's list that is also in A's list at a rank kAB > kAD
  * counts one detour for the edge A->B'; edges are then taken in ascending (detour,
  * rank) order. The paper's extra condition (rank of B' in D's list < kAB) is dropped,
- * as cuVS dropped it. A per-worker open-addressing table maps A's neighbours to ranks.
+ * as cuVS dropped it. A per-worker n-byte array maps A's neighbours to 1 + rank (set and
+ * cleared per node): one L2-resident load per lookup, ~3x faster than a small hash.
  *
  * Reverse edges and merge follow REFERENCE 2.2 steps 3-4 with a serial, therefore
  * deterministic, column-major fill of the reverse lists (cuVS uses atomics and its
@@ -32,8 +37,8 @@
  * Departures: (1) reachability repair instead of CAGRA's optional MST pass: a BFS from
  * the entry points finds unreachable nodes; each gets an in-edge from its best
  * reachable kNN neighbour, written over that neighbour's last (least important)
- * slot, and the BFS repeats. Clustered centroids otherwise leave small islands that
- * no search can reach, which caps recall. (2) Rows that cannot be filled from the kNN
+ * slot, and the BFS repeats. Clustered centroids can leave small islands that no
+ * search reaches (none appeared in the tests' fixtures, but nothing prevents them). (2) Rows that cannot be filled from the kNN
  * list (tiny n, sparse partitions) are padded with deterministic random nodes, so
  * the graph has no invalid entries and GPU kernels need no sentinel checks. */
 #include <math.h>
@@ -732,6 +737,7 @@ done:
     cm_free(kc.ip);
     cm_free(kc.cnt);
     cm_free(owners);
+    cm_free(top);
     cm_free(own_off);
     cm_free(members);
     cm_free(mem_off);
