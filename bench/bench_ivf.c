@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cluster/assign.h"
 #include "cluster/kmeans.h"
@@ -119,6 +120,16 @@ static double recall(const uint32_t *gid, const float *gip, const uint32_t *bid,
     return hit / ((double)nq * k);
 }
 
+/* Process CPU seconds (user + system, all threads): on a shared machine wall time
+ * depends on what else runs, CPU time much less. */
+static double cpu_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
 static void progress(void *user, const char *phase, double f)
 {
     (void)user;
@@ -165,6 +176,7 @@ int main(int argc, char **argv)
     float *x = make_points(centroids_only ? K : n, d, intrinsic, n_blobs, 42, pool);
     if (centroids_only) n = K;
     printf("data: %.2f s to generate\n", cm_now() - t0);
+    double cpu_start = cpu_now(), wall_start = cm_now();
 
     float *cent = x;
     kmeans_result km;
@@ -175,14 +187,15 @@ int main(int argc, char **argv)
         ko.pool = pool;
         ko.progress = progress;
         t0 = cm_now();
+        double c0 = cpu_now();
         if (kmeans_train(x, n, d, d, K, &ko, &km, &err) != CHIMERA_OK) {
             fprintf(stderr, "kmeans: %s\n", err.msg);
             return 1;
         }
-        double tk = cm_now() - t0;
-        printf("kmeans (hierarchical, %u coarse, %lld training points): %.2f s, objective "
-               "(mean 1 - <x,c>) %.5f, %u empty clusters repaired\n",
-               km.n_coarse, (long long)km.n_train, tk, km.objective, km.n_empty_repaired);
+        double tk = cm_now() - t0, ck = cpu_now() - c0;
+        printf("kmeans (hierarchical, %u coarse, %lld training points): %.2f s wall, %.2f s CPU, "
+               "objective (mean 1 - <x,c>) %.5f, %u empty clusters repaired\n",
+               km.n_coarse, (long long)km.n_train, tk, ck, km.objective, km.n_empty_repaired);
         for (uint32_t i = 0; i < km.n_trace; i++)
             printf("  fine-tune iteration %u: objective %.5f\n", i, km.trace[i]);
         cent = km.centroids;
@@ -194,12 +207,13 @@ int main(int argc, char **argv)
         uint32_t *ids = malloc(sizeof(uint32_t) * (size_t)n);
         float *ips = malloc(sizeof(float) * (size_t)n);
         t0 = cm_now();
+        c0 = cpu_now();
         ivf_assign(as, x, n, d, ids, ips);
-        double ta = cm_now() - t0;
+        double ta = cm_now() - t0, ca = cpu_now() - c0;
         double rec = ivf_assign_recall(as, x, n, d, 20000, 7);
-        printf("assign (two-level, p=8): %.2f s for %lld points (%.0f points/s); exact nearest "
-               "centroid for %.4f of a 20000-point sample\n",
-               ta, (long long)n, (double)n / ta, rec);
+        printf("assign (two-level, p=8): %.2f s wall, %.2f s CPU for %lld points (%.0f points/s "
+               "wall); exact nearest centroid for %.4f of a 20000-point sample\n",
+               ta, ca, (long long)n, (double)n / ta, rec);
         ivf_postings p;
         ivf_postings_stats st;
         ivf_postings_build(ids, n, K, &p, &err);
@@ -219,16 +233,17 @@ int main(int argc, char **argv)
     go.degree = degree;
     go.knn = (graph_knn_mode)knn;
     t0 = cm_now();
+    double c1 = cpu_now();
     if (graph_build(cent, K, d, &go, &g, &err) != CHIMERA_OK) {
         fprintf(stderr, "graph: %s\n", err.msg);
         return 1;
     }
-    double tg = cm_now() - t0;
+    double tg = cm_now() - t0, cg = cpu_now() - c1;
     graph_check_stats cs;
     chimera_status cst = graph_check(&g, &cs, &err);
-    printf("graph build: %.2f s (kNN %.2f s, prune/reverse/repair %.2f s), degree %u, %u repair "
-           "edges, check %s, %u/%u reachable\n",
-           tg, g.knn_seconds, g.prune_seconds, g.degree, g.n_repair_edges, chimera_status_str(cst),
+    printf("graph build: %.2f s wall, %.2f s CPU (kNN %.2f s, prune/reverse/repair %.2f s "
+           "wall), degree %u, %u repair edges, check %s, %u/%u reachable\n",
+           tg, cg, g.knn_seconds, g.prune_seconds, g.degree, g.n_repair_edges, chimera_status_str(cst),
            cs.n_reachable, K);
 
     float *q = near(x, n, d, nq, 0.05, 99);
@@ -236,10 +251,12 @@ int main(int argc, char **argv)
     uint32_t *bid = malloc(sizeof(uint32_t) * (size_t)nq * kmax);
     float *bip = malloc(sizeof(float) * (size_t)nq * kmax);
     t0 = cm_now();
+    c1 = cpu_now();
     graph_brute_force(cent, K, d, q, nq, d, kmax, pool, bid, bip, &err);
-    double tb = cm_now() - t0;
-    printf("brute force (sgemm + top-64): %.0f query tokens/s (%.1f GFLOP/s)\n", (double)nq / tb,
-           2.0 * nq * K * d / tb * 1e-9);
+    double tb = cm_now() - t0, cb = cpu_now() - c1;
+    printf("brute force (sgemm + top-64): %.0f query tokens/s wall (%.1f GFLOP/s), %.0f per CPU "
+           "second\n",
+           (double)nq / tb, 2.0 * nq * K * d / tb * 1e-9, (double)nq / cb);
 
     static const uint32_t probes[] = {8, 16, 32, 64};
     uint32_t *gid = malloc(sizeof(uint32_t) * (size_t)nq * kmax);
@@ -251,17 +268,23 @@ int main(int argc, char **argv)
         graph_searcher *s = NULL;
         graph_searcher_new(&g, cent, d, &sp, k, cm_pool_size(pool), &s, &err);
         t0 = cm_now();
+        c1 = cpu_now();
         graph_search_batch(s, pool, q, nq, d, k, gid, gip);
-        double ts = cm_now() - t0;
+        double ts = cm_now() - t0, cs2 = cpu_now() - c1;
         uint64_t ns, nd, ne;
         graph_searcher_counters(s, &ns, &nd, &ne);
-        printf("  n_probe=%2u: Recall@n_probe %.4f, %8.0f query tokens/s (%.1fx brute force), "
-               "%.0f inner products and %.0f expansions per token\n",
-               k, recall(gid, gip, bid, bip, nq, k, kmax), (double)nq / ts, tb / ts,
+        printf("  n_probe=%2u: Recall@n_probe %.4f, %7.0f query tokens/s wall, %7.0f per CPU "
+               "second (%.1fx brute force per CPU second), %.0f inner products and %.0f "
+               "expansions per token\n",
+               k, recall(gid, gip, bid, bip, nq, k, kmax), (double)nq / ts, (double)nq / cs2,
+               cb / cs2,
                (double)nd / ns, (double)ne / ns);
         graph_searcher_free(s);
     }
-    printf("peak RSS %.2f GiB\n", cm_peak_rss_bytes() / 1073741824.0);
+    printf("peak RSS %.2f GiB; after data generation %.1f s wall, %.1f s CPU (%.2f cores of 2 "
+           "on average: the machine is shared)\n",
+           cm_peak_rss_bytes() / 1073741824.0, cm_now() - wall_start, cpu_now() - cpu_start,
+           (cpu_now() - cpu_start) / (cm_now() - wall_start));
     free(gid);
     free(gip);
     free(bid);
