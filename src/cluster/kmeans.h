@@ -25,7 +25,9 @@ typedef enum kmeans_mode {
 } kmeans_mode;
 
 typedef enum kmeans_init {
-    KMEANS_INIT_AUTO = 0,     /* k-means++ when k * n_train <= 2^28, else random sample */
+    KMEANS_INIT_AUTO = 0,     /* k-means++ when k * n_train * d <= 2^30 (about half a second
+                                 of scalar work), else random; the per-coarse-cluster runs
+                                 of the hierarchical mode always seed at random */
     KMEANS_INIT_RANDOM = 1,   /* k distinct random training points (Faiss) */
     KMEANS_INIT_PLUSPLUS = 2, /* k-means++ (Arthur & Vassilvitskii), cosine distance */
 } kmeans_init;
