@@ -362,7 +362,7 @@ static chimera_status cu_query_begin(void *vctx, int worker, const float *q, uin
                                      chimera_error *err)
 {
     cu_ctx *c = (cu_ctx *)vctx;
-    cu_worker *w;
+    cu_worker *w = NULL;
     CM_TRY(get_worker(c, worker, &w, err));
     if (m == 0 || m > c->cfg.max_m)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: query of %u tokens (max %u)",
@@ -396,7 +396,7 @@ static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, be_prob
                                uint32_t *cids, float *qc, chimera_error *err)
 {
     cu_ctx *c = (cu_ctx *)vctx;
-    cu_worker *w;
+    cu_worker *w = NULL;
     CM_TRY(get_worker(c, worker, &w, err));
     if (w->m == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: probe before query_begin");
     if (n_probe == 0 || n_probe > c->cfg.max_probe)
@@ -433,7 +433,7 @@ static chimera_status cu_refine(void *vctx, int worker, uint32_t k_refine, be_im
                                 be_refine_stats *stats, chimera_error *err)
 {
     cu_ctx *c = (cu_ctx *)vctx;
-    cu_worker *w;
+    cu_worker *w = NULL;
     CM_TRY(get_worker(c, worker, &w, err));
     if (k_refine == 0 || k_refine > c->cfg.max_refine)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: k_refine %u (max %u)",
@@ -469,7 +469,7 @@ static chimera_status cu_score1(void *vctx, int worker, const uint32_t *docs, ui
                                 float *scores, chimera_error *err)
 {
     cu_ctx *c = (cu_ctx *)vctx;
-    cu_worker *w;
+    cu_worker *w = NULL;
     CM_TRY(get_worker(c, worker, &w, err));
     if (n == 0) return CHIMERA_OK;
     if (w->m == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: score1 before query_begin");
