@@ -608,20 +608,37 @@ def run_chimera(chimera, data, out, threads, points, k, nq, latency_pass=True):
     return rows
 
 
+# Linux keeps a process's ru_maxrss across exec, so a command forked straight from this
+# (large) Python process would report at least our own size. The shim is a small process
+# that forks the command and reports the command's own peak.
+_RSS_SHIM = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, st, ru = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(ru.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(st))
+"""
+
+
 def _call(cmd, logf, env):
+    """Run cmd; return (exit code, wall seconds, the command's peak RSS bytes, output)."""
     with open(logf, "a") as lf:
         lf.write("$ " + " ".join(cmd) + "\n")
+    rssf = logf + ".rss"
     t0 = time.perf_counter()
-    lf = open(logf, "a")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                         text=True)
-    out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
+    p = subprocess.run([sys.executable, "-S", "-c", _RSS_SHIM, rssf] + cmd,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     wall = time.perf_counter() - t0
-    lf.write(out)
-    lf.close()
-    return p.returncode, wall, ru.ru_maxrss * 1024, out
+    with open(logf, "a") as lf:
+        lf.write(p.stdout)
+    try:
+        with open(rssf) as f:
+            rss = int(f.read())
+    except (OSError, ValueError):
+        rss = 0
+    return p.returncode, wall, rss, p.stdout
 
 
 # ---------------------------------------------------------------------------
@@ -775,6 +792,8 @@ def main():
                 f"{len(got)} settings" + ("" if rc == 0 else f"; see {wdir}/worker.log"))
         for r in got:
             r.update(evaluate(read_trec(r["run"]), truth, qrels, corpus.nq))
+            for key in ("ndocs", "ntok", "nq"):
+                r.setdefault(key, getattr(corpus, key))
         rows.extend(got)
         write_csv(rows, os.path.join(args.out, "results.csv"))
 
