@@ -10,6 +10,8 @@
  *   of those defects when they are planted;
  * - brute force agrees with a naive double-precision loop;
  * - the build is identical with and without a thread pool (deterministic);
+ * - allocation failures in build and searcher creation return CHIMERA_ERR_NOMEM and
+ *   free what was taken;
  * - degenerate inputs behave: n = 1 (degree 0), n smaller than the degree (degree
  *   lowered to n - 1), duplicate vectors, k > n (padded results).
  * Fixtures come from fixed seeds. */
@@ -19,6 +21,8 @@
 #include <string.h>
 
 #include "check.h"
+#define CM_ALLOC_IMPL /* the fixtures use libc malloc; only the failure hook is wanted */
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/pool.h"
 #include "core/rng.h"
@@ -296,6 +300,47 @@ static void test_large(cm_pool *pool)
     free(q);
 }
 
+/* Allocation failures in graph build and searcher creation return CHIMERA_ERR_NOMEM
+ * and free everything (the sanitizer build reports leaks). Single-threaded. */
+static void test_alloc_failures(void)
+{
+    const uint32_t n = 1500, d = 12;
+    float *v = blobs(n, d, 6, 20, 27);
+    int ok[3] = {0, 0, 0}, failures = 0, bad = 0;
+    for (int64_t fail = 0; fail < 200 && !(ok[0] && ok[1] && ok[2]); fail++) {
+        for (int mode = GRAPH_KNN_EXACT; mode <= GRAPH_KNN_PARTITION; mode++) {
+            graph_build_opts o = {0};
+            o.knn = (graph_knn_mode)mode;
+            o.partition_size = 300;
+            graph g;
+            chimera_error err;
+            cm_alloc_fail_after(fail);
+            chimera_status st = graph_build(v, n, d, &o, &g, &err);
+            cm_alloc_fail_after(-1);
+            if (st == CHIMERA_OK) {
+                ok[mode - 1] = 1;
+                if (mode == GRAPH_KNN_EXACT) {
+                    graph_searcher *s = NULL;
+                    cm_alloc_fail_after(fail);
+                    chimera_status s2 = graph_searcher_new(&g, v, d, NULL, 8, 2, &s, &err);
+                    cm_alloc_fail_after(-1);
+                    if (s2 == CHIMERA_OK) { ok[2] = 1; graph_searcher_free(s); }
+                    else if (s2 != CHIMERA_ERR_NOMEM || s) bad++;
+                }
+                graph_free(&g);
+            } else if (st == CHIMERA_ERR_NOMEM && g.adj == NULL) {
+                failures++;
+            } else {
+                bad++;
+            }
+        }
+    }
+    CHECK(ok[0] && ok[1] && ok[2]);
+    CHECK(failures > 10);
+    CHECK(bad == 0);
+    free(v);
+}
+
 int main(void)
 {
     cm_pool *pool = cm_pool_new(2);
@@ -303,6 +348,7 @@ int main(void)
     test_small_exact(pool);
     test_determinism(pool);
     test_degenerate(pool);
+    test_alloc_failures();
     test_large(pool);
     cm_pool_free(pool);
     return check_report();

@@ -10,6 +10,8 @@
  * - exact assignment agrees with a brute-force dot-product loop; two-level assignment
  *   probing every coarse cluster is exact, and at default probing it finds the true
  *   nearest centroid for most tokens (ivf_assign_recall);
+ * - every allocation failure inside k-means or assigner creation returns
+ *   CHIMERA_ERR_NOMEM and frees what it took (leaks show in the sanitizer build);
  * - posting lists are a permutation of all token ids, each in its centroid's list,
  *   ascending, with consistent statistics.
  * Fixtures are clustered unit vectors generated from fixed seeds. */
@@ -22,6 +24,8 @@
 #include "cluster/assign.h"
 #include "cluster/kmeans.h"
 #include "cluster/postings.h"
+#define CM_ALLOC_IMPL /* the fixtures use libc malloc; only the failure hook is wanted */
+#include "core/alloc.h"
 #include "core/pool.h"
 #include "core/rng.h"
 
@@ -332,6 +336,48 @@ static void test_assign_exact(cm_pool *pool)
     free(x);
 }
 
+/* Every allocation failure becomes CHIMERA_ERR_NOMEM with nothing left allocated (the
+ * sanitizer build reports any leak), for flat and hierarchical k-means and for
+ * assigner creation. Single-threaded: the failure hook is process-wide. */
+static void test_alloc_failures(void)
+{
+    const uint32_t d = 9;
+    float *x = clustered(3000, d, 20, 0.1, 16);
+    int flat_ok = 0, hier_ok = 0, failures = 0, bad = 0;
+    for (int64_t fail = 0; fail < 400 && !(flat_ok && hier_ok); fail++) {
+        for (int mode = KMEANS_FLAT; mode <= KMEANS_HIERARCHICAL; mode++) {
+            kmeans_opts o = {0};
+            o.mode = (kmeans_mode)mode;
+            o.n_iter = 3;
+            o.n_coarse = 6;
+            kmeans_result r;
+            chimera_error err;
+            cm_alloc_fail_after(fail);
+            chimera_status st = kmeans_train(x, 3000, d, d, 40, &o, &r, &err);
+            cm_alloc_fail_after(-1);
+            if (st == CHIMERA_OK) {
+                if (mode == KMEANS_FLAT) flat_ok = 1; else hier_ok = 1;
+                kmeans_result_free(&r);
+            } else if (st == CHIMERA_ERR_NOMEM && r.centroids == NULL) {
+                failures++;
+            } else {
+                bad++;
+            }
+        }
+        ivf_assigner *a = NULL;
+        chimera_error err;
+        cm_alloc_fail_after(fail);
+        chimera_status st = ivf_assigner_new(x, 40, d, NULL, 0, NULL, NULL, &a, &err);
+        cm_alloc_fail_after(-1);
+        if (st == CHIMERA_OK) ivf_assigner_free(a);
+        else if (st != CHIMERA_ERR_NOMEM || a != NULL) bad++;
+    }
+    CHECK(flat_ok && hier_ok);
+    CHECK(failures > 10);
+    CHECK(bad == 0);
+    free(x);
+}
+
 int main(void)
 {
     cm_pool *pool = cm_pool_new(2);
@@ -340,6 +386,7 @@ int main(void)
     test_hierarchical(pool);
     test_degenerate(pool);
     test_assign_exact(pool);
+    test_alloc_failures();
     cm_pool_free(pool);
     return check_report();
 }
