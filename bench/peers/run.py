@@ -62,7 +62,7 @@ def grid(system, which):
             pts += [{"nprobe": 32, "bound": 1024, "t_prime": 100000,
                      "max_candidates": 100000}]
         else:
-            pts = [{"nprobe": n} for n in (1, 4, 16)] + [{"nprobe": 4, "t_prime": 5000}]
+            pts = [{"nprobe": n} for n in (1, 4, 16)] + [{"nprobe": 4, "t_prime": 20000}]
         return pts
     if system == "fast-plaid":
         if which == "full":
