@@ -181,7 +181,7 @@ static uint32_t ref_refine(const fix *f, const ref_q *rq, const uint32_t *cid, c
         float s = 0.0f;
         for (uint32_t j = 0; j < M; j++) {
             float v = Mt[(size_t)d * M + j];
-            s += v > -INFINITY ? v : floor_[j];
+            s += v > floor_[j] ? v : floor_[j]; /* max(estimate, floor), as the backends */
         }
         cs[n++] = (cand){s, (uint32_t)d};
     }

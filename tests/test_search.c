@@ -419,14 +419,9 @@ static void test_probe_modes(const bench *b)
     CHECKF(fabs(rb - rg) <= 0.02, "graph probing Recall@10 %.3f vs brute force %.3f", rg, rb);
 }
 
-/* XXX: the probe-floor imputation (the default) recalls less than zero at small n_probe:
- * the CPU backend sums, per query token, the best estimate when the document was seen and
- * the floor only when it was not, so a document seen with estimates below the floor (the
- * n_probe-th centroid score, above most estimates) ranks below one never seen. Initialising
- * cells to the floor (REFERENCE.md 4.5: max(floor, estimate)) closes the gap. Until the
- * backend changes, the comparison below reports instead of failing. */
-#define IMPUTE_FLOOR_KNOWN_ISSUE 1
-
+/* The default imputation (the n_probe-th centroid score as the floor, each cell counted
+ * as max(estimate, floor), REFERENCE.md 4.5) must not recall worse than a zero floor:
+ * a document seen with low estimates must not rank below one never seen. */
 static void test_impute_modes(const bench *b)
 {
     const char *names[3] = {"probe-floor", "zero", "min-seen"};
@@ -439,12 +434,8 @@ static void test_impute_modes(const bench *b)
     }
     printf("impute modes (%s, n_probe 2, k_refine 30): Recall@10 %s %.3f, %s %.3f, %s %.3f\n",
            b->name, names[0], r[0], names[1], r[1], names[2], r[2]);
-    if (IMPUTE_FLOOR_KNOWN_ISSUE && r[BE_IMPUTE_PROBE_FLOOR] < r[BE_IMPUTE_ZERO] - 0.02)
-        printf("KNOWN ISSUE (reported, not failed): probe-floor imputation %.3f is worse than "
-               "zero %.3f by more than 0.02\n", r[0], r[1]);
-    else
-        CHECKF(r[BE_IMPUTE_PROBE_FLOOR] >= r[BE_IMPUTE_ZERO] - 0.02,
-               "probe-floor imputation %.3f is worse than zero %.3f", r[0], r[1]);
+    CHECKF(r[BE_IMPUTE_PROBE_FLOOR] >= r[BE_IMPUTE_ZERO] - 0.02,
+           "probe-floor imputation %.3f is worse than zero %.3f", r[0], r[1]);
 }
 
 /* ---- deletion ---------------------------------------------------------------------- */

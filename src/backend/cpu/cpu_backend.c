@@ -15,7 +15,7 @@
  * M[document][token], then each touched document's partial score sums M, with the
  * imputed floor for tokens that saw none of its tokens. Documents are found by an epoch-
  * stamped direct map (two uint32 per document per worker): no hashing, no clearing
- * between queries.
+ * between queries. Each cell counts max(M, floor): see cpu_refine.
  *
  * Threads: in throughput mode every worker runs its own queries single-threaded; in
  * latency mode (one worker, n_threads > 1) the sgemm and the document scoring of a chunk
@@ -301,7 +301,11 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
         if ((r->deleted[d >> 3] >> (d & 7)) & 1) continue;
         const float *row = w->M + (size_t)s * m;
         float sum = 0.0f;
-        for (uint32_t j = 0; j < m; j++) sum += row[j] > -INFINITY ? row[j] : floor_[j];
+        /* The floor stands for what the document's unprobed tokens score, so a probed
+         * estimate counts only where it beats it: max(M, floor), as WARP initialises its
+         * table with m_i before taking maxima (a seen document must never rank below an
+         * unseen one). */
+        for (uint32_t j = 0; j < m; j++) sum += row[j] > floor_[j] ? row[j] : floor_[j];
         cm_topk_push(&h, sum, d);
     }
     cm_topk_sort(&h);

@@ -172,7 +172,10 @@ __global__ void __launch_bounds__(CU_THREADS) refine_sum_kernel(sum_args a)
         float sum = 0.0f;
         for (uint32_t j = 0; j < a.m; j++) {
             int32_t k = row[j];
-            sum += k == CU_KEY_EMPTY_MAX ? floor_[j] : cu_funkey(k);
+            /* the floor is what an unprobed token of the document is taken to score, so
+             * a seen token counts only if it beats it (WARP's max with m_i) */
+            float v = k == CU_KEY_EMPTY_MAX ? floor_[j] : cu_funkey(k);
+            sum += v > floor_[j] ? v : floor_[j];
             row[j] = CU_KEY_EMPTY_MAX;
         }
         a.flag[d] = 0u;
