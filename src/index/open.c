@@ -173,6 +173,10 @@ chimera_status ix_check(const ix_index *ix, chimera_error *err)
         s = cm_fail(err, CHIMERA_ERR_NOMEM, "check: out of memory");
         goto done;
     }
+    /* Checksums first: damage to a section is then reported as that section's, not as
+     * the inconsistency it causes further on. */
+    s = store_verify(ix->st, err);
+    if (s != CHIMERA_OK) goto done;
     /* every token in exactly one list, and the lists agree with tok_cid / post_doc */
     for (uint32_t c = 0; c < ix->n_clusters && s == CHIMERA_OK; c++)
         for (int64_t i = ix->post_off[c]; i < ix->post_off[c + 1]; i++) {
@@ -217,7 +221,6 @@ chimera_status ix_check(const ix_index *ix, chimera_error *err)
         graph_check_stats gs;
         s = graph_check(&ix->g, &gs, err);
     }
-    if (s == CHIMERA_OK) s = store_verify(ix->st, err);
 done:
     cm_free(seen);
     cm_free(ids);
