@@ -274,6 +274,7 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
         for (uint32_t p = 0; p < np; p++) {
             uint32_t cid = w->probe_cid[(size_t)j * np + p];
             float qc = w->probe_qc[(size_t)j * np + p];
+            if (cid >= r->n_clusters) continue; /* a graph search that found fewer */
             int64_t p0 = r->post_off[cid], n = r->post_off[cid + 1] - p0;
             if (n == 0) continue;
             quant_est1_list(c->kt, &w->qs, j, r->c1_codes + (size_t)p0 * cb, r->c1_fact + p0,

@@ -226,7 +226,8 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
                                 chimera_error *err)
 {
     cu_ctx *c = (cu_ctx *)vctx;
-    if (c->w) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: upload called twice");
+    if (c->w || c->r.centroids)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: upload called twice");
     c->cfg = *cfg;
     if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
     if (cfg->max_m == 0 || cfg->max_m > QUANT_QTOK_MAX)
@@ -247,6 +248,11 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: %lld documents",
                        (long long)r->n_docs);
     if (!r->rot) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: no rotation");
+    // The pinned query buffers are sized by dim/dim_pad: a rotation of other dimensions
+    // would write past them.
+    if (r->rot->dim != r->dim || r->rot->dim_pad != r->dim_pad)
+        return cm_fail(err, CHIMERA_ERR_DIM, "cuda backend: rotation for dim %u/%u, index %u/%u",
+                       r->rot->dim, r->rot->dim_pad, r->dim, r->dim_pad);
     c->rot = r->rot;
 
     CUDA_CHECK(cudaSetDevice(c->device));
@@ -310,6 +316,10 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
         c->n_workers_init = i + 1;
         CM_TRY(worker_init(c, &c->w[i], err));
     }
+    // Pageable cudaMemcpy may return before its last DMA lands, and the worker streams
+    // are non-blocking (not ordered after the legacy stream): wait for every upload
+    // before the first query can read the resident arrays.
+    CUDA_CHECK(cudaDeviceSynchronize());
     return CHIMERA_OK;
 }
 

@@ -27,7 +27,7 @@
 // reads, shuffle reduction). Seeds: the graph's stored entry points (as the CPU searcher),
 // so the search is deterministic. It stops when every entry of the list is expanded or
 // after 4*itopk/width + 64 iterations.
-// itopk = max(64, 2*n_probe) rounded up to 32, as graph_search's default; width 1 up to
+// itopk = max(64, 3*n_probe) rounded up to 32, as graph_search's default; width 1 up to
 // itopk 128, 2 at 256, 4 at 512. n_probe > 256 (itopk > 512) is beyond one CTA's buffer:
 // such probes, and graphs with degree 0 or no entry points, use the brute force.
 //
@@ -123,7 +123,7 @@ struct graph_params {
 static graph_params graph_params_for(const cu_ctx *c, uint32_t n_probe)
 {
     graph_params g;
-    uint32_t L = 2 * n_probe > 64 ? 2 * n_probe : 64;
+    uint32_t L = 3 * n_probe > 64 ? 3 * n_probe : 64; // graph_search's default itopk
     g.L = (L + 31) / 32 * 32;
     g.W = g.L <= 128 ? 1 : g.L <= 256 ? 2 : 4;
     g.n_child = g.W * c->r.degree;
@@ -146,7 +146,7 @@ size_t cu_graph_smem(const cu_ctx *c, uint32_t n_probe)
 
 int cu_graph_usable(const cu_ctx *c, uint32_t n_probe)
 {
-    uint32_t L = 2 * n_probe > 64 ? 2 * n_probe : 64;
+    uint32_t L = 3 * n_probe > 64 ? 3 * n_probe : 64;
     return c->r.degree > 0 && c->r.n_entry > 0 && (L + 31) / 32 * 32 <= c->itopk_cap &&
            cu_graph_smem(c, n_probe) <= c->smem_optin;
 }

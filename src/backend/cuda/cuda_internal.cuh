@@ -76,6 +76,8 @@ struct cu_worker {
     // refinement
     int32_t *d_M;                 // [n_docs x m] order-preserving keys, CU_KEY_EMPTY_MAX between queries
     uint32_t *d_flag;             // [n_docs] 1 while a document is in the touched list
+    int table_dirty;              // a refinement failed between its two kernels: d_M and
+                                  // d_flag must be reset before the next one
     uint32_t *d_touched;          // [n_docs]
     unsigned long long *d_cand;   // [n_docs] selection keys of the touched documents
     int32_t *d_minkey;            // [max_m] smallest estimate per query token (MIN_SEEN)

@@ -206,6 +206,12 @@ chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impu
     const cu_resident *r = &c->r;
     cudaStream_t s = w->stream;
     uint32_t m = w->m, np = w->n_probe;
+    if (w->table_dirty) { // a failed refinement left rows and flags set: start clean
+        size_t D = (size_t)r->n_docs;
+        CM_TRY(cu_fill_i32(s, w->d_M, D * c->cfg.max_m, CU_KEY_EMPTY_MAX, err));
+        if (D) CUDA_CHECK(cudaMemsetAsync(w->d_flag, 0, D * sizeof(uint32_t), s));
+        w->table_dirty = 0;
+    }
     CUDA_CHECK(cudaMemsetAsync(w->d_cnt, 0, sizeof *w->d_cnt, s));
     CUDA_CHECK(cudaMemsetAsync(w->d_sel, 0, sizeof *w->d_sel, s));
     CUDA_CHECK(cudaMemsetAsync(w->d_hist, 0, CU_RADIX_BINS * sizeof(uint32_t), s));
@@ -240,6 +246,7 @@ chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impu
     unsigned blocks = m * a.n_groups; // <= 256 * 512 (max_m, CU_MAX_PROBE / 8)
 #define REFINE_LAUNCH(NW)                                                                      \
     refine_est_kernel<NW><<<blocks, CU_THREADS, smem, s>>>(a)
+    w->table_dirty = 1; /* until refine_sum has reset what refine_est writes */
     CU_DISPATCH_NW(a.n_words, REFINE_LAUNCH)
 #undef REFINE_LAUNCH
     LAUNCH_CHECK();
@@ -259,6 +266,7 @@ chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impu
     unsigned grid = (unsigned)(c->n_sm * CU_BLOCKS_PER_SM);
     refine_sum_kernel<<<grid, CU_THREADS, 0, s>>>(b);
     LAUNCH_CHECK();
+    w->table_dirty = 0;
 
     const uint32_t *n_touched = &w->d_cnt->n_touched;
     for (int pass = 0; pass < 8; pass++) {
