@@ -23,7 +23,7 @@ char *cm_path_join(const char *dir, const char *name)
     return p;
 }
 
-static char *dir_of(const char *path)
+char *cm_path_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');
     if (!slash) return cm_strdup(".");
@@ -103,7 +103,7 @@ chimera_status cm_writer_commit(cm_writer *w, chimera_error *err)
     } else {
         cm_free(w->tmp_path);
         w->tmp_path = NULL;
-        char *dir = dir_of(w->final_path);
+        char *dir = cm_path_dir(w->final_path);
         if (dir) s = cm_fsync_dir(dir, err);
         cm_free(dir);
     }

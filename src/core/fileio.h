@@ -35,6 +35,10 @@ chimera_status cm_fsync_dir(const char *dir, chimera_error *err);
 /* Creates a directory (and its parents) if missing. */
 chimera_status cm_mkdirs(const char *dir, chimera_error *err);
 
+/* The directory part of a path ("." when it has none, "/" for "/x"), as a new string
+ * (NULL when out of memory). */
+char *cm_path_dir(const char *path);
+
 /* Joins dir and name with '/' into a new string (NULL when out of memory). */
 char *cm_path_join(const char *dir, const char *name);
 

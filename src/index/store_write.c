@@ -91,18 +91,6 @@ struct store_writer {
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) return cm_strdup(".");
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *d = cm_malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, path, n);
-    d[n] = '\0';
-    return d;
-}
-
 static char *concat(const char *a, const char *b)
 {
     size_t na = strlen(a), nb = strlen(b);
@@ -293,7 +281,7 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     if (w->out_dir) {
         memcpy(w->out_dir, out_dir, n);
         w->out_dir[n] = '\0';
-        w->parent = dir_of(w->out_dir);
+        w->parent = cm_path_dir(w->out_dir);
         tmpl = concat(w->out_dir, ".tmp-XXXXXX");
     }
     w->buf = cm_malloc(STORE_BUF_BYTES);
