@@ -564,6 +564,42 @@ done:
     chimera_corpus_close(c);
 }
 
+/* The refinement table grows when a query touches more documents than it holds; it must
+ * grow for the longest query the engine accepts, not the current one: a short query that
+ * grows it, then a long one, must give the same results as the long one alone (ASan
+ * catches the overflow a wrong size causes). */
+static void test_table_growth(void)
+{
+    bench b;
+    if (!bench_make(&b, "growth", 6000, 32, 8, 16, 64, 4, 9, 4)) {
+        bench_free(&b);
+        return;
+    }
+    chimera_error err;
+    sp_params p = {.k = 10, .n_probe = 64, .k_refine = 200, .k_fullbit = 50, .chunks = 2,
+                   .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE};
+    sp_engine *a = NULL, *fresh = NULL;
+    CHECK_OK(sp_engine_new(&b.ix, "cpu", 1, 1, &p, 32, &a, &err), &err);
+    CHECK_OK(sp_engine_new(&b.ix, "cpu", 1, 1, &p, 32, &fresh, &err), &err);
+    if (a && fresh) {
+        uint32_t m;
+        const float *q0 = query(&b.q, 0, &m), *q1 = query(&b.q, 1, &m);
+        int64_t i1[10], i2[10], i3[10];
+        float s1[10], s2[10], s3[10];
+        sp_stats st = {0};
+        /* 3 tokens of query 0 with every cluster probed: > 4096 documents touched */
+        CHECK_OK(sp_search(a, 0, q0, 3, &p, i1, s1, &st, &err), &err);
+        CHECKF(st.docs_touched > 4096, "only %llu documents touched; the table did not grow",
+               (unsigned long long)st.docs_touched);
+        CHECK_OK(sp_search(a, 0, q1, m, &p, i2, s2, NULL, &err), &err);
+        CHECK_OK(sp_search(fresh, 0, q1, m, &p, i3, s3, NULL, &err), &err);
+        CHECK(memcmp(i2, i3, sizeof i2) == 0 && memcmp(s2, s3, sizeof s2) == 0);
+    }
+    sp_engine_free(a);
+    sp_engine_free(fresh);
+    bench_free(&b);
+}
+
 int main(void)
 {
     double t0 = cm_now();
@@ -590,6 +626,7 @@ int main(void)
     bench pm;
     if (bench_make(&pm, "probe", 1000, 64, 8, 40, 2048, 2, 5, 30)) test_probe_modes(&pm);
     bench_free(&pm);
+    test_table_growth();
     printf("total %.1fs\n", cm_now() - t0);
     return check_report();
 }

@@ -47,8 +47,8 @@ typedef struct cpu_worker {
     uint32_t epoch;
     uint32_t *doc_stamp, *doc_slot; /* [n_docs] */
     uint32_t *slot_doc;
-    float *M;                       /* [cap_slots x m] */
-    uint32_t cap_slots;
+    float *M;                       /* [cap_slots x max_m]; rows use the current m as stride */
+    uint32_t cap_slots, max_m;
     float *est;                     /* [longest posting list] */
     float *heap_s;
     int64_t *heap_i;
@@ -129,6 +129,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->cap_slots = r->n_docs < 4096 ? (uint32_t)r->n_docs : 4096;
         w->slot_doc = cm_malloc((size_t)w->cap_slots * sizeof(uint32_t));
         w->M = cm_malloc((size_t)w->cap_slots * mm * sizeof(float));
+        w->max_m = mm;
         w->est = cm_malloc((size_t)(c->max_list + 1) * sizeof(float));
         uint32_t kr = cfg->max_refine ? cfg->max_refine : 1;
         w->heap_s = cm_malloc((size_t)kr * sizeof(float));
@@ -232,7 +233,8 @@ static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_sl
     }
     if (*n_slots == w->cap_slots) {
         uint32_t cap = w->cap_slots * 2;
-        float *M = cm_realloc(w->M, (size_t)cap * m * sizeof(float));
+        /* sized for the largest query, not this one: the next query may be longer */
+        float *M = cm_realloc(w->M, (size_t)cap * w->max_m * sizeof(float));
         if (!M) return -1;
         w->M = M;
         uint32_t *sd = cm_realloc(w->slot_doc, (size_t)cap * sizeof(uint32_t));
