@@ -5,18 +5,7 @@
 # missing or unknown options) exits non-zero with a message naming the problem, leaves
 # no partial output and does not touch an existing output file.
 set -u
-: "${CHIMERA:?path to the chimera binary}"
-T=${TEST_TMP:-$(mktemp -d)}
-rm -rf "$T" && mkdir -p "$T"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-# expect_fail DESCRIPTION NEEDLE COMMAND...: non-zero exit and NEEDLE in stderr
-expect_fail() {
-  local what=$1 needle=$2; shift 2
-  if "$@" >"$T/out" 2>"$T/err"; then bad "$what: exited 0"; return; fi
-  if grep -q -- "$needle" "$T/err"; then ok; else bad "$what: stderr lacks '$needle': $(cat "$T/err")"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 "$CHIMERA" gen --out "$T/c" --docs 400 --queries 20 --dim 64 --seed 1 >"$T/gen.out" || bad "gen failed"
 for f in tokens.npy doclens.npy queries.npy qrels.tsv; do [ -s "$T/c/$f" ] && ok || bad "gen: $f missing"; done

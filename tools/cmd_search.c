@@ -27,7 +27,8 @@ int cmd_search(int argc, char **argv)
     const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
     uint32_t k = 10, threads = 0;
     chimera_search_params sp = {0};
-    int profile = 0, latency = 0, impute = 0, probe = 0;
+    int profile = 0, latency = 0;
+    const char *impute_s = "probe", *probe_s = "auto";
     int64_t batch = 0;
     double want_recall = 0;
     cli_opt opts[] = {
@@ -39,8 +40,8 @@ int cmd_search(int argc, char **argv)
         {"--k-refine", OPT_U32, &sp.k_refine, "documents kept by refinement", 0, 0},
         {"--k-fullbit", OPT_U32, &sp.k_fullbit, "documents re-scored at full precision", 0, 0},
         {"--chunks", OPT_U32, &sp.chunks, "document-scoring chunks (default 4)", 0, 0},
-        {"--impute", OPT_STR, &impute, "refinement floor: probe (default), zero, min", 0, 0},
-        {"--probe", OPT_STR, &probe, "centroid search: auto (default), brute, graph", 0, 0},
+        {"--impute", OPT_STR, &impute_s, "refinement floor: probe (default), zero, min", 0, 0},
+        {"--probe", OPT_STR, &probe_s, "centroid search: auto (default), brute, graph", 0, 0},
         {"--threads", OPT_U32, &threads, "threads (default: all CPUs)", 0, 0},
         {"--batch", OPT_I64, &batch, "queries per call (default: all)", 0, 0},
         {"--latency", OPT_FLAG, &latency, "one query at a time with all threads", 0, 0},
@@ -48,10 +49,6 @@ int cmd_search(int argc, char **argv)
         {"--profile", OPT_FLAG, &profile, "print per-stage times, candidates and bytes", 0, 0},
         {"--recall", OPT_F64, &want_recall, "use the tuned profile for this target recall", 0, 0},
     };
-    /* impute/probe are words: parse as strings then map */
-    const char *impute_s = "probe", *probe_s = "auto";
-    opts[8].dst = &impute_s;
-    opts[9].dst = &probe_s;
     const char *pos[1];
     int np = 0;
     int r = cli_parse("search", "IDX --queries Q.npy [-k K] [--out run.trec] [--nprobe N ...]",
