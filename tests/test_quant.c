@@ -3,8 +3,9 @@
  *   spreads a basis vector evenly, is a function of its seed, survives a serialise /
  *   deserialise round trip bit for bit, and deserialisation rejects corrupt buffers;
  * - the B-bit code's top bit-plane is the 1-bit code, B = 1 degenerates to it, and the
- *   rescale search is at least as good as every t on a fine grid and at every critical t
- *   = k / a_i (its exact optimality);
+ *   rescale search (windowed for B >= 5) is at least as good as every t on a fine grid
+ *   and at every critical t = k / a_i (its exact optimality), on Gaussian residuals and
+ *   on adversarial shapes (one-hot, sparse, two-level, geometric, one spike);
  * - on random and clustered unit vectors at d = 96, 128, 200 the estimators of <q, v>
  *   from the 1-bit plane and from the B-bit code (B = 1..8), with the factors as stored
  *   (f16), are unbiased (|mean error| below 4 standard errors), miss the bound
@@ -157,16 +158,28 @@ static void test_codes(void)
     for (uint32_t bits = 1; bits <= 8; bits++) {
         int msb_ok = 1, search_ok = 1, critical_ok = 1;
         double mean_cos = 0;
-        for (int t = 0; t < 12; t++) {
+        /* 12 Gaussian residuals, then shapes far from Gaussian, where the B >= 5 window
+         * around the typical optimum is least safe: one-hot, three equal coordinates,
+         * half large / half tiny, a geometric decay, and a single large coordinate over
+         * small noise. */
+        for (int t = 0; t < 12 + 5; t++) {
             unit_gauss(&r, v, D);
             unit_gauss(&r, c, D);
+            if (t >= 12) {
+                for (uint32_t i = 0; i < D; i++) {
+                    float m = t == 12 ? (i == 5) : t == 13 ? (i % 41 == 0)
+                            : t == 14 ? (i % 2 ? 1.0f : 1e-3f) : t == 15 ? powf(0.93f, (float)i)
+                                                                         : (i == 0 ? 1.0f : 0.01f);
+                    v[i] = c[i] + (v[i] > 0 ? m : -m);
+                }
+            }
             quant_exact_factors x;
             quant_encode_one(D, bits, v, c, work, c1, &f1, cB, &fB, &x);
             quant_codeB_msb(D, bits, 1, cB, msb);
             msb_ok &= memcmp(msb, c1, 16) == 0;
             for (uint32_t i = 0; i < D; i++)
                 msb_ok &= qm_code1_bit(c1, i) == (v[i] - c[i] > 0);
-            mean_cos += x.cosB / 12;
+            if (t < 12) mean_cos += x.cosB / 12;
             if (bits > 1) {
                 double a[128], n = 0;
                 for (uint32_t i = 0; i < D; i++) n += ((double)v[i] - c[i]) * ((double)v[i] - c[i]);
@@ -180,7 +193,7 @@ static void test_codes(void)
                 }
                 /* Every critical t = k / a_i (the code changes only there), at and just
                  * above it: none beats the search, which is thus the exact optimum. */
-                if (t < 3 && bits <= 5)
+                if (t < 3 || t >= 12)
                     for (uint32_t i = 0; i < D; i++)
                         for (unsigned k = 1; k <= emax && a[i] > 0; k++) {
                             double tc = k / a[i];

@@ -14,8 +14,9 @@
  * side of an event by floating-point rounding.
  * Cost: d * (2^(B-1)-1) events per token (~900 at d = 128, B = 4), sorted by a radix
  * sort and walked once (section below; it replaced a min-heap walk ~10x slower, with the
- * same codes). The fast-mode constant t (REFERENCE 1.4) is not offered: the exact search
- * costs a few us per token at B = 4 (bench/bench_quant.c).
+ * same codes); for B >= 5 a window around the optimum is walked first (rescale_search).
+ * The fast-mode constant t (REFERENCE 1.4) is not offered: the search costs a few us per
+ * token (bench/bench_quant.c).
  *
  * Factors (similarity form, REFERENCE 1.8) are computed in double from the codes
  * actually stored, then rounded to the storage types of quant_math.h. */
@@ -103,21 +104,35 @@ static uint64_t *ev_sort(const double *a, uint64_t *ev, uint64_t *tmp, uint32_t 
     return src;
 }
 
-/* Walks the events in increasing t and returns the step with the best cosine; the codes
- * at that step are the counts of each coordinate in the first best_step events (no
- * re-rounding of floor(t a_i), which could land on the other side of an event). */
-static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, uint8_t *e,
-                             uint64_t *ev, uint64_t *tmp)
+/* Walks the events with t in (t_lo, t_hi] in increasing t, starting from the codes at
+ * t_lo, and returns the step with the best cosine (0: t_lo itself; n: the last event); the
+ * codes at that step are the start codes plus the counts of each coordinate in the first
+ * best_step events (no re-rounding of floor(t a_i), which could land on the other side
+ * of an event). t_lo = 0, t_hi = inf is the exhaustive walk. *n_out: events walked. */
+static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, double t_lo,
+                             double t_hi, uint8_t *e, uint64_t *ev, uint64_t *tmp,
+                             uint32_t *n_out)
 {
     uint32_t n = 0;
-    double num = 0.0, den = 0.25 * d;
+    double num = 0.0, den = 0.0;
     for (uint32_t i = 0; i < d; i++) {
-        num += 0.5 * a[i];
+        double f = floor(t_lo * a[i]);
+        unsigned e0 = f >= (double)emax ? emax : (unsigned)f;
+        e[i] = (uint8_t)e0;
+        num += (e0 + 0.5) * a[i];
+        den += (e0 + 0.5) * (e0 + 0.5);
         if (a[i] > 0.0)
-            for (uint32_t k = 1; k <= emax; k++) ev[n++] = ev_make((double)k / a[i], i, k);
+            for (uint32_t k = e0 + 1; k <= emax; k++) {
+                double t = (double)k / a[i];
+                if (t > t_hi) break;
+                ev[n++] = ev_make(t, i, k);
+            }
     }
+    *n_out = n;
+    uint8_t e0[QUANT_DIM_MAX];
+    memcpy(e0, e, d);
+    if (n == 0) return 0;
     uint64_t *s = ev_sort(a, ev, tmp, n);
-    memset(e, 0, d);
     /* cos = num / sqrt(den) with num > 0: compared as num^2 * den_best > num_best^2 * den,
      * no division or square root per event (they were half the walk's time). */
     double best_n2 = num * num, best_den = den;
@@ -134,9 +149,33 @@ static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, uint8_t
             best_step = step + 1;
         }
     }
-    memset(e, 0, d);
+    memcpy(e, e0, d);
     for (uint64_t k = 0; k < best_step; k++) e[EV_I(s[k])]++;
     return best_step;
+}
+
+/* The rescale search. For B >= 5 the exhaustive walk has d * (2^(B-1)-1) events (16,256
+ * at d = 128, B = 8: ~0.4 ms per token), so it first walks the reference library's window
+ * t * max(a) in [T * (emax + 10), emax + 10] (T = 0.59, 0.71, 0.75, 0.77 for B = 5..8;
+ * REFERENCE 1.4), ~20x fewer events at B = 8, and keeps its optimum when that lies
+ * strictly inside the window. An optimum on either edge means the window may have cut
+ * off a better t, and the exhaustive walk decides. The cosine is unimodal in t in every
+ * case tests/test_quant.c checks (all critical t of B = 2..8), so the window changes no
+ * code there; B <= 4 (<= 900 events) always walks exhaustively. */
+static void rescale_search(const double *a, uint32_t d, unsigned bex, uint8_t *e, uint64_t *ev,
+                           uint64_t *tmp)
+{
+    static const double window_start[QUANT_BITS_MAX] = {0, .15, .20, .52, .59, .71, .75, .77};
+    unsigned emax = (1u << bex) - 1u;
+    uint32_t n;
+    if (bex >= 4) {
+        double amax = 0.0;
+        for (uint32_t i = 0; i < d; i++) amax = a[i] > amax ? a[i] : amax;
+        double t_hi = (emax + 10.0) / amax, t_lo = t_hi * window_start[bex];
+        uint64_t best = rescale_walk(a, d, emax, t_lo, t_hi, e, ev, tmp, &n);
+        if (best > 0 && best < n) return;
+    }
+    rescale_walk(a, d, emax, 0.0, INFINITY, e, ev, tmp, &n);
 }
 
 /* Layout of the work area: r, a (double), two event arrays of d * (2^(B-1) - 1) entries
@@ -204,7 +243,7 @@ void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const
     if (codeB) {
         unsigned bex = bits - 1, emax = (1u << bex) - 1u;
         if (bex > 0) {
-            rescale_walk(a, d, emax, e, ev, evt);
+            rescale_search(a, d, bex, e, ev, evt);
         } else {
             memset(e, 0, d);
         }
