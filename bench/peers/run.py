@@ -2,7 +2,7 @@
 """Peer benchmark harness: every system on the same token vectors and thread count.
 
     bench/.venv/bin/python bench/peers/run.py --data bench/data/out --threads 1 \
-        [--systems xtr-warp,fast-plaid,faiss-ivf-rabitq,muvera,chimera] [--grid quick|full]
+        [--systems xtr-warp,fast-plaid,faiss-ivf-rabitq,muvera,chimera,chimera-b8] [--grid quick|full]
 
 Reads DATA/tokens.npy [ntok, d] float32, DATA/doclens.npy [ndocs], DATA/queries.npy
 [nq, m, d] and, when present, DATA/qlens.npy [nq] (real tokens per query; the rows
@@ -37,7 +37,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PEERS = ["xtr-warp", "fast-plaid", "faiss-ivf-rabitq", "muvera"]
-ALL_SYSTEMS = PEERS + ["chimera"]
+CHIMERAS = {"chimera": 4, "chimera-b8": 8}   # system name -> bits of the full codes
+ALL_SYSTEMS = PEERS + list(CHIMERAS)
 CSV_FIELDS = ["system", "version", "params", "recall@10", "recall@100", "mrr@10", "qps",
               "lat_mean_ms", "lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "build_s",
               "index_mb", "peak_rss_mb", "threads", "nq", "ndocs", "ntok", "notes"]
@@ -78,11 +79,11 @@ def grid(system, which):
         if which == "full":
             return [{"n_rerank": n} for n in (100, 200, 500, 1000, 2000, 5000)]
         return [{"n_rerank": n} for n in (100, 500)]
-    if system == "chimera":
+    if system in CHIMERAS:
         if which == "full":
             return [{"nprobe": p, "k_refine": r, "k_fullbit": f}
-                    for p in (2, 4, 8, 16, 32) for (r, f) in ((500, 100), (2000, 300),
-                                                               (8000, 1000))]
+                    for p in (2, 4, 8, 16, 32) for (r, f) in ((400, 100), (1600, 300),
+                                                               (4000, 800))]
         return [{"nprobe": p, "k_refine": 1000, "k_fullbit": 200} for p in (4, 16)]
     raise ValueError(system)
 
@@ -546,15 +547,31 @@ class _Child:
         return self.p.returncode, time.perf_counter() - self.t0, ru.ru_maxrss * 1024
 
 
-def run_chimera(chimera, data, out, threads, points, k, nq, latency_pass=True):
-    """Build a Chimera index with `chimera build` and sweep `chimera search` over points.
+def latency_queries(chimera, data, wdir, n):
+    """--queries (and --qlens) arguments for the first n queries, written into wdir."""
+    import numpy as np
+    args = chimera_query_args(chimera, "search", data)
+    if "--qlens" in args:
+        ql = np.load(args[3])[:n]
+        flat = np.load(args[1], mmap_mode="r")[:int(ql.sum())]
+        np.save(os.path.join(wdir, "lat_qlens.npy"), ql)
+        np.save(os.path.join(wdir, "lat_queries_flat.npy"), np.ascontiguousarray(flat))
+        return ["--queries", os.path.join(wdir, "lat_queries_flat.npy"),
+                "--qlens", os.path.join(wdir, "lat_qlens.npy")]
+    q = np.load(args[1], mmap_mode="r")[:n]
+    np.save(os.path.join(wdir, "lat_queries.npy"), np.ascontiguousarray(q))
+    return ["--queries", os.path.join(wdir, "lat_queries.npy")]
+
+
+def run_chimera(chimera, data, out, threads, points, k, nq, lat_nq, name="chimera", bits=4):
+    """Build a Chimera index (`chimera build --bits BITS`) and sweep `chimera search`.
 
     Returns CSV rows (without quality columns, which the caller adds). QPS is nq over
     the wall time of the whole `chimera search` process (index load included) unless
     the CLI reports its own queries/s (it does: warm, throughput mode), which is then
     preferred; latencies come from a second `chimera search --latency` pass (one query
-    at a time) when latency_pass is set, else from the throughput pass."""
-    wdir = os.path.join(out, "work", "chimera")
+    at a time) over the first lat_nq queries, as for the peers (0: no second pass)."""
+    wdir = os.path.join(out, "work", name)
     runs = os.path.join(wdir, "runs")
     os.makedirs(runs, exist_ok=True)
     logf = os.path.join(wdir, "chimera.log")
@@ -564,26 +581,27 @@ def run_chimera(chimera, data, out, threads, points, k, nq, latency_pass=True):
     env = dict(os.environ)
     build = [chimera, "build", "--tokens", os.path.join(data, "tokens.npy"),
              "--doclens", os.path.join(data, "doclens.npy"), "--out", idx,
-             "--threads", str(threads)]
+             "--threads", str(threads), "--bits", str(bits)]
     rc, build_s, build_rss, txt = _call(build, logf, env)
     if rc != 0:
-        log(f"chimera build failed (rc {rc}); see {logf}")
+        log(f"{name} build failed (rc {rc}); see {logf}")
         return []
+    lat_args = latency_queries(chimera, data, wdir, min(lat_nq, nq)) if lat_nq > 0 else None
     size = du(idx)
     ver = subprocess.run([chimera, "version"], stdout=subprocess.PIPE, text=True).stdout.strip()
     rows = []
     for p in points:
         tag = "_".join(f"{k_}{v}" for k_, v in p.items())
         run_path = os.path.join(runs, f"{tag}.trec")
-        cmd = [chimera, "search", idx] + chimera_query_args(chimera, "search", data) + [
-               "-k", str(k), "--out", run_path, "--threads", str(threads),
-               "--nprobe", str(p["nprobe"]), "--k-refine", str(p["k_refine"]),
-               "--k-fullbit", str(p["k_fullbit"])]
+        knobs = ["-k", str(k), "--threads", str(threads), "--nprobe", str(p["nprobe"]),
+                 "--k-refine", str(p["k_refine"]), "--k-fullbit", str(p["k_fullbit"])]
+        cmd = [chimera, "search", idx] + chimera_query_args(chimera, "search", data) + knobs + [
+               "--out", run_path]
         rc, wall, rss, txt = _call(cmd, logf, env)
         if rc != 0:
-            log(f"chimera search {p} failed (rc {rc}); see {logf}")
+            log(f"{name} search {p} failed (rc {rc}); see {logf}")
             continue
-        row = {"system": "chimera", "version": ver, "params": json.dumps(p, sort_keys=True),
+        row = {"system": name, "version": ver, "params": json.dumps(p, sort_keys=True),
                "qps": nq / wall, "build_s": build_s, "index_mb": size / 2**20,
                "peak_rss_mb": max(rss, build_rss) / 2**20, "threads": threads, "nq": nq,
                "notes": "qps = nq / wall time of the search process (load included)",
@@ -592,19 +610,19 @@ def run_chimera(chimera, data, out, threads, points, k, nq, latency_pass=True):
         if m:
             row["qps"] = float(m.group(1))
             row["notes"] = "qps as reported by chimera search (throughput mode, warm)"
-        if latency_pass:
+        if lat_args:
             # one query at a time (--latency); its per-query latencies
-            rc, _, rss2, txt2 = _call(cmd[:cmd.index("--out")] + cmd[cmd.index("--out") + 2:]
+            rc, _, rss2, txt2 = _call([chimera, "search", idx] + lat_args + knobs
                                       + ["--latency"], logf, env)
             if rc == 0:
                 txt = txt2
                 row["peak_rss_mb"] = max(rss, rss2, build_rss) / 2**20
         m = re.search(r"latency ms mean ([\d.]+) p50 ([\d.]+) p95 ([\d.]+) p99 ([\d.]+)", txt)
         if m:
-            for name, v in zip(("mean", "p50", "p95", "p99"), m.groups()):
-                row[f"lat_{name}_ms"] = float(v)
+            for stat, v in zip(("mean", "p50", "p95", "p99"), m.groups()):
+                row[f"lat_{stat}_ms"] = float(v)
         rows.append(row)
-        log(f"chimera {p}: {row['qps']:.1f} QPS")
+        log(f"{name} {p}: {row['qps']:.1f} QPS")
     return rows
 
 
@@ -758,14 +776,13 @@ def main():
 
     rows = []
     for s in systems:
-        if s == "chimera":
+        if s in CHIMERAS:
             if not chimera_has(chimera, "search") or not chimera_has(chimera, "build"):
-                log("chimera: skipped, `chimera build` / `chimera search` not available in "
+                log(f"{s}: skipped, `chimera build` / `chimera search` not available in "
                     f"{chimera or 'no chimera binary found'}")
                 continue
-            points = grid("chimera", args.grid)
-            got = run_chimera(chimera, args.data, args.out, args.threads, points, args.k,
-                              corpus.nq)
+            got = run_chimera(chimera, args.data, args.out, args.threads, grid(s, args.grid),
+                              args.k, corpus.nq, args.lat_nq, name=s, bits=CHIMERAS[s])
         else:
             wdir = os.path.join(args.out, "work", s)
             os.makedirs(wdir, exist_ok=True)
