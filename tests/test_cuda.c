@@ -1,6 +1,7 @@
 /* CUDA backend against the CPU backend and against a host reference of the GPU's own
- * arithmetic (practice 11). Without a usable device it prints "skipped: no device" and
- * passes.
+ * arithmetic (practice 11). First, with or without a device, the CPU backend's brute-force
+ * probe against a double-precision reference (cpu_probe_check). Without a usable device
+ * the rest prints "skipped: no device" and passes.
  *
  * Fixture: a synthetic corpus indexed on disk by ix_build (dims 128 and 96, so dim_pad
  * 128 with and without padding), every 7th document marked deleted in the uploaded
@@ -360,8 +361,71 @@ static void compare_fixture(fix *f)
     backend_free(&small);
 }
 
+/* The CPU backend's brute-force probe (the reference the GPU's is compared with above)
+ * against the double-precision S of ref_begin: for every query token, the NP best
+ * centroids best first (ties by smaller id), each score within PROBE_TOL; a differing id
+ * is accepted only at a tie. Runs with or without a device. */
+static void cpu_probe_check(fix *f)
+{
+    chimera_error err = {0};
+    cm_backend cpu;
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = M, .max_probe = 64,
+                     .max_refine = 256, .device_memory_budget = 0};
+    CHECK_OK(backend_new("cpu", &cpu, &err), &err);
+    CHECK_OK(cpu.iface->upload(cpu.ctx, &f->r, &cfg, &err), &err);
+    uint32_t K = f->r.n_clusters, *order = cm_malloc(K * sizeof *order);
+    uint32_t cid[M * NP];
+    float qc[M * NP];
+    int bad = 0;
+    for (int64_t qi = 0; qi < f->s.n_queries; qi++) {
+        const float *q = f->s.queries + (size_t)qi * M * f->r.dim;
+        CHECK_OK(cpu.iface->query_begin(cpu.ctx, 0, q, M, &err), &err);
+        CHECK_OK(cpu.iface->probe(cpu.ctx, 0, NP, BE_PROBE_BRUTE, cid, qc, &err), &err);
+        ref_q rq;
+        ref_begin(f, q, &rq);
+        for (uint32_t j = 0; j < M; j++) {
+            /* reference order: a partial selection sort by (score desc, id asc) */
+            for (uint32_t k = 0; k < K; k++) order[k] = k;
+            for (uint32_t p = 0; p < NP; p++) {
+                uint32_t best = p;
+                for (uint32_t k = p + 1; k < K; k++) {
+                    float a = rq.S[(size_t)order[k] * M + j], b = rq.S[(size_t)order[best] * M + j];
+                    if (a > b || (a == b && order[k] < order[best])) best = k;
+                }
+                uint32_t t = order[p];
+                order[p] = order[best];
+                order[best] = t;
+                float want = rq.S[(size_t)order[p] * M + j], got = qc[j * NP + p];
+                if (fabs(got - want) > PROBE_TOL ||
+                    (cid[j * NP + p] != order[p] &&
+                     fabs(rq.S[(size_t)cid[j * NP + p] * M + j] - want) > PROBE_TOL))
+                    bad++;
+            }
+        }
+        ref_end(&rq);
+    }
+    CHECKF(bad == 0, "cpu probe: %d of %lld entries differ from the reference", bad,
+           (long long)(f->s.n_queries * M * NP));
+    printf("cpu probe (K=%u, dim %u): %lld queries x %d tokens x %d probes, %d differ from "
+           "the reference\n", K, f->r.dim, (long long)f->s.n_queries, M, NP, bad);
+    cm_free(order);
+    backend_free(&cpu);
+}
+
 int main(void)
 {
+    static const uint32_t dims[] = {128, 96};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fix f;
+        char name[32];
+        snprintf(name, sizeof name, "cpu%u", dims[i]);
+        if (fix_make(&f, dims[i], name) != 0) {
+            CHECK(0);
+            continue;
+        }
+        cpu_probe_check(&f);
+        fix_free(&f);
+    }
     char status[256];
     int n = backend_cuda_device_count(status, sizeof status);
     if (!backend_cuda_compiled() || n == 0) {
@@ -370,7 +434,6 @@ int main(void)
     }
     printf("device: %s\n", status);
     setenv("CHIMERA_CUDA_POISON", "1", 1);
-    static const uint32_t dims[] = {128, 96};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         fix f;
         char name[32];
