@@ -10,7 +10,10 @@ after them are padding and are not given to the systems) and DATA/qrels.tsv (TRE
 qrels, qid = query row, docid = document row). Writes into --out (default bench/out/peers/):
     truth.trec     exact Chamfer top-k (from `chimera exact`, numpy fallback)
     results.csv    one row per (system, knob setting)
-    recall_qps.png recall vs QPS (log), one line per system (its Pareto frontier)
+    recall_qps.png recall vs QPS (log), one line per system (its Pareto frontier), and
+                   bars of build time, index size and peak RSS per system
+    summary.md     QPS at Recall@10 / Recall@100 = 0.90, 0.95, 0.99 per system, build,
+                   size, memory, MRR@10, and Chimera's ratio to each peer
     runs/SYSTEM/*.trec, SYSTEM.jsonl, SYSTEM.log
 
 Each peer builds its index and sweeps its knobs in its own subprocess (this file with
@@ -667,6 +670,7 @@ def get_truth(args, corpus, chimera):
     path = os.path.join(args.out, "truth.trec")
     k = args.k
     src = None
+    exact_row = None
     if chimera and chimera_has(chimera, "exact") and not args.numpy_truth:
         cmd = [chimera, "exact", "--tokens", os.path.join(args.data, "tokens.npy"),
                "--doclens", os.path.join(args.data, "doclens.npy"),
@@ -677,6 +681,16 @@ def get_truth(args, corpus, chimera):
         if r.returncode == 0:
             src = "chimera exact"
             log(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "chimera exact done")
+            m = re.search(r"([\d.]+) queries/s", r.stdout)
+            rss = re.search(r"peak RSS ([\d.]+) MiB", r.stdout)
+            if m:
+                # exact search is a system too: its speed, on the same threads
+                exact_row = {"system": "exact", "version": "chimera exact",
+                             "params": json.dumps({"k": k}), "qps": float(m.group(1)),
+                             "build_s": 0.0, "index_mb": corpus.tokens.nbytes / 2**20,
+                             "peak_rss_mb": float(rss.group(1)) if rss else None,
+                             "threads": args.threads, "nq": corpus.nq, "run": path,
+                             "notes": "blocked sgemm over the float32 tokens (the truth run)"}
         else:
             log(f"chimera exact failed (rc {r.returncode}): {r.stdout[-500:]}; using numpy")
     if src is None:
@@ -686,7 +700,7 @@ def get_truth(args, corpus, chimera):
         log(f"numpy exact took {time.perf_counter() - t0:.1f}s")
         src = "numpy"
     truth = read_trec(path)
-    check = {"truth_source": src}
+    check = {"truth_source": src, "exact_row": exact_row}
     if src == "chimera exact" and args.check_nq > 0:
         # cross-check a sample of queries against the numpy implementation
         rows = list(range(min(args.check_nq, corpus.nq)))
@@ -698,11 +712,75 @@ def get_truth(args, corpus, chimera):
     return truth, check
 
 
+TARGETS = (0.90, 0.95, 0.99)
+
+
+def summary_table(rows):
+    """Markdown: per system, QPS at fixed Recall@10 / Recall@100 on its Pareto front
+    (log-linear interpolation, bench/pareto.py), the best recall reached, build time,
+    index size, peak RSS, MRR@10, and Chimera's speed ratio at Recall@100 0.90 / 0.95."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    from pareto import front, qps_at
+    systems = []
+    for r in rows:
+        if r["system"] not in systems:
+            systems.append(r["system"])
+    stats = {}
+    for s in systems:
+        rs = [r for r in rows if r["system"] == s and r.get("qps")]
+        st = {}
+        for metric in ("recall@10", "recall@100"):
+            fr = front([(r[metric], r["qps"]) for r in rs if r.get(metric) is not None])
+            st[metric] = [qps_at(fr, t) for t in TARGETS]
+            st["max " + metric] = max((r[metric] for r in rs if r.get(metric) is not None),
+                                      default=None)
+        st["build_s"] = max((r.get("build_s") or 0 for r in rs), default=0)
+        st["index_mb"] = max((r.get("index_mb") or 0 for r in rs), default=0)
+        st["peak_rss_mb"] = max((r.get("peak_rss_mb") or 0 for r in rs), default=0)
+        # MRR@10 of the fastest setting with Recall@100 >= 0.95 (else of the best recall)
+        ok = [r for r in rs if (r.get("recall@100") or 0) >= 0.95]
+        pick = max(ok, key=lambda r: r["qps"]) if ok else max(
+            rs, key=lambda r: r.get("recall@100") or 0, default=None)
+        st["mrr@10"] = pick.get("mrr@10") if pick else None
+        stats[s] = st
+
+    def f(v, fmt="{:.1f}"):
+        return "-" if v is None else fmt.format(v)
+
+    head = ("| system | " + " | ".join(f"R@10 {t:.2f}" for t in TARGETS) + " | " +
+            " | ".join(f"R@100 {t:.2f}" for t in TARGETS) +
+            " | max R@10 / R@100 | build s | index MiB | peak RSS MiB | MRR@10 |")
+    out = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for s in systems:
+        st = stats[s]
+        out.append(f"| {s} | " + " | ".join(f(v) for v in st["recall@10"]) + " | " +
+                   " | ".join(f(v) for v in st["recall@100"]) +
+                   f" | {f(st['max recall@10'], '{:.3f}')} / {f(st['max recall@100'], '{:.3f}')}"
+                   f" | {f(st['build_s'])} | {f(st['index_mb'])} | {f(st['peak_rss_mb'], '{:.0f}')}"
+                   f" | {f(st['mrr@10'], '{:.3f}')} |")
+    out.append("")
+    out.append("QPS at each recall target; '-': never reached. Chimera / peer at Recall@100 "
+               "0.90 and 0.95:")
+    out.append("")
+    for c in [s for s in systems if s in CHIMERAS]:
+        for s in systems:
+            if s == c or s in CHIMERAS:
+                continue
+            ratios = []
+            for i in (0, 1):
+                a, b = stats[c]["recall@100"][i], stats[s]["recall@100"][i]
+                ratios.append(f"{a / b:.1f}x" if a and b else "-")
+            out.append(f"- {c} / {s}: {ratios[0]} at 0.90, {ratios[1]} at 0.95")
+    return "\n".join(out) + "\n"
+
+
 def plot(rows, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    fig = plt.figure(figsize=(15, 9))
+    gs = fig.add_gridspec(2, 6, height_ratios=(3, 2))
+    axes = [fig.add_subplot(gs[0, 0:3]), fig.add_subplot(gs[0, 3:6])]
     for ax, metric in zip(axes, ("recall@10", "recall@100")):
         systems = sorted({r["system"] for r in rows})
         for s in systems:
@@ -724,6 +802,17 @@ def plot(rows, path, title):
         ax.set_ylabel("queries per second (log)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
+    # build time, index size and peak memory per system (the largest over its settings)
+    systems = sorted({r["system"] for r in rows})
+    for i, (key, label) in enumerate((("build_s", "index build (s)"),
+                                      ("index_mb", "index size (MiB)"),
+                                      ("peak_rss_mb", "peak RSS (MiB)"))):
+        ax = fig.add_subplot(gs[1, 2 * i:2 * i + 2])
+        vals = [max((r.get(key) or 0) for r in rows if r["system"] == s) for s in systems]
+        ax.barh(systems, vals)
+        ax.set_xlabel(label)
+        for y, v in enumerate(vals):
+            ax.text(v, y, f" {v:.0f}", va="center", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -747,8 +836,12 @@ def main():
                     help="compute the exact truth in numpy even when chimera exact exists")
     ap.add_argument("--check-nq", type=int, default=20,
                     help="queries cross-checked between chimera exact and numpy")
+    ap.add_argument("--report", action="store_true",
+                    help="only redo the plot and summary.md from OUT/results.csv")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.report:
+        return report_only(args.out)
 
     for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
@@ -772,9 +865,15 @@ def main():
     mrr_truth = evaluate(truth, truth, qrels, corpus.nq).get("mrr@10") if qrels else None
     if mrr_truth is not None:
         log(f"MRR@10 of the exact Chamfer ranking itself: {mrr_truth:.4f}")
+    exact_row = check.pop("exact_row")
     del corpus.tokens
 
     rows = []
+    if exact_row:
+        exact_row.update(evaluate(truth, truth, qrels, corpus.nq))
+        for key in ("ndocs", "ntok"):
+            exact_row[key] = getattr(corpus, key)
+        rows.append(exact_row)
     for s in systems:
         if s in CHIMERAS:
             if not chimera_has(chimera, "search") or not chimera_has(chimera, "build"):
@@ -822,11 +921,37 @@ def main():
                    "grid": args.grid, "mrr@10_exact": mrr_truth, **check}, f, indent=2)
     if rows:
         png = os.path.join(args.out, "recall_qps.png")
-        plot(rows, png, f"{corpus.ndocs} docs, {corpus.ntok} tokens, {corpus.nq} queries, "
-                        f"{args.threads} thread(s)")
-        log(f"wrote {csv_path} ({len(rows)} rows) and {png}")
+        title = (f"{corpus.ndocs} docs, {corpus.ntok} tokens, {corpus.nq} queries, "
+                 f"{args.threads} thread(s)")
+        plot(rows, png, title)
+        md = os.path.join(args.out, "summary.md")
+        with open(md, "w") as f:
+            f.write(f"{title}\n\n" + summary_table(rows) + "\n")
+        print(open(md).read())
+        log(f"wrote {csv_path} ({len(rows)} rows), {png} and {md}")
     else:
         log("no results")
+
+
+def report_only(out):
+    """The plot and summary.md again from OUT/results.csv (e.g. after merging runs)."""
+    rows = []
+    with open(os.path.join(out, "results.csv")) as f:
+        for r in csv.DictReader(f):
+            for key, v in r.items():
+                if key not in ("system", "version", "params", "notes"):
+                    try:
+                        r[key] = float(v) if v not in ("", None) else None
+                    except ValueError:
+                        pass
+            rows.append(r)
+    first = rows[0]
+    title = (f"{int(first['ndocs'])} docs, {int(first['ntok'])} tokens, {int(first['nq'])} "
+             f"queries, {int(first['threads'])} thread(s)")
+    plot(rows, os.path.join(out, "recall_qps.png"), title)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(f"{title}\n\n" + summary_table(rows) + "\n")
+    print(open(os.path.join(out, "summary.md")).read())
 
 
 def write_csv(rows, path):
