@@ -65,6 +65,12 @@ def grid(system, which):
             pts += [{"nprobe": 8, "max_candidates": c} for c in (1000, 10000, 100000)]
             pts += [{"nprobe": 32, "bound": 1024, "t_prime": 100000,
                      "max_candidates": 100000}]
+            # the heuristic's centroid_score_threshold (~0.45) is tuned to ColBERT's
+            # score scale; lower ones let more centroids through on other encoders
+            pts += [{"nprobe": n, "centroid_score_threshold": c}
+                    for n in (8, 16, 32, 64) for c in (0.0, 0.3)]
+            pts += [{"nprobe": 64, "centroid_score_threshold": 0.0, "bound": 1024,
+                     "t_prime": 100000, "max_candidates": 100000}]
         else:
             pts = [{"nprobe": n} for n in (1, 4, 16)] + [{"nprobe": 4, "t_prime": 20000}]
         return pts
@@ -296,17 +302,36 @@ def _version(dist):
 # peers (each runs inside its own worker process)
 # ---------------------------------------------------------------------------
 
+def reused_build(args, idx):
+    """build seconds of an index kept from an earlier run (--reuse-index), else None."""
+    bj = os.path.join(idx, "..", "build.json")
+    if args.reuse_index and os.path.isdir(idx) and os.path.exists(bj):
+        with open(bj) as f:
+            b = json.load(f)
+        log(f"reusing {idx} (built in {b['build_s']:.0f}s by an earlier run)")
+        return b["build_s"]
+    return None
+
+
+def record_build(idx, build_s):
+    with open(os.path.join(idx, "..", "build.json"), "w") as f:
+        json.dump({"build_s": build_s}, f)
+
+
 def run_xtr_warp(corpus, args, wdir):
     import torch
     torch.set_num_threads(args.threads)
     from xtr_warp import XTRWarp
     idx = os.path.join(wdir, "index")
-    shutil.rmtree(idx, ignore_errors=True)
-    docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
-    t0 = time.perf_counter()
-    XTRWarp(index=idx).create(docs, device="cpu", show_progress=False, seed=42)
-    build_s = time.perf_counter() - t0
-    del docs
+    build_s = reused_build(args, idx)
+    if build_s is None:
+        shutil.rmtree(idx, ignore_errors=True)
+        docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
+        t0 = time.perf_counter()
+        XTRWarp(index=idx).create(docs, device="cpu", show_progress=False, seed=42)
+        build_s = time.perf_counter() - t0
+        record_build(idx, build_s)
+        del docs
     w = XTRWarp(index=idx)
     w.load(device="cpu", mmap=True)
     Q = torch.from_numpy(corpus.queries)
@@ -343,13 +368,16 @@ def run_fast_plaid(corpus, args, wdir):
     torch.set_num_threads(args.threads)
     from fast_plaid import search as fps
     idx = os.path.join(wdir, "index")
-    shutil.rmtree(idx, ignore_errors=True)
-    docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
-    t0 = time.perf_counter()
-    fp = fps.FastPlaid(index=idx, device="cpu")
-    fp.create(documents_embeddings=docs, nbits=4, seed=42)
-    build_s = time.perf_counter() - t0
-    del docs
+    build_s = reused_build(args, idx)
+    if build_s is None:
+        shutil.rmtree(idx, ignore_errors=True)
+        docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
+        t0 = time.perf_counter()
+        fp = fps.FastPlaid(index=idx, device="cpu")
+        fp.create(documents_embeddings=docs, nbits=4, seed=42)
+        build_s = time.perf_counter() - t0
+        record_build(idx, build_s)
+        del docs
     fp = fps.FastPlaid(index=idx, device="cpu")
     Ql = [torch.from_numpy(q) for q in corpus.qlist]
     k = args.k
@@ -836,6 +864,9 @@ def main():
                     help="compute the exact truth in numpy even when chimera exact exists")
     ap.add_argument("--check-nq", type=int, default=20,
                     help="queries cross-checked between chimera exact and numpy")
+    ap.add_argument("--reuse-index", action="store_true",
+                    help="xtr-warp, fast-plaid: search an index an earlier run of the same "
+                         "--out built (its recorded build time is reported)")
     ap.add_argument("--report", action="store_true",
                     help="only redo the plot and summary.md from OUT/results.csv")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -887,7 +918,8 @@ def main():
             os.makedirs(wdir, exist_ok=True)
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", s, "--data", args.data,
                    "--out", args.out, "--threads", str(args.threads), "--grid", args.grid,
-                   "-k", str(args.k), "--lat-nq", str(args.lat_nq)]
+                   "-k", str(args.k), "--lat-nq", str(args.lat_nq)] + (
+                   ["--reuse-index"] if args.reuse_index else [])
             log(f"{s}: starting worker")
             ch = _Child(cmd, os.path.join(wdir, "worker.log"))
             rc, wall, rss = ch.wait()
