@@ -405,18 +405,37 @@ typedef struct search_job {
     sp_stats *stats; /* per worker */
     chimera_status *status; /* per worker */
     chimera_error *errs;    /* per worker */
+    int64_t block;          /* queries per task */
 } search_job;
 
-static void search_task(void *ctx, int64_t i, int w)
+/* Queries per task in throughput mode: the backend may compute shared work for the
+ * queries of one task at once (sp_prefetch). */
+#define SEARCH_BLOCK 16
+
+static void search_task(void *ctx, int64_t t, int w)
 {
     search_job *j = ctx;
-    if (j->status[w] != CHIMERA_OK) return;
     const data_queries *q = j->q;
-    double t0 = cm_now();
-    j->status[w] = sp_search(j->h->engine, w, q->tokens + q->off[i] * q->dim,
-                             (uint32_t)(q->off[i + 1] - q->off[i]), j->p, j->ids + i * j->p->k,
-                             j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
-    if (j->latency) j->latency[i] = cm_now() - t0;
+    int64_t i0 = t * j->block, i1 = i0 + j->block < q->n ? i0 + j->block : q->n;
+    for (int64_t i = i0; i < i1 && j->status[w] == CHIMERA_OK;) {
+        const float *qs[SEARCH_BLOCK];
+        uint32_t ms[SEARCH_BLOCK], taken = 0;
+        uint32_t nb = (uint32_t)(i1 - i);
+        for (uint32_t b = 0; b < nb; b++) {
+            qs[b] = q->tokens + q->off[i + b] * q->dim;
+            ms[b] = (uint32_t)(q->off[i + b + 1] - q->off[i + b]);
+        }
+        double t0 = cm_now();
+        j->status[w] = sp_prefetch(j->h->engine, w, qs, ms, nb, &taken, &j->stats[w], &j->errs[w]);
+        if (taken == 0) taken = 1;
+        for (uint32_t b = 0; b < taken && j->status[w] == CHIMERA_OK; b++, i++) {
+            j->status[w] = sp_search(j->h->engine, w, qs[b], ms[b], j->p, j->ids + i * j->p->k,
+                                     j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
+            /* the first query of a batch waited for the whole batch's shared work */
+            if (j->latency) j->latency[i] = cm_now() - t0;
+            t0 = cm_now();
+        }
+    }
 }
 
 chimera_status chimera_index_search(chimera_index *h, const chimera_queries *queries,
@@ -491,9 +510,14 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
         cm_free(errs);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
     }
-    search_job j = {h, q, &p, ids, scores, profile ? profile->latency : NULL, stats, status, errs};
+    /* blocks small enough that every worker gets several (uneven queries balance) */
+    int64_t block = o.latency_mode ? 1 : q->n / (4 * (int64_t)workers);
+    if (block > SEARCH_BLOCK) block = SEARCH_BLOCK;
+    if (block < 1) block = 1;
+    search_job j = {h, q, &p, ids, scores, profile ? profile->latency : NULL, stats, status, errs,
+                    block};
     double t0 = cm_now();
-    cm_pool_run(h->pool, q->n, search_task, &j);
+    cm_pool_run(h->pool, (q->n + block - 1) / block, search_task, &j);
     double el = cm_now() - t0;
     chimera_status s = CHIMERA_OK;
     for (int w = 0; w < workers; w++)

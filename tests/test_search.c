@@ -498,6 +498,56 @@ static void test_deleted(const bench *b)
 
 /* ---- public API -------------------------------------------------------------------- */
 
+/* Throughput mode hands the CPU backend blocks of queries whose centroid scores it
+ * computes with one sgemm (query_batch); the results must be those of one query at a
+ * time (latency mode), on queries of mixed lengths (1 .. query_len tokens, so batches
+ * take different numbers of queries): the same ids, except that two documents whose
+ * scores are within the tolerance may swap, and scores within 1e-4 relative (the sgemm
+ * may sum in another order at another width). */
+static void test_batched(const bench *b, chimera_index *ix)
+{
+    int64_t nq = b->s.n_queries;
+    uint32_t d = b->s.dim, ql = b->s.query_len;
+    int64_t *lens = cm_malloc((size_t)nq * sizeof *lens), total = 0;
+    for (int64_t i = 0; i < nq; i++) lens[i] = 1 + (i * 7) % ql;
+    float *tok = cm_malloc((size_t)nq * ql * d * sizeof(float));
+    for (int64_t i = 0; i < nq; i++) {
+        memcpy(tok + (size_t)total * d, b->s.queries + (size_t)i * ql * d,
+               (size_t)lens[i] * d * sizeof(float));
+        total += lens[i];
+    }
+    chimera_queries *q;
+    chimera_error err;
+    CHECK_OK(chimera_queries_new(tok, nq, d, lens, 0, &q, &err), &err);
+    size_t n = (size_t)nq * 10;
+    int64_t *ia = cm_malloc(n * sizeof *ia), *ib = cm_malloc(n * sizeof *ib);
+    float *sa = cm_malloc(n * sizeof *sa), *sb = cm_malloc(n * sizeof *sb);
+    chimera_search_opts through = {.n_threads = 2}, one = {.n_threads = 1, .latency_mode = 1};
+    int bad = 0;
+    if (q) {
+        CHECK_OK(chimera_index_search(ix, q, 10, NULL, &through, ia, sa, NULL), NULL);
+        CHECK_OK(chimera_index_search(ix, q, 10, NULL, &one, ib, sb, NULL), NULL);
+        for (size_t r = 0; r < n; r++) {
+            if (fabsf(sa[r] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
+            else if (ia[r] != ib[r]) {
+                /* a swap: the other document must sit next to it with a tied score */
+                size_t r2 = (r % 10 < 9 && ia[r] == ib[r + 1]) ? r + 1 : (r % 10 > 0 ? r - 1 : r);
+                if (ia[r] != ib[r2] || fabsf(sb[r2] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
+            }
+        }
+    }
+    CHECKF(bad == 0, "batched search: %d of %zu results differ from one query at a time", bad, n);
+    printf("batched vs one at a time: %lld queries of 1..%u tokens, %d of %zu results differ\n",
+           (long long)nq, ql, bad, n);
+    chimera_queries_free(q);
+    cm_free(lens);
+    cm_free(tok);
+    cm_free(ia);
+    cm_free(ib);
+    cm_free(sa);
+    cm_free(sb);
+}
+
 static void test_public_api(const bench *b)
 {
     chimera_error err;
@@ -553,6 +603,7 @@ static void test_public_api(const bench *b)
     CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
     /* the handle still works after the errors */
     CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL), NULL);
+    test_batched(b, ix);
     cm_free(ids);
     cm_free(truth);
     cm_free(sc);

@@ -1,7 +1,8 @@
 /* The CPU backend: the reference implementation of the device interface (backend.h),
  * with the quant/ SIMD kernels.
  *
- * Per query, query_begin computes the centroid scores S = C Q^T [K x m] with one sgemm.
+ * Per query, query_begin computes the centroid scores S = C Q^T [K x m] with one sgemm,
+ * or finds them already computed by query_batch, one pass over C for several queries.
  * Document scoring needs <q_j, c> for the centroid of every token it scores, and those
  * tokens' centroids are spread over the whole index, so S is needed in full anyway
  * (PLAID and WARP compute the same matrix); that makes the exact top-n_probe per token a
@@ -35,9 +36,27 @@
 #include "quant/rabitq.h"
 #include "core/alloc.h"
 
+/* Batched centroid scores: at most this many queries, and a score buffer of at most
+ * CPU_BATCH_BYTES per worker (at K = 10^5 that is 167 columns: 5 queries of 32 tokens,
+ * 13 of 12); below two queries' worth of columns batching is off. */
+#define CPU_BATCH_MAX 64
+#define CPU_BATCH_COLS 256
+#define CPU_BATCH_BYTES ((size_t)64 << 20)
+#define CPU_BATCH_ROWS 256 /* centroids per sgemm block: 256 KiB of scores at 256 columns */
+
 typedef struct cpu_worker {
     quant_qset qs;
-    float *S;            /* [K x m] centroid scores of the current query */
+    const float *S;      /* centroid scores of the current query: S[k*ld + j] */
+    size_t ld;
+    float *S_own;        /* [K x max_m]: S of a query computed on its own */
+    /* query_batch: the centroid scores of the next b_n queries, computed together */
+    float *Sb;           /* query i's [K x b_m[i]] at Sb + K * b_off[i] */
+    float *bq;           /* [b_cols x dim] their tokens, side by side */
+    float *blk;          /* [CPU_BATCH_ROWS x b_cols] one row block of the batch's sgemm */
+    uint32_t b_cols;     /* columns of Sb (0: batching off) */
+    uint32_t b_n, b_next;
+    const float *b_q[CPU_BATCH_MAX];
+    uint32_t b_m[CPU_BATCH_MAX], b_off[CPU_BATCH_MAX];
     uint32_t m;
     const float *q;      /* current query tokens (caller's, valid during the query) */
     uint32_t n_probe;
@@ -79,7 +98,10 @@ static void cpu_free(void *vctx)
         for (int i = 0; i < c->cfg.n_workers; i++) {
             cpu_worker *w = &c->w[i];
             quant_qset_free(&w->qs);
-            cm_free(w->S);
+            cm_free(w->S_own);
+            cm_free(w->Sb);
+            cm_free(w->bq);
+            cm_free(w->blk);
             cm_free(w->probe_cid);
             cm_free(w->probe_qc);
             cm_free(w->doc_stamp);
@@ -125,7 +147,17 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     for (int i = 0; i < nw; i++) {
         cpu_worker *w = &c->w[i];
         CM_TRY(quant_qset_init(&w->qs, r->dim_pad, mm, err));
-        w->S = cm_aligned_alloc(64, (size_t)r->n_clusters * mm * sizeof(float));
+        w->S_own = cm_aligned_alloc(64, (size_t)r->n_clusters * mm * sizeof(float));
+        size_t cols = CPU_BATCH_BYTES / ((size_t)r->n_clusters * sizeof(float) + 1);
+        if (cols > CPU_BATCH_COLS) cols = CPU_BATCH_COLS;
+        if (!c->pool && cols >= 2 * (size_t)mm) { /* throughput mode only */
+            w->b_cols = (uint32_t)cols;
+            w->Sb = cm_aligned_alloc(64, (size_t)r->n_clusters * cols * sizeof(float));
+            w->bq = cm_malloc(cols * r->dim * sizeof(float));
+            w->blk = cm_aligned_alloc(64, (size_t)CPU_BATCH_ROWS * cols * sizeof(float));
+            if (!w->Sb || !w->bq || !w->blk)
+                return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for batches");
+        }
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
         w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
         w->doc_stamp = cm_calloc((size_t)r->n_docs, sizeof(uint32_t));
@@ -142,7 +174,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->sel_i = cm_malloc((size_t)mm * mp * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
         w->sel_thr = cm_malloc((size_t)mm * sizeof(float));
-        if (!w->S || !w->probe_cid || !w->probe_qc || !w->doc_stamp || !w->doc_slot ||
+        if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->doc_stamp || !w->doc_slot ||
             !w->slot_doc || !w->M || !w->est || !w->heap_s || !w->heap_i || !w->sel_s ||
             !w->sel_i || !w->sel || !w->sel_thr)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
@@ -154,7 +186,9 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
 
 typedef struct s_job {
     const cpu_ctx *c;
-    cpu_worker *w;
+    const float *q; /* cols x dim */
+    uint32_t cols;
+    float *S;       /* [K x cols] */
     int64_t rows_per_task;
 } s_job;
 
@@ -164,9 +198,65 @@ static void s_task(void *ctx, int64_t t, int wi)
     const s_job *j = ctx;
     int64_t r0 = t * j->rows_per_task, n = (int64_t)j->c->r.n_clusters - r0;
     if (n > j->rows_per_task) n = j->rows_per_task;
-    uint32_t d = j->c->r.dim, m = j->w->m;
-    cm_sgemm_nt((int)n, (int)m, (int)d, 1.0f, j->c->r.centroids + r0 * d, (int)d, j->w->q,
-                (int)d, 0.0f, j->w->S + r0 * m, (int)m);
+    uint32_t d = j->c->r.dim;
+    cm_sgemm_nt((int)n, (int)j->cols, (int)d, 1.0f, j->c->r.centroids + r0 * d, (int)d, j->q,
+                (int)d, 0.0f, j->S + r0 * j->cols, (int)j->cols);
+}
+
+/* S = C Q^T for cols query tokens, over the pool in latency mode. */
+static void centroid_scores(const cpu_ctx *c, const float *q, uint32_t cols, float *S)
+{
+    s_job j = {c, q, cols, S, 2048};
+    int64_t n_tasks = (c->r.n_clusters + j.rows_per_task - 1) / j.rows_per_task;
+    if (c->pool) cm_pool_run(c->pool, n_tasks, s_task, &j);
+    else
+        for (int64_t t = 0; t < n_tasks; t++) s_task(&j, t, 0);
+}
+
+/* Takes the longest prefix of the n queries whose tokens fit the batch buffer and
+ * computes their centroid scores in one pass over C: at a handful of columns per query
+ * the sgemm is bound by reading (and packing) C, K x dim floats, so one pass for many
+ * queries costs little more than one for a single query. The pass goes by blocks of
+ * CPU_BATCH_ROWS centroids, each block's [rows x cols] result scattered while it is in
+ * cache into every query's own contiguous [K x m] matrix: probing then reads its S
+ * sequentially, as for a query computed alone (read in place with the batch's row
+ * stride, the probe selection cost as much as the sgemm saved). */
+static chimera_status cpu_query_batch(void *vctx, int worker, const float *const *qs,
+                                      const uint32_t *ms, uint32_t n, uint32_t *taken,
+                                      chimera_error *err)
+{
+    (void)err;
+    cpu_ctx *c = vctx;
+    cpu_worker *w = &c->w[worker];
+    uint32_t cols = 0, nb = 0, d = c->r.dim;
+    w->b_n = w->b_next = 0;
+    while (nb < n && nb < CPU_BATCH_MAX && ms[nb] <= c->cfg.max_m && cols + ms[nb] <= w->b_cols) {
+        w->b_q[nb] = qs[nb];
+        w->b_m[nb] = ms[nb];
+        w->b_off[nb] = cols;
+        memcpy(w->bq + (size_t)cols * d, qs[nb], (size_t)ms[nb] * d * sizeof(float));
+        cols += ms[nb];
+        nb++;
+    }
+    if (nb < 2) { /* nothing to share: query_begin computes its own */
+        *taken = 0;
+        return CHIMERA_OK;
+    }
+    *taken = nb;
+    size_t K = c->r.n_clusters;
+    for (size_t r0 = 0; r0 < K; r0 += CPU_BATCH_ROWS) {
+        size_t nr = K - r0 < CPU_BATCH_ROWS ? K - r0 : CPU_BATCH_ROWS;
+        cm_sgemm_nt((int)nr, (int)cols, (int)d, 1.0f, c->r.centroids + r0 * d, (int)d, w->bq,
+                    (int)d, 0.0f, w->blk, (int)cols);
+        for (uint32_t b = 0; b < nb; b++) {
+            float *dst = w->Sb + K * w->b_off[b] + r0 * w->b_m[b];
+            const float *src = w->blk + w->b_off[b];
+            for (size_t r = 0; r < nr; r++)
+                memcpy(dst + r * w->b_m[b], src + r * cols, w->b_m[b] * sizeof(float));
+        }
+    }
+    w->b_n = nb;
+    return CHIMERA_OK;
 }
 
 static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, uint32_t m,
@@ -180,11 +270,16 @@ static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, ui
     w->m = m;
     w->q = q;
     quant_qset_set(&w->qs, c->r.rot, q, m);
-    s_job j = {c, w, 2048};
-    int64_t n_tasks = (c->r.n_clusters + j.rows_per_task - 1) / j.rows_per_task;
-    if (c->pool) cm_pool_run(c->pool, n_tasks, s_task, &j);
-    else
-        for (int64_t t = 0; t < n_tasks; t++) s_task(&j, t, 0);
+    if (w->b_next < w->b_n && w->b_q[w->b_next] == q && w->b_m[w->b_next] == m) {
+        w->S = w->Sb + (size_t)c->r.n_clusters * w->b_off[w->b_next];
+        w->ld = m;
+        w->b_next++;
+        return CHIMERA_OK;
+    }
+    w->b_n = w->b_next = 0; /* a query outside the batch ends it */
+    centroid_scores(c, q, m, w->S_own);
+    w->S = w->S_own;
+    w->ld = m;
     return CHIMERA_OK;
 }
 
@@ -219,7 +314,7 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
             w->sel_thr[j] = cm_topk_threshold(&w->sel[j]);
         }
         for (uint32_t k = 0; k < K; k++) {
-            const float *row = w->S + (size_t)k * m;
+            const float *row = w->S + (size_t)k * w->ld;
             for (uint32_t j = 0; j < m; j++)
                 if (row[j] > w->sel_thr[j]) {
                     cm_topk_push(&w->sel[j], row[j], k);
@@ -360,7 +455,7 @@ static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
         int64_t t0 = r->doc_off[d], n = r->doc_off[d + 1] - t0;
         for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
         quant_est1_doc_max(j->c->kt, &j->w->qs, r->d1_codes + (size_t)t0 * cb, r->d1_fact + t0,
-                           (size_t)n, r->tok_cid + t0, j->w->S, m, mx);
+                           (size_t)n, r->tok_cid + t0, j->w->S, j->w->ld, mx);
         float s = 0.0f;
         for (uint32_t q = 0; q < m; q++) s += mx[q];
         j->scores[i] = n > 0 ? s : -INFINITY;
@@ -386,9 +481,10 @@ static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, u
     return CHIMERA_OK;
 }
 
-static const float *cpu_host_scores(void *vctx, int worker)
+static const float *cpu_host_scores(void *vctx, int worker, size_t *ld)
 {
     cpu_ctx *c = vctx;
+    *ld = c->w[worker].ld;
     return c->w[worker].S;
 }
 
@@ -401,6 +497,7 @@ static const struct cm_backend_i cpu_iface = {
     .score1 = cpu_score1,
     .host_centroid_scores = cpu_host_scores,
     .release = cpu_free,
+    .query_batch = cpu_query_batch,
 };
 
 chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)

@@ -510,6 +510,7 @@ static const struct cm_backend_i cu_iface = {
     BE_API_VERSION, cu_upload, cu_query_begin, cu_probe, cu_refine, cu_score1,
     nullptr, // host_centroid_scores: S stays on the device
     cu_release,
+    nullptr, // query_batch: each query's S is one cuBLAS call on its own stream
 };
 
 extern "C" chimera_status cuda_backend_new(cm_backend *out, chimera_error *err)
