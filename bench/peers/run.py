@@ -52,10 +52,25 @@ def log(msg):
 
 
 # ---------------------------------------------------------------------------
-# knob grids; "quick" for a smoke test, "full" for the real sweep
+# knob grids; "quick" for a smoke test, "full" for the real sweep, "lean" for large
+# corpora: the settings of "full" that were on or near some system's Pareto front on the
+# 10,000-passage slice, to keep a 10^6-token sweep within an hour on two cores
 # ---------------------------------------------------------------------------
 
+LEAN = {
+    "faiss-ivf-rabitq": [{"nprobe": p, "k_token": kt} for p in (2, 8, 32) for kt in (16, 64, 256)],
+    "muvera": [{"n_rerank": n} for n in (200, 1000, 2000, 5000)],
+    "chimera": [{"nprobe": p, "k_refine": r, "k_fullbit": f}
+                for (p, r, f) in ((2, 400, 100), (4, 400, 100), (4, 1600, 300), (8, 1600, 300),
+                                  (16, 1600, 300), (16, 4000, 800), (32, 4000, 800))],
+}
+
+
 def grid(system, which):
+    if which == "lean" and (system in LEAN or system in CHIMERAS):
+        return LEAN["chimera" if system in CHIMERAS else system]
+    if which == "lean":
+        which = "full"
     if system == "xtr-warp":
         # None = the package's own heuristic (xtr_warp.hyperparams.optimize)
         pts = [{"nprobe": n} for n in (1, 2, 4, 8, 16, 32)]
@@ -855,7 +870,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--systems", default=",".join(ALL_SYSTEMS),
                     help="comma-separated subset of " + ",".join(ALL_SYSTEMS))
-    ap.add_argument("--grid", choices=("quick", "full"), default="full")
+    ap.add_argument("--grid", choices=("quick", "full", "lean"), default="full")
     ap.add_argument("-k", type=int, default=100, help="results per query (>= 100)")
     ap.add_argument("--lat-nq", type=int, default=100,
                     help="queries submitted one at a time for the latency pass")
