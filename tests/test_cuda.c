@@ -412,20 +412,26 @@ static void cpu_probe_check(fix *f)
     backend_free(&cpu);
 }
 
-int main(void)
+/* Runs fn on the fixture of each dimension (index directories PREFIX128, PREFIX96). */
+static void each_fixture(const char *prefix, void (*fn)(fix *))
 {
     static const uint32_t dims[] = {128, 96};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         fix f;
         char name[32];
-        snprintf(name, sizeof name, "cpu%u", dims[i]);
+        snprintf(name, sizeof name, "%s%u", prefix, dims[i]);
         if (fix_make(&f, dims[i], name) != 0) {
             CHECK(0);
             continue;
         }
-        cpu_probe_check(&f);
+        fn(&f);
         fix_free(&f);
     }
+}
+
+int main(void)
+{
+    each_fixture("cpu", cpu_probe_check);
     char status[256];
     int n = backend_cuda_device_count(status, sizeof status);
     if (!backend_cuda_compiled() || n == 0) {
@@ -434,16 +440,6 @@ int main(void)
     }
     printf("device: %s\n", status);
     setenv("CHIMERA_CUDA_POISON", "1", 1);
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        fix f;
-        char name[32];
-        snprintf(name, sizeof name, "idx%u", dims[i]);
-        if (fix_make(&f, dims[i], name) != 0) {
-            CHECK(0);
-            continue;
-        }
-        compare_fixture(&f);
-        fix_free(&f);
-    }
+    each_fixture("idx", compare_fixture);
     return check_report();
 }
