@@ -100,10 +100,10 @@ struct cm_backend_i {
     /* scores[i] = 1-bit Chamfer estimate of docs[i] over all its tokens. */
     chimera_status (*score1)(void *ctx, int worker, const uint32_t *docs, uint32_t n,
                              float *scores, chimera_error *err);
-    /* (optional; default NULL) The host-memory centroid scores of the worker's current
-     * query, S[k*ld + j] (ld >= m), when the backend computed them on the host anyway
-     * (the CPU backend); search/ then reuses them for full-bit scoring. */
-    const float *(*host_centroid_scores)(void *ctx, int worker, size_t *ld);
+    /* (optional; default NULL) The host-memory centroid scores S [K x m] of the
+     * worker's current query, when the backend computed them on the host anyway (the
+     * CPU backend); search/ then reuses them for full-bit scoring. */
+    const float *(*host_centroid_scores)(void *ctx, int worker);
     void (*release)(void *ctx);
     /* (optional; default NULL) Announces the worker's next n queries (qs[i]: ms[i] x dim
      * tokens, host memory, valid until they have run): the backend may do their shared

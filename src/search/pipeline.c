@@ -57,8 +57,7 @@ typedef struct sp_worker {
     const sp_params *p;
     const float *q;
     uint32_t m;
-    const float *S; /* S[k*S_ld + j], or NULL */
-    size_t S_ld;
+    const float *S;
     uint64_t n_fullbit;
     double t_fullbit;
     cm_topk fin;
@@ -78,7 +77,7 @@ struct sp_engine {
 /* ---- host stage -------------------------------------------------------------------- */
 
 static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const quant_qset *qs,
-                           const float *S, size_t ld, const float *q, uint32_t m, uint32_t doc,
+                           const float *S, const float *q, uint32_t m, uint32_t doc,
                            float *cs_local, uint32_t *cid_local)
 {
     int64_t t0 = ix->doc_off[doc], n = ix->doc_off[doc + 1] - t0;
@@ -94,11 +93,10 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
             cm_sgemm_nt(1, (int)m, (int)ix->dim, 1.0f, ix->centroids + (size_t)cid[t] * ix->dim,
                         (int)ix->dim, q, (int)ix->dim, 0.0f, cs_local + (size_t)t * m, (int)m);
         S = cs_local;
-        ld = m;
         cid = cid_local;
     }
     quant_estB_doc_max(kt, qs, ix->bits, ix->dB_codes + (size_t)t0 * cB, ix->dB_fact + t0,
-                       (size_t)n, cid, S, ld, mx);
+                       (size_t)n, cid, S, m, mx);
     float s = 0.0f;
     for (uint32_t j = 0; j < m; j++) s += mx[j];
     return s;
@@ -120,7 +118,7 @@ static void host_step(sp_worker *w, uint32_t i)
         uint32_t c = (uint32_t)sel.id[r];
         if (w->scored[c]) continue;
         w->scored[c] = 1;
-        float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->S_ld, w->q, w->m, w->cand[c],
+        float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c],
                                 w->cs_local, w->cid_local);
         cm_topk_push(&w->fin, s, w->cand[c]);
         w->n_fullbit++;
@@ -273,8 +271,9 @@ chimera_status sp_prefetch(sp_engine *e, int worker, const float *const *qs, con
     double t0 = cm_now();
     CM_TRY(be->query_batch(e->be.ctx, worker, qs, ms, n, taken, err));
     if (st) {
-        st->t_generate += cm_now() - t0;
-        st->t_total += cm_now() - t0;
+        double dt = cm_now() - t0;
+        st->t_generate += dt;
+        st->t_total += dt;
     }
     return CHIMERA_OK;
 }
@@ -305,7 +304,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     w->p = p;
     w->q = q;
     w->m = m;
-    w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker, &w->S_ld) : NULL;
+    w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
     w->n_chunks = nc;
     for (uint32_t i = 0; i <= nc; i++) w->chunk_end[i] = (uint32_t)((uint64_t)n_cand * i / nc);
     w->chunks_ready = 0;
@@ -372,7 +371,7 @@ chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, fl
     const quant_kernels *kt = quant_kernels_active();
     for (int64_t d = 0; d < ix->n_docs; d++)
         scores[d] = ix_is_deleted(ix, d) ? -INFINITY
-                                         : fullbit_score(ix, kt, &qs, S, m, q, m, (uint32_t)d, NULL, NULL);
+                                         : fullbit_score(ix, kt, &qs, S, q, m, (uint32_t)d, NULL, NULL);
     cm_free(S);
     quant_qset_free(&qs);
     return CHIMERA_OK;

@@ -46,8 +46,7 @@
 
 typedef struct cpu_worker {
     quant_qset qs;
-    const float *S;      /* centroid scores of the current query: S[k*ld + j] */
-    size_t ld;
+    const float *S;      /* [K x m] centroid scores of the current query (S_own or Sb) */
     float *S_own;        /* [K x max_m]: S of a query computed on its own */
     /* query_batch: the centroid scores of the next b_n queries, computed together */
     float *Sb;           /* query i's [K x b_m[i]] at Sb + K * b_off[i] */
@@ -272,14 +271,12 @@ static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, ui
     quant_qset_set(&w->qs, c->r.rot, q, m);
     if (w->b_next < w->b_n && w->b_q[w->b_next] == q && w->b_m[w->b_next] == m) {
         w->S = w->Sb + (size_t)c->r.n_clusters * w->b_off[w->b_next];
-        w->ld = m;
         w->b_next++;
         return CHIMERA_OK;
     }
     w->b_n = w->b_next = 0; /* a query outside the batch ends it */
     centroid_scores(c, q, m, w->S_own);
     w->S = w->S_own;
-    w->ld = m;
     return CHIMERA_OK;
 }
 
@@ -314,7 +311,7 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
             w->sel_thr[j] = cm_topk_threshold(&w->sel[j]);
         }
         for (uint32_t k = 0; k < K; k++) {
-            const float *row = w->S + (size_t)k * w->ld;
+            const float *row = w->S + (size_t)k * m;
             for (uint32_t j = 0; j < m; j++)
                 if (row[j] > w->sel_thr[j]) {
                     cm_topk_push(&w->sel[j], row[j], k);
@@ -455,7 +452,7 @@ static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
         int64_t t0 = r->doc_off[d], n = r->doc_off[d + 1] - t0;
         for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
         quant_est1_doc_max(j->c->kt, &j->w->qs, r->d1_codes + (size_t)t0 * cb, r->d1_fact + t0,
-                           (size_t)n, r->tok_cid + t0, j->w->S, j->w->ld, mx);
+                           (size_t)n, r->tok_cid + t0, j->w->S, m, mx);
         float s = 0.0f;
         for (uint32_t q = 0; q < m; q++) s += mx[q];
         j->scores[i] = n > 0 ? s : -INFINITY;
@@ -481,10 +478,9 @@ static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, u
     return CHIMERA_OK;
 }
 
-static const float *cpu_host_scores(void *vctx, int worker, size_t *ld)
+static const float *cpu_host_scores(void *vctx, int worker)
 {
     cpu_ctx *c = vctx;
-    *ld = c->w[worker].ld;
     return c->w[worker].S;
 }
 
