@@ -16,15 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def pareto(points):
-    """Points (recall, qps) on the upper-right front, sorted by recall."""
-    front, best = [], -1.0
-    for r, q in sorted(points, key=lambda p: (-p[0], -p[1])):
-        if q > best:
-            front.append((r, q))
-            best = q
-    return sorted(front)
+from pareto import front as pareto  # noqa: E402  (same folder)
 
 
 def main():

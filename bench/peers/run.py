@@ -821,6 +821,8 @@ def plot(rows, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    sys.path.insert(0, os.path.dirname(HERE))
+    from pareto import front as pareto_front
     fig = plt.figure(figsize=(15, 9))
     gs = fig.add_gridspec(2, 6, height_ratios=(3, 2))
     axes = [fig.add_subplot(gs[0, 0:3]), fig.add_subplot(gs[0, 3:6])]
@@ -831,12 +833,7 @@ def plot(rows, path, title):
                           and r.get(metric) is not None], key=lambda x: (-x[0], -x[1]))
             if not pts:
                 continue
-            # Pareto frontier: best QPS at each recall level
-            front, best = [], -1.0
-            for rec, q in pts:
-                if q > best:
-                    front.append((rec, q))
-                    best = q
+            front = pareto_front(pts)  # best QPS at each recall level
             line, = ax.plot([p[0] for p in front], [p[1] for p in front], "-o", label=s, ms=4)
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, alpha=0.35,
                        color=line.get_color())
