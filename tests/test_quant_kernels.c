@@ -2,8 +2,11 @@
  * computes what the scalar reference computes. Integer outputs (the popcount sums) must
  * be equal bit for bit; the float-LUT sums too (each lane adds in the scalar order);
  * the B-bit float dot products, summed in another order with FMA, must agree within
- * FLOAT_TOL relative to their magnitude. The estimator entry points (list and doc
- * shapes) are compared the same way. Inputs: random codes and queries, encoded tokens,
+ * the rounding-error bound of a d-term float dot product (dot_bound: 2 gamma_d times
+ * the sum of the terms' magnitudes, not the result's, which cancellation can make
+ * arbitrarily small). The B-bit doc-shape estimates inherit that bound through kappa,
+ * plus the few roundings of the shared factor arithmetic; the 1-bit estimates are
+ * compared bit for bit. Inputs: random codes and queries, encoded tokens,
  * and awkward cases: d not a multiple of 16 or 64 (padded dims 64, 128, 192, 256, 320),
  * token counts 0, 1 and around the 8/16-lane and block boundaries, a zero query, zero
  * residuals (v == c), m = 1 and m not a multiple of 8 (up to 33, past one 32-token
@@ -22,13 +25,39 @@
 #include "quant/rabitq.h"
 #include "core/alloc.h"
 
-/* Relative tolerance of float paths summed in a different order (float32: ~1e-7 per
- * addition, d <= 320 terms, ample margin). */
-#define FLOAT_TOL 1e-5
-
 #define MQ 33 /* query tokens at most (m = 33: m_pad 40, one token past a 32-wide chunk) */
 
-static int close_rel(float a, float b, float scale) { return fabsf(a - b) <= FLOAT_TOL * (1.0f + scale); }
+/* gamma_n = n u / (1 - n u) with u = 2^-24: a float dot product of n terms computed in
+ * any order, with or without FMA, is within gamma_n * sum_i |a_i b_i| of the exact value
+ * (Higham, Accuracy and Stability of Numerical Algorithms, 3.1). Two such computations
+ * differ by at most twice that. */
+static double gamma_n(uint32_t n)
+{
+    const double u = 0x1p-24;
+    return n * u / (1.0 - n * u);
+}
+
+/* sum_i |u_i q_i| for one B-bit code (u_i = T_i - (2^B-1)/2, exact) and one query token. */
+static double dot_terms(const float *q, const uint8_t *code, uint32_t bits, uint32_t D)
+{
+    double s = 0, off = qm_codeB_offset(bits);
+    for (uint32_t i = 0; i < D; i++) s += fabs(((double)qm_codeB_get(code, bits, i) - off) * q[i]);
+    return s;
+}
+
+/* Bound on |a - b| for two d-term dot products with terms of total magnitude `terms`. */
+static double dot_bound(uint32_t D, double terms) { return 2.0 * gamma_n(D) * terms + 1e-30; }
+
+/* Bound on the difference of two B-bit estimates qc + alpha + kappa * ip (the factor
+ * arithmetic is shared code, so only ip differs): kappa carries ip's bound, and the
+ * product and the two additions round once each (u relative to their magnitudes). */
+static double est_bound(uint32_t D, double terms, float qc, float alpha, float kappa)
+{
+    const double u = 0x1p-24;
+    double k = fabs(kappa);
+    return k * dot_bound(D, terms) * (1.0 + 4 * u) +
+           4 * u * (fabs(qc) + fabs(alpha) + k * terms) * 2.0;
+}
 
 /* The 1-bit doc forms on n tokens with centroids cid (rows of S, ld = m), from -inf and
  * from a random floor (max-accumulation must keep a floor that no token beats):
@@ -137,12 +166,16 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
                 ok_multi &= n == 0 || (memcmp(wa, wb, n * m * 4) == 0 && memcmp(pa, pb, n * 4) == 0);
                 ref->ipB_multi(qs.q, m, D, bits, cB, n, fa);
                 k->ipB_multi(qs.q, m, D, bits, cB, n, fb);
-                /* Scale: sum_i |u_i q_i| <= 2^B * sum_i |q_i|, the size of the terms. */
+                /* tolB[j]: the largest estimate bound over the tokens, which bounds the
+                 * difference of the two maxima. */
+                double tolB[MQ] = {0};
                 for (size_t i = 0; i < n * m; i++) {
-                    const float *qj = qs.q + (i % m) * D;
-                    float sa = 0;
-                    for (uint32_t c = 0; c < D; c++) sa += fabsf(qj[c]);
-                    ok_B &= close_rel(fa[i], fb[i], (float)(1u << bits) * sa);
+                    size_t t = i / m, j = i % m;
+                    double terms = dot_terms(qs.q + j * D, cB + t * cbB, bits, D);
+                    ok_B &= fabs((double)fa[i] - (double)fb[i]) <= dot_bound(D, terms);
+                    double tb = est_bound(D, terms, S[cid[t] * m + j],
+                                          qm_f16_to_f32(fB[t].alpha), fB[t].kappa);
+                    tolB[j] = tb > tolB[j] ? tb : tolB[j];
                 }
                 float ma[MQ], mb[MQ], ba[MQ], bb[MQ];
                 for (uint32_t j = 0; j < m; j++) ma[j] = mb[j] = ba[j] = bb[j] = -INFINITY;
@@ -154,7 +187,7 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
                 for (uint32_t j = 0; j < m; j++) {
                     ok_est &= memcmp(&ma[j], &mb[j], 4) == 0;
                     ok_est &= n == 0 ? (ba[j] == -INFINITY && bb[j] == -INFINITY)
-                                     : close_rel(ba[j], bb[j], fabsf(ba[j]));
+                                     : fabs((double)ba[j] - (double)bb[j]) <= tolB[j];
                 }
                 CHECKF(ok_lut, "%s ip1_lut d=%u n=%zu m=%u", k->name, dim, n, m);
                 CHECKF(ok_pop, "%s ip1_pop d=%u n=%zu m=%u", k->name, dim, n, m);
