@@ -2,9 +2,8 @@
  * kernels_avx2.c so that each can be read against the other.
  *
  * ip1_lut: 16 tokens per step (16-lane gathers), same per-lane order as scalar.
- * ip1_pop: one token at a time, 8 code words per masked load, VPOPCNTQ. At d = 128 only
- * 2 of 8 lanes are live; a flat layout over consecutive tokens would fill them but needs
- * n_words to divide 8. XXX: not measured (the development machine has no AVX-512).
+ * ip1_pop: VPOPCNTQ over 8/W consecutive tokens per load when W divides 8 (d = 64,
+ * 128, 256, 512), else one token at a time (measured in bench/bench_quant.c).
  * ip1_pop_multi: 8 query tokens per vector against one broadcast code word (the
  * interleaved planes make those 8 words contiguous).
  * doc1_lut_max: the 1-bit doc shape on the query-interleaved LUT, 16 query tokens per
@@ -50,8 +49,10 @@ static void ip1_lut(const float *lut, uint32_t dim_pad, const uint8_t *codes, si
     for (; t < n; t++) ip[t] = qm_lut_ip(lut, codes + t * cb, dim_pad);
 }
 
-static void ip1_pop(const uint64_t *planes, uint32_t W, const uint8_t *codes, size_t n,
-                    uint32_t *wsum, uint32_t *pop)
+/* One token at a time: 8 code words per masked load (used when W does not divide 8,
+ * e.g. d = 192 or 320). */
+static void ip1_pop_wide(const uint64_t *planes, uint32_t W, const uint8_t *codes, size_t n,
+                         uint32_t *wsum, uint32_t *pop)
 {
     for (size_t t = 0; t < n; t++) {
         const uint8_t *code = codes + t * 8 * W;
@@ -68,6 +69,51 @@ static void ip1_pop(const uint64_t *planes, uint32_t W, const uint8_t *codes, si
         }
         wsum[t] = (uint32_t)_mm512_reduce_add_epi64(acc);
         pop[t] = (uint32_t)_mm512_reduce_add_epi64(cnt);
+    }
+}
+
+/* W in {1, 2, 4, 8} (d = 64, 128, 256, 512): codes are contiguous, so one 64-byte load
+ * holds 8/W whole tokens and every lane is live (one token per load left 6 of 8 lanes
+ * idle at d = 128 and ran slower than AVX2's scalar POPCNT). The query planes are
+ * repeated to match (lane l holds word l % W), and each token's W lane sums are added
+ * after the loop. The last load is masked to the words that exist. */
+static void ip1_pop(const uint64_t *planes, uint32_t W, const uint8_t *codes, size_t n,
+                    uint32_t *wsum, uint32_t *pop)
+{
+    if (W > 8 || 8 % W != 0) {
+        ip1_pop_wide(planes, W, codes, n, wsum, pop);
+        return;
+    }
+    const uint32_t per = 8 / W;
+    const __m512i idx = _mm512_and_si512(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
+                                         _mm512_set1_epi64((long long)W - 1));
+    const __mmask8 kw = (__mmask8)((1u << W) - 1u);
+    __m512i q[4];
+    for (uint32_t p = 0; p < 4; p++)
+        q[p] = _mm512_permutexvar_epi64(idx, _mm512_maskz_loadu_epi64(kw, planes + p * W));
+    _Alignas(64) uint64_t sa[8], sc[8];
+    for (size_t t = 0; t < n; t += per) {
+        size_t nt = n - t < per ? n - t : per;
+        __mmask8 k = nt == per ? (__mmask8)0xff : (__mmask8)((1u << (nt * W)) - 1u);
+        __m512i b = _mm512_maskz_loadu_epi64(k, codes + t * 8 * W);
+        __m512i acc = _mm512_popcnt_epi64(_mm512_and_si512(b, q[0]));
+        acc = _mm512_add_epi64(
+            acc, _mm512_slli_epi64(_mm512_popcnt_epi64(_mm512_and_si512(b, q[1])), 1));
+        acc = _mm512_add_epi64(
+            acc, _mm512_slli_epi64(_mm512_popcnt_epi64(_mm512_and_si512(b, q[2])), 2));
+        acc = _mm512_add_epi64(
+            acc, _mm512_slli_epi64(_mm512_popcnt_epi64(_mm512_and_si512(b, q[3])), 3));
+        _mm512_store_si512((void *)sa, acc);
+        _mm512_store_si512((void *)sc, _mm512_popcnt_epi64(b));
+        for (size_t i = 0; i < nt; i++) {
+            uint64_t s = 0, c = 0;
+            for (uint32_t w = 0; w < W; w++) {
+                s += sa[i * W + w];
+                c += sc[i * W + w];
+            }
+            wsum[t + i] = (uint32_t)s;
+            pop[t + i] = (uint32_t)c;
+        }
     }
 }
 
