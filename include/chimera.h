@@ -99,6 +99,11 @@ const char *chimera_status_str(chimera_status status);
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
 const char *chimera_version(void);
 
+/* The SIMD level of the kernels in use: "scalar", "avx2" or "avx512" — the best this
+ * CPU (and its OS) supports, capped by CHIMERA_SIMD=scalar|avx2|avx512 in the
+ * environment, decided once per process. Static string; never fails. */
+const char *chimera_simd_level(void);
+
 /* Progress callback for long work: `phase` names the step ("kmeans", "exact search"),
  * `fraction` runs from 0 to 1 (1 once per phase, at its end). May be called from
  * worker threads, so it must be thread-safe. */

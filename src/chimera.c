@@ -70,6 +70,8 @@ const char *chimera_status_str(chimera_status status)
 
 const char *chimera_version(void) { return CHIMERA_VERSION_STRING; }
 
+const char *chimera_simd_level(void) { return cm_simd_level_name(cm_simd_level_get()); }
+
 const char *chimera_blas_suggested_coretype(void) { return cm_blas_suggested_coretype(); }
 
 void chimera_runtime_info_get(chimera_runtime_info *info)

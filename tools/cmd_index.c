@@ -72,6 +72,7 @@ static void print_info(const char *dir, const chimera_index_info *in)
            in->n_clusters, (long long)in->list_min, (long long)in->list_median, in->list_mean,
            (long long)in->list_max, in->list_imbalance, in->list_empty);
     printf("  graph degree   %u\n", in->graph_degree);
+    printf("  kernels        %s (this machine; CHIMERA_SIMD caps it)\n", chimera_simd_level());
     printf("  build          seed %s, %d threads, %.2fs, peak RSS %.0f MiB, assignment recall %.4f\n",
            in->seed, in->build_threads, in->build_seconds, in->build_peak_rss / 1048576.0,
            in->assign_recall);
