@@ -70,6 +70,23 @@ PY
     "$CHIMERA" exact --tokens "$T/fortran.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
 fi
 "$CHIMERA" info >"$T/info.out" && grep -q simd "$T/info.out" && ok || bad "info failed"
+# --version names the kernel level, and CHIMERA_SIMD caps it whatever this CPU has
+"$CHIMERA" --version | grep -Eq '^chimera [0-9.]+ \(simd (scalar|avx2|avx512)\)$' && ok || bad "--version: $("$CHIMERA" --version)"
+CHIMERA_SIMD=scalar "$CHIMERA" --version | grep -q '(simd scalar)' && ok || bad "CHIMERA_SIMD=scalar not honoured"
+
+# a failed gen never removes files it did not write: an impossible size, and a write
+# that fails part way (file size limit: the small tokens file completes, the queries
+# file does not) leave the files already in --out byte for byte and no temporary files
+mkdir -p "$T/keep"
+for f in tokens.npy doclens.npy queries.npy qrels.tsv; do echo "precious $f" >"$T/keep/$f"; done
+(cd "$T/keep" && sha256sum tokens.npy doclens.npy queries.npy qrels.tsv >"$T/keep.sum")
+expect_fail "gen impossible size" "out of memory" "$CHIMERA" gen --out "$T/keep" --docs 2000000000000 --queries 3 --dim 16
+(trap '' XFSZ; ulimit -f 2048; exec "$CHIMERA" gen --out "$T/keep" --docs 50 --queries 20000 --dim 16) >/dev/null 2>"$T/err" \
+  && bad "gen past the file size limit exited 0" || { grep -q "queries.npy" "$T/err" && ok || bad "gen: no message naming queries.npy: $(cat "$T/err")"; }
+(cd "$T/keep" && sha256sum -c --quiet "$T/keep.sum") && ok || bad "a failed gen changed files it did not write"
+[ "$(ls "$T/keep" | wc -l)" -eq 4 ] && ok || bad "a failed gen left files behind: $(ls "$T/keep")"
+"$CHIMERA" gen --out "$T/keep" --docs 50 --queries 3 --dim 16 >/dev/null && ! grep -q precious "$T/keep/tokens.npy" \
+  && [ "$(ls "$T/keep" | wc -l)" -eq 4 ] && ok || bad "gen did not replace the old files"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -88,16 +88,24 @@ chimera_status cm_writer_printf(cm_writer *w, chimera_error *err, const char *fm
     return CHIMERA_OK;
 }
 
-chimera_status cm_writer_commit(cm_writer *w, chimera_error *err)
+chimera_status cm_writer_sync(cm_writer *w, chimera_error *err)
 {
-    chimera_status s = CHIMERA_OK;
+    if (!w->f) return CHIMERA_OK; /* already synced */
     int e = 0;
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) e = errno;
     if (fclose(w->f) != 0 && !e) e = errno;
     w->f = NULL;
-    if (e) {
-        s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot write: %s", w->final_path, strerror(e));
-    } else if (rename(w->tmp_path, w->final_path) != 0) {
+    if (!e) return CHIMERA_OK;
+    chimera_status s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot write: %s", w->final_path, strerror(e));
+    cm_writer_abort(w);
+    return s;
+}
+
+chimera_status cm_writer_commit(cm_writer *w, chimera_error *err)
+{
+    chimera_status s = cm_writer_sync(w, err);
+    if (s != CHIMERA_OK) return s;
+    if (rename(w->tmp_path, w->final_path) != 0) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot rename into place: %s", w->final_path,
                     strerror(errno));
     } else {

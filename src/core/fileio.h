@@ -22,8 +22,14 @@ chimera_status cm_writer_open(cm_writer *w, const char *path, chimera_error *err
 chimera_status cm_writer_write(cm_writer *w, const void *data, size_t n, chimera_error *err);
 chimera_status cm_writer_printf(cm_writer *w, chimera_error *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Flushes, fsyncs, renames into place and fsyncs the directory; the writer is closed
- * either way (on failure the temporary file is removed). */
+/* Flushes, fsyncs and closes the temporary file but does not rename it. A set of files
+ * that belong together is synced first, one by one, and renamed only once all of them
+ * are complete, so a failure in any leaves every target as it was. On failure the
+ * temporary file is removed and the writer closed. */
+chimera_status cm_writer_sync(cm_writer *w, chimera_error *err);
+/* Syncs (unless cm_writer_sync already did), renames into place and fsyncs the
+ * directory; the writer is closed either way (on failure the temporary file is
+ * removed). */
 chimera_status cm_writer_commit(cm_writer *w, chimera_error *err);
 /* Closes and removes the temporary file. Safe on a writer that failed to open or was
  * already committed. */

@@ -359,7 +359,7 @@ chimera_status cm_npy_begin(cm_writer *w, const char *path, cm_dtype dtype, int 
     return CHIMERA_OK;
 }
 
-chimera_status cm_npy_finish(cm_writer *w, chimera_error *err)
+chimera_status cm_npy_end(cm_writer *w, chimera_error *err)
 {
     if (w->written != w->expect) {
         chimera_status s = cm_fail(err, CHIMERA_ERR_INTERNAL,
@@ -369,6 +369,12 @@ chimera_status cm_npy_finish(cm_writer *w, chimera_error *err)
         cm_writer_abort(w);
         return s;
     }
+    return cm_writer_sync(w, err);
+}
+
+chimera_status cm_npy_finish(cm_writer *w, chimera_error *err)
+{
+    CM_TRY(cm_npy_end(w, err));
     return cm_writer_commit(w, err);
 }
 

@@ -53,6 +53,9 @@ chimera_status cm_npy_begin(cm_writer *w, const char *path, cm_dtype dtype, int 
                             const int64_t *shape, chimera_error *err);
 /* Checks the byte count and commits (or aborts on a mismatch). */
 chimera_status cm_npy_finish(cm_writer *w, chimera_error *err);
+/* Checks the byte count and syncs without renaming (cm_writer_sync), for a set of files
+ * renamed together with cm_writer_commit once all are complete. */
+chimera_status cm_npy_end(cm_writer *w, chimera_error *err);
 
 /* Writes a whole array in one call. */
 chimera_status cm_npy_write(const char *path, cm_dtype dtype, int ndim, const int64_t *shape,

@@ -280,17 +280,24 @@ done:
 
 /* ---- to files ---------------------------------------------------------------------- */
 
+/* The four files are written under temporary names (cm_writer) and renamed into place
+ * only once all four are complete and synced: a failure (no memory, a full disk, an
+ * impossible size) removes only our temporary files and leaves whatever the directory
+ * held before untouched. */
 chimera_status synth_write(const char *dir, const chimera_synth_opts *opts, chimera_error *err)
 {
     model m;
-    CM_TRY(cm_mkdirs(dir, err));
     CM_TRY(model_init(&m, opts, err));
     const chimera_synth_opts *o = &m.o;
     if (o->n_docs == 0 || o->n_queries == 0) {
         model_free(&m);
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth: need at least one document and query");
     }
-    chimera_status s = CHIMERA_OK;
+    chimera_status s = cm_mkdirs(dir, err);
+    if (s != CHIMERA_OK) {
+        model_free(&m);
+        return s;
+    }
     char *p_tok = cm_path_join(dir, "tokens.npy"), *p_len = cm_path_join(dir, "doclens.npy");
     char *p_q = cm_path_join(dir, "queries.npy"), *p_rel = cm_path_join(dir, "qrels.tsv");
     int64_t *lens = cm_malloc((size_t)o->n_docs * sizeof *lens);
@@ -298,7 +305,7 @@ chimera_status synth_write(const char *dir, const chimera_synth_opts *opts, chim
     float *buf = cm_malloc((size_t)(o->max_len > o->query_len ? o->max_len : o->query_len) *
                            o->dim * sizeof(float));
     int64_t *target = cm_malloc((size_t)o->n_queries * sizeof *target);
-    cm_writer w = {0};
+    cm_writer w[4] = {{0}}; /* tokens, doclens, queries, qrels */
     if (!p_tok || !p_len || !p_q || !p_rel || !lens || !words || !buf || !target) {
         s = cm_fail(err, CHIMERA_ERR_NOMEM, "synth: out of memory");
         goto done;
@@ -312,41 +319,39 @@ chimera_status synth_write(const char *dir, const chimera_synth_opts *opts, chim
     cm_progress prog;
     cm_progress_begin(&prog, o->progress, o->progress_user, "generate", (uint64_t)n_tokens);
     int64_t shape[3] = {n_tokens, o->dim, 0};
-    s = cm_npy_begin(&w, p_tok, CM_F32, 2, shape, err);
+    s = cm_npy_begin(&w[0], p_tok, CM_F32, 2, shape, err);
     for (int64_t i = 0; i < o->n_docs && s == CHIMERA_OK; i++) {
         gen_doc(&m, i, buf, NULL);
-        s = cm_writer_write(&w, buf, (size_t)lens[i] * o->dim * sizeof(float), err);
+        s = cm_writer_write(&w[0], buf, (size_t)lens[i] * o->dim * sizeof(float), err);
         cm_progress_add(&prog, (uint64_t)lens[i]);
     }
-    if (s == CHIMERA_OK) s = cm_npy_finish(&w, err);
-    else cm_writer_abort(&w);
+    if (s == CHIMERA_OK) s = cm_npy_end(&w[0], err);
     if (s != CHIMERA_OK) goto done;
     cm_progress_end(&prog);
     shape[0] = o->n_docs;
-    s = cm_npy_write(p_len, CM_I64, 1, shape, lens, err);
+    s = cm_npy_begin(&w[1], p_len, CM_I64, 1, shape, err);
+    if (s == CHIMERA_OK) s = cm_writer_write(&w[1], lens, (size_t)o->n_docs * sizeof *lens, err);
+    if (s == CHIMERA_OK) s = cm_npy_end(&w[1], err);
     if (s != CHIMERA_OK) goto done;
     shape[0] = o->n_queries;
     shape[1] = o->query_len;
     shape[2] = o->dim;
-    s = cm_npy_begin(&w, p_q, CM_F32, 3, shape, err);
+    s = cm_npy_begin(&w[2], p_q, CM_F32, 3, shape, err);
     for (int64_t q = 0; q < o->n_queries && s == CHIMERA_OK; q++) {
         target[q] = gen_query(&m, q, words, buf);
-        s = cm_writer_write(&w, buf, (size_t)o->query_len * o->dim * sizeof(float), err);
+        s = cm_writer_write(&w[2], buf, (size_t)o->query_len * o->dim * sizeof(float), err);
     }
-    if (s == CHIMERA_OK) s = cm_npy_finish(&w, err);
-    else cm_writer_abort(&w);
+    if (s == CHIMERA_OK) s = cm_npy_end(&w[2], err);
     if (s != CHIMERA_OK) goto done;
-    s = cm_writer_open(&w, p_rel, err);
+    s = cm_writer_open(&w[3], p_rel, err);
     for (int64_t q = 0; q < o->n_queries && s == CHIMERA_OK; q++)
-        s = cm_writer_printf(&w, err, "%lld 0 %lld 1\n", (long long)q, (long long)target[q]);
-    if (s == CHIMERA_OK) s = cm_writer_commit(&w, err);
-    else cm_writer_abort(&w);
+        s = cm_writer_printf(&w[3], err, "%lld 0 %lld 1\n", (long long)q, (long long)target[q]);
+    if (s == CHIMERA_OK) s = cm_writer_sync(&w[3], err);
+    /* All four complete: rename them in. Only a failing rename within one directory can
+     * stop this part way, and it names the file. */
+    for (int i = 0; i < 4 && s == CHIMERA_OK; i++) s = cm_writer_commit(&w[i], err);
 done:
-    if (s != CHIMERA_OK) { /* leave no part of a corpus behind */
-        const char *paths[] = {p_tok, p_len, p_q, p_rel};
-        for (int i = 0; i < 4; i++)
-            if (paths[i]) unlink(paths[i]);
-    }
+    for (int i = 0; i < 4; i++) cm_writer_abort(&w[i]); /* removes only our temporary files */
     cm_free(p_tok);
     cm_free(p_len);
     cm_free(p_q);
