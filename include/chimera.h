@@ -85,6 +85,10 @@ typedef enum chimera_status {
     CHIMERA_ERR_UNSUPPORTED = -11, /* valid but not supported (dtype, byte order, ...) */
     CHIMERA_ERR_CANCELLED = -12,  /* a progress callback asked to stop */
     CHIMERA_ERR_INTERNAL = -13,   /* a bug in Chimera; please report it */
+    CHIMERA_ERR_BUSY = -14,       /* another process is changing the index and kept it
+                                     locked past the wait; try again later */
+    CHIMERA_ERR_CONFLICT = -15,   /* the index changed since the caller read it (a
+                                     rebuild under a tune); redo the work on the new one */
 } chimera_status;
 
 /* A status with its message; filled by constructors and free functions. */
@@ -308,6 +312,8 @@ typedef struct chimera_index_info {
     int n_phases;
     char phase[CHIMERA_MAX_PHASES][16];
     double phase_seconds[CHIMERA_MAX_PHASES];
+    uint64_t generation;    /* 1 for a new index, + 1 per change since (0: written before
+                               generations were recorded) */
 } chimera_index_info;
 
 chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
@@ -376,6 +382,10 @@ typedef struct chimera_tune_result {
     int reached;                /* 0: the target was out of reach; best is the closest */
     int n_points;
     chimera_tune_point points[96]; /* every setting tried, in order */
+    uint64_t index_generation;  /* the generation of the index tuned (its manifest's) */
+    uint64_t index_data_id;     /* the identity of its data (section checksums); profile
+                                   save refuses an index whose data differs. 0: unknown,
+                                   not checked (a result not made by chimera_index_tune) */
 } chimera_tune_result;
 
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
@@ -387,8 +397,14 @@ chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *q
                                   double target_recall, const chimera_search_opts *opts,
                                   chimera_tune_result *res);
 
-/* Stores `p` in the index at `dir` as the profile for (k, target_recall), replacing one
- * with the same key; the manifest is rewritten atomically (sections untouched). */
+/* Stores `res` in the index at `dir` as the profile for (k, target_recall), replacing one
+ * with the same key; the manifest is rewritten atomically (sections untouched). It is a
+ * read-modify-write under the index's writer lock, so it merges with what other writers
+ * committed meanwhile (two tunes saving at once keep both profiles), and it waits for a
+ * writer that holds the lock (a build's commit) up to 30 s.
+ * @return CHIMERA_OK, _INVALID_ARG, the statuses of opening the index, _CONFLICT (the
+ *         index's data is not the one res was measured on: it was rebuilt since; tune
+ *         again), _BUSY (another process kept the index locked), _IO, _NOMEM. */
 chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
                                           const chimera_tune_result *res, chimera_error *err);
 

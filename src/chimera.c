@@ -64,6 +64,8 @@ const char *chimera_status_str(chimera_status status)
     case CHIMERA_ERR_UNSUPPORTED: return "CHIMERA_ERR_UNSUPPORTED";
     case CHIMERA_ERR_CANCELLED: return "CHIMERA_ERR_CANCELLED";
     case CHIMERA_ERR_INTERNAL: return "CHIMERA_ERR_INTERNAL";
+    case CHIMERA_ERR_BUSY: return "CHIMERA_ERR_BUSY";
+    case CHIMERA_ERR_CONFLICT: return "CHIMERA_ERR_CONFLICT";
     }
     return "CHIMERA_ERR_UNKNOWN";
 }
@@ -626,6 +628,11 @@ chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *q
     chimera_status s;
     if (!t.ids || !t.scores) s = cm_fail(&index->last, CHIMERA_ERR_NOMEM, "tune: out of memory");
     else s = tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters, index->ix.n_docs, res);
+    if (s == CHIMERA_OK) {
+        /* which index was measured, so that saving the profile can refuse another one */
+        res->index_generation = store_generation(index->ix.st);
+        res->index_data_id = store_data_id(index->ix.st);
+    }
     cm_free(t.ids);
     cm_free(t.scores);
     return s;
@@ -655,16 +662,27 @@ static double jnum(const cJSON *o, const char *key)
     return cJSON_IsNumber(it) ? it->valuedouble : -1;
 }
 
-chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
-                                          const chimera_tune_result *res, chimera_error *err)
+typedef struct profile_edit {
+    const char *dir;
+    uint32_t k;
+    double target;
+    const chimera_tune_result *res;
+} profile_edit;
+
+/* Under the writer lock (store_update_meta): merges the profile into the profiles the
+ * index holds now. Merging rather than failing on any change since the tune is what
+ * keeps two tunes saving at once from losing one: a meta-only change (another profile)
+ * leaves the data the profile was measured on as it was. A change of the data (a
+ * rebuild) makes the profile meaningless for this index, so that is refused. */
+static chimera_status profile_merge(cJSON *meta, const store *cur, void *user, chimera_error *err)
 {
-    if (!dir || !res || k == 0)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "profile_save: dir, result and k are required");
-    store *st;
-    CM_TRY(store_info(dir, &st, err));
-    cJSON *meta = cJSON_Duplicate(store_meta(st), 1);
-    store_close(st);
-    if (!meta) return cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
+    const profile_edit *e = user;
+    if (e->res->index_data_id && e->res->index_data_id != store_data_id(cur))
+        return cm_fail(err, CHIMERA_ERR_CONFLICT,
+                       "%s was rebuilt since it was tuned (generation %llu then, %llu now, "
+                       "with other data); the profile was not saved: tune the new index",
+                       e->dir, (unsigned long long)e->res->index_generation,
+                       (unsigned long long)store_generation(cur));
     cJSON *arr = cJSON_GetObjectItemCaseSensitive(meta, "profiles");
     if (!cJSON_IsArray(arr)) {
         cJSON_DeleteItemFromObjectCaseSensitive(meta, "profiles");
@@ -673,19 +691,24 @@ chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double ta
     /* replace the profile with the same (k, target) */
     for (int i = cJSON_GetArraySize(arr) - 1; i >= 0; i--) {
         const cJSON *p = cJSON_GetArrayItem(arr, i);
-        if (jnum(p, "k") == k && jnum(p, "target_recall") == target_recall)
+        if (jnum(p, "k") == e->k && jnum(p, "target_recall") == e->target)
             cJSON_DeleteItemFromArray(arr, i);
     }
-    cJSON *p = profile_json(k, target_recall, res);
-    chimera_status s;
+    cJSON *p = profile_json(e->k, e->target, e->res);
     if (!arr || !p || !cJSON_AddItemToArray(arr, p)) {
         cJSON_Delete(p);
-        s = cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
-    } else {
-        s = store_update_meta(dir, meta, err);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
     }
-    cJSON_Delete(meta);
-    return s;
+    return CHIMERA_OK;
+}
+
+chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
+                                          const chimera_tune_result *res, chimera_error *err)
+{
+    if (!dir || !res || k == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "profile_save: dir, result and k are required");
+    profile_edit e = {dir, k, target_recall, res};
+    return store_update_meta(dir, NULL, profile_merge, &e, err);
 }
 
 chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,

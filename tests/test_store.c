@@ -71,14 +71,18 @@ static void rm_rf(const char *path)
     }
 }
 
-/* Number of entries of root_dir whose name starts with `prefix`. */
+/* Number of entries of root_dir whose name starts with `prefix`, not counting writer
+ * lock files ("<IDX>.lock"), which every writer leaves beside its index for good. */
 static int count_prefixed(const char *prefix)
 {
     int n = 0;
     DIR *d = opendir(root_dir);
     struct dirent *e;
-    while (d && (e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+    while (d && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        int lock = len > 5 && strcmp(e->d_name + len - 5, ".lock") == 0;
+        if (!lock && strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+    }
     if (d) closedir(d);
     return n;
 }

@@ -63,6 +63,8 @@ static void print_info(const char *dir, const chimera_index_info *in)
 {
     printf("index %s (format %u.%u, written by chimera %s)\n", dir, in->format_major,
            in->format_minor, in->library_version);
+    printf("  generation     %llu (changes committed: the build, then each tune's save)\n",
+           (unsigned long long)in->generation);
     printf("  documents      %lld\n  tokens         %lld (%.1f per document)\n",
            (long long)in->n_docs, (long long)in->n_tokens,
            in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0);

@@ -48,6 +48,9 @@
  *       "format_minor": 0,            integer
  *       "library_version": "0.1.0",   CHIMERA_VERSION_STRING of the writer (informative)
  *       "endian": "little",
+ *       "generation": 3,              integer in [0, 2^53], since 1.1 (absent: 0): 1 for
+ *                                     a new index, + 1 for every change committed
+ *                                     (store.h: the writer protocol)
  *       "meta": { ... },              free-form object supplied by the index build
  *       "sections": [                 at most FMT_MAX_SECTIONS, names unique
  *         { "name": "centroids",
@@ -79,6 +82,8 @@
  *
  * Version history
  *   1.0  (Chimera 0.1.0) first version: the layout above.
+ *   1.1  the manifest member "generation" (optional; a 1.0 reader ignores it, a 1.1
+ *        reader reads its absence as 0). Nothing else changed.
  */
 #ifndef CHIMERA_INDEX_FORMAT_H
 #define CHIMERA_INDEX_FORMAT_H
@@ -89,7 +94,7 @@
 #include "chimera.h"
 
 #define FMT_VERSION_MAJOR 1
-#define FMT_VERSION_MINOR 0
+#define FMT_VERSION_MINOR 1
 
 #define FMT_MANIFEST_NAME "manifest.json"
 #define FMT_MANIFEST_MAGIC "chimera-index"

@@ -29,6 +29,7 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
     CM_TRY(store_info(dir, &st, err));
     const cJSON *man = store_manifest(st), *meta = store_meta(st);
     store_format_version(st, &info->format_major, &info->format_minor);
+    info->generation = store_generation(st);
     const cJSON *lv = cJSON_GetObjectItemCaseSensitive(man, "library_version");
     if (cJSON_IsString(lv))
         snprintf(info->library_version, sizeof info->library_version, "%s", lv->valuestring);

@@ -23,6 +23,31 @@
  * returns points into the store and is valid until store_close. Handles are not
  * thread-safe; distinct handles are independent.
  *
+ * Changing an index: one writer at a time (the protocol every change goes through)
+ *   Every change of an index (a build's begin and commit, store_update_meta, and the
+ *   coming add/delete/compact) holds the writer lock: an flock(2) on "<IDX>.lock" in
+ *   the index's parent directory (not inside the index, which is swapped whole). The
+ *   kernel drops it when its holder exits or is killed, so a dead writer never blocks
+ *   the next one. A writer waits for the lock up to its timeout (STORE_LOCK_WAIT_MS by
+ *   default; the holders keep it for milliseconds, so only a stuck holder is waited
+ *   out), then fails with CHIMERA_ERR_BUSY: "index X is being changed by another
+ *   process (pid N)". Waiting rather than failing at once: two commands that change
+ *   one index should both succeed, one after the other, not fail at random.
+ *   Under the lock a writer
+ *     1. removes what killed writers left (store_write.c: the side names it removes,
+ *        and only those; a temporary directory of a build still running is kept);
+ *     2. reads the current manifest's "generation" (0 in indexes from before format
+ *        1.1) and, if the caller asked, compares it with the generation the caller's
+ *        change was based on (compare-and-swap: CHIMERA_ERR_CONFLICT if they differ);
+ *     3. writes the new manifest with generation + 1 and replaces the old one by
+ *        rename (meta update) or swaps the whole directory in (build).
+ *   A build holds the lock only at begin (to create its temporary directory, marked
+ *   live by an flock on it) and at commit, not while it computes, so a long build
+ *   never blocks other writers: the last commit wins, as it did before.
+ *   Readers take no lock (they may be on read-only media and must never wait for a
+ *   writer): store_open reads one directory through one descriptor and retries when
+ *   the index was replaced under it (store_read.c).
+ *
  * cJSON allocates with its own (libc) allocator: manifest trees are released with
  * cJSON_Delete and printed text with cJSON_free, never cm_free. cJSON_InitHooks would
  * route it through core/alloc.h, but the hooks are process-wide state shared with any
@@ -51,6 +76,14 @@ typedef struct store_write_opts {
                               failure the new index may be lost or fail its checksums */
     int no_exchange;       /* 1: never use renameat2(RENAME_EXCHANGE), always the
                               rename-aside fallback (tests use it to cover that path) */
+    int lock_timeout_ms;   /* wait for the writer lock: 0 STORE_LOCK_WAIT_MS, < 0 not
+                              at all (CHIMERA_ERR_BUSY at once if it is held) */
+    int check_generation;  /* 1: commit only if the index at out_dir is still at
+                              expect_generation (an absent or empty target is at 0);
+                              otherwise CHIMERA_ERR_CONFLICT and nothing changes. For
+                              writers that derive the new index from the current one
+                              (add, delete, compact); a build replaces whatever is there */
+    uint64_t expect_generation;
 } store_write_opts;
 
 /* Element type and shape of a section, recorded in the manifest (optional). */
@@ -70,7 +103,10 @@ typedef struct store_type {
  * @param out      receives the writer; NULL on failure
  * @return CHIMERA_OK; CHIMERA_ERR_INVALID_ARG (bad path or target),
  *         CHIMERA_ERR_IO (parent missing or unwritable), CHIMERA_ERR_NOMEM,
- *         CHIMERA_ERR_UNSUPPORTED (a big-endian host). Messages name the path. */
+ *         CHIMERA_ERR_BUSY (the writer lock stayed held past the timeout),
+ *         CHIMERA_ERR_UNSUPPORTED (a big-endian host). Messages name the path.
+ * @note Takes the writer lock for a moment (to clean up after killed writers and to
+ *       create the temporary directory), not for the whole build. */
 chimera_status store_writer_begin(const char *out_dir, const store_write_opts *opts,
                                   store_writer **out, chimera_error *err);
 
@@ -97,15 +133,19 @@ chimera_status store_section_write(store_writer *w, const void *data, size_t byt
                                    chimera_error *err);
 chimera_status store_section_end(store_writer *w, chimera_error *err);
 
-/* Commits: every section file is already synced (at its end); writes manifest.json last
- * with `meta` (an object, duplicated; NULL means {}), syncs it and the directory, then
- * puts the new directory in place of the old one and deletes the old one.
+/* Commits: every section file is already synced (at its end); under the writer lock,
+ * writes manifest.json last with `meta` (an object, duplicated; NULL means {}) and the
+ * generation of the index it replaces + 1 (1 for a new index), syncs it and the
+ * directory, then puts the new directory in place of the old one and deletes the old
+ * one.
  * Always consumes the writer: on failure the temporary directory is removed and the
  * previous index (if any) is untouched, except in the fallback window store_write.c
  * describes, which store_open reports.
  * @return CHIMERA_OK; CHIMERA_ERR_INVALID_ARG (a section still open, meta not an object,
  *         the target changed into something that may not be replaced), CHIMERA_ERR_IO,
- *         CHIMERA_ERR_NOMEM, or the error that failed the writer earlier. */
+ *         CHIMERA_ERR_NOMEM, CHIMERA_ERR_BUSY (lock timeout), CHIMERA_ERR_CONFLICT
+ *         (check_generation, and the index is at another generation), or the error
+ *         that failed the writer earlier. */
 chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_error *err);
 
 /* Removes the temporary directory and frees the writer. NULL is a no-op. */
@@ -130,6 +170,10 @@ typedef struct store_section_desc {
 /* Opens the index at `dir`: validates the manifest as hostile input, maps every section
  * read-only, checks each header against the manifest and each file's size, and with
  * `verify_checksums` recomputes every payload checksum (reads all the data).
+ * The manifest and the sections are read through one descriptor of the directory, so
+ * they come from one index even if a writer swaps another in meanwhile; when an attempt
+ * fails and the directory at `dir` (or its generation) changed under it, the open is
+ * retried (twice at most), so a concurrent writer never causes a spurious error.
  * @param out  receives the store; NULL on failure
  * @return CHIMERA_OK; CHIMERA_ERR_IO (no directory or manifest; if an interrupted
  *         replace left the index under a side name, the message says where),
@@ -171,12 +215,69 @@ const cJSON *store_manifest(const store *s);
 /* Format version of the opened index (to upgrade older minors). */
 void store_format_version(const store *s, uint32_t *major, uint32_t *minor);
 
-/* Replaces the "meta" object of the index at `dir` (tuned profiles, notes): a new
- * manifest is written beside the old one, synced and renamed over it, so readers see
- * one or the other; section files are untouched. An index open elsewhere keeps its
- * view. @return CHIMERA_OK, _INVALID_ARG (meta not an object), the statuses of
- * store_info, _IO, _NOMEM. */
-chimera_status store_update_meta(const char *dir, const cJSON *meta, chimera_error *err);
+/* The manifest's generation: 1 for a new index, + 1 for every change committed since
+ * (a rebuild continues from the index it replaced); 0 for indexes from before format
+ * 1.1, which did not record it. */
+uint64_t store_generation(const store *s);
+
+/* An identity of the index's data: a hash of every section's name, size and payload
+ * checksum, in manifest order. Equal ids mean the same section bytes (a meta update
+ * keeps it; a rebuild from other input or settings changes it), so a result measured
+ * on one index (a tuned profile) can be checked to still describe the current one. */
+uint64_t store_data_id(const store *s);
+
+/* Options of store_update_meta; zero means default. */
+typedef struct store_update_opts {
+    int lock_timeout_ms;        /* as in store_write_opts */
+    int check_generation;       /* 1: CHIMERA_ERR_CONFLICT unless the index is still at
+                                   expect_generation when the lock is held */
+    uint64_t expect_generation;
+} store_update_opts;
+
+/* Edits a copy of the current "meta" object in place, under the writer lock. `current`
+ * is the index as it is now (store_info: manifest only), so the edit can merge into
+ * what other writers committed and check that the data is what it expects. Return
+ * CHIMERA_OK to commit, anything else (with a message in err) to change nothing. */
+typedef chimera_status (*store_meta_edit_fn)(cJSON *meta, const store *current, void *user,
+                                            chimera_error *err);
+
+/* Read-modify-write of the "meta" object of the index at `dir` (tuned profiles, notes),
+ * under the writer lock: reads the current manifest, checks the generation if asked,
+ * lets `edit` change a copy of its meta, then writes a new manifest (generation + 1)
+ * beside the old one, syncs it and renames it over, so readers see one or the other;
+ * section files are untouched. An index open elsewhere keeps its view.
+ * @return CHIMERA_OK; the statuses of store_info (the index must exist and be valid);
+ *         _BUSY (lock timeout); _CONFLICT (check_generation); what `edit` returned;
+ *         _INVALID_ARG (no edit, or it left meta not an object); _IO; _NOMEM. */
+chimera_status store_update_meta(const char *dir, const store_update_opts *opts,
+                                 store_meta_edit_fn edit, void *user, chimera_error *err);
+
+/* ---- the writer lock ------------------------------------------------------------------ */
+
+/* Default wait for the lock. Holders keep it for a manifest write and a rename, or a
+ * directory swap and the deletion of the old index's files: well under a second even
+ * for large indexes on slow disks; 30 s only gives up on a holder that is stuck
+ * (stopped, or on a hung network file system). */
+#define STORE_LOCK_WAIT_MS 30000
+
+typedef struct store_lock store_lock;
+
+/* Takes the writer lock of the index at `dir` (whether or not it exists yet): creates
+ * "<dir>.lock" if needed (it is never deleted: removing a lock file races with a
+ * process about to lock it), waits for it up to timeout_ms (0: STORE_LOCK_WAIT_MS;
+ * < 0: not at all) and records this process's id in it for other waiters' messages.
+ * Every writer (store_writer_begin/commit, store_update_meta) takes it itself; a writer
+ * that needs several steps to be atomic holds it around them.
+ * @return CHIMERA_OK; CHIMERA_ERR_BUSY ("index X is being changed by another process
+ *         (pid N)"), CHIMERA_ERR_IO (the lock file cannot be created: the parent is
+ *         missing or read-only), CHIMERA_ERR_INVALID_ARG (bad path), _NOMEM.
+ * @note The lock excludes other processes and other threads alike (it belongs to the
+ *       open file, not the process). A child forked while it is held shares it. */
+chimera_status store_lock_acquire(const char *dir, int timeout_ms, store_lock **out,
+                                  chimera_error *err);
+
+/* Releases the lock and frees it. NULL is a no-op. */
+void store_lock_release(store_lock *l);
 
 /* Unmaps everything and frees the store. NULL is a no-op. */
 void store_close(store *s);

@@ -17,6 +17,19 @@
  * section, so opening a large index costs a few system calls per section and no reads
  * of the data; store_info stops after step 4 and maps nothing.
  *
+ * One open, one index. The directory is opened once and the manifest and every section
+ * are opened relative to that descriptor (openat), so they all come from the same
+ * directory even if a writer swaps a new index in meanwhile. Before, the manifest of one
+ * index could be paired with the section files of the next, and a search starting
+ * during a rebuild got a spurious "corrupt" error. The directory held may still be
+ * emptied under the reader (the writer deletes the index it replaced), so an attempt
+ * that fails with CHIMERA_ERR_CORRUPT or _IO is retried when the index at the path is
+ * no longer the one read: another directory (device and inode differ) or another
+ * generation in the manifest read through the path. STORE_OPEN_ATTEMPTS bounds the
+ * retries: a real fault is reported after one extra look, and only writers committing
+ * back to back, each within one open, could exhaust them. Readers take no lock: they may
+ * be on read-only media and must never wait for a writer.
+ *
  * The manifest is the commit point of the writer (store_write.c), so a directory without
  * one is not an index. If the directory itself is missing, the reader looks beside it for
  * what an interrupted replace may have left ("<dir>.old-*", "<dir>.tmp-*" holding a
@@ -47,10 +60,15 @@ typedef struct rsection {
     size_t map_len;
 } rsection;
 
+/* Opening attempts when the index changes under the reader (see the top of the file):
+ * one retry is enough for one swap; the third covers a swap during the retry. */
+#define STORE_OPEN_ATTEMPTS 3
+
 struct store {
     char *dir;
     cJSON *manifest;
     const cJSON *meta;
+    uint64_t generation, data_id;
     uint32_t major, minor;
     uint32_t n;
     rsection *secs;
@@ -64,9 +82,15 @@ static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c =
 chimera_status store_manifest_load(const char *path, cJSON **out, int *err_no,
                                    chimera_error *err)
 {
+    return store_manifest_loadat(AT_FDCWD, path, path, out, err_no, err);
+}
+
+chimera_status store_manifest_loadat(int dirfd, const char *rel, const char *path,
+                                     cJSON **out, int *err_no, chimera_error *err)
+{
     *out = NULL;
     if (err_no) *err_no = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (err_no) *err_no = errno;
         return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -124,6 +148,18 @@ done:
     cm_free(buf);
     close(fd);
     return s;
+}
+
+int store_manifest_generation(const cJSON *root, uint64_t *gen)
+{
+    *gen = 0;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "generation");
+    if (!g) return 0;
+    if (!cJSON_IsNumber(g)) return -1;
+    double v = g->valuedouble;
+    if (!isfinite(v) || v < 0 || v > FMT_MAX_JSON_INT || floor(v) != v) return -1;
+    *gen = (uint64_t)v;
+    return 0;
 }
 
 int store_manifest_digest(const cJSON *root, uint64_t *digest)
@@ -261,6 +297,9 @@ static chimera_status check_manifest(store *st, chimera_error *err)
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: endian must be \"little\"", dir,
                        FMT_MANIFEST_NAME);
     }
+    if (store_manifest_generation(root, &st->generation) != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s/%s: generation is not an integer in [0, 2^53]", dir, FMT_MANIFEST_NAME);
     if (!cJSON_IsString(member(root, "library_version")))
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: library_version is missing", dir,
                        FMT_MANIFEST_NAME);
@@ -291,18 +330,27 @@ static chimera_status check_manifest(store *st, chimera_error *err)
         i++;
         st->n = i;
     }
+    /* the data's identity: each section's name, size and checksum, chained in order */
+    uint64_t id = 0;
+    for (uint32_t k = 0; k < st->n; k++) {
+        const store_section_desc *d = &st->secs[k].d;
+        uint8_t rec[FMT_NAME_BYTES + 16] = {0};
+        memcpy(rec, d->name, strlen(d->name));
+        fmt_put_u64(rec + FMT_NAME_BYTES, d->bytes);
+        fmt_put_u64(rec + FMT_NAME_BYTES + 8, d->xxh3);
+        id = XXH3_64bits_withSeed(rec, sizeof rec, id);
+    }
+    st->data_id = id;
     return CHIMERA_OK;
 }
 
 /* ---- section files ------------------------------------------------------------------ */
 
-static chimera_status map_section(store *st, rsection *r, int verify, chimera_error *err)
+static chimera_status map_section(store *st, int dfd, rsection *r, int verify,
+                                  chimera_error *err)
 {
     const char *dir = st->dir, *nm = r->d.name;
-    char *path = cm_path_join(dir, r->d.file);
-    if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    cm_free(path);
+    int fd = openat(dfd, r->d.file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT)
             return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': file %s is missing", dir,
@@ -431,37 +479,97 @@ void store_close(store *s)
     cm_free(s);
 }
 
-static chimera_status open_impl(const char *dir, int map, int verify, store **out,
-                                chimera_error *err)
+/* The generation of the index now at `dir`, read through the path; 0 with *ok = 0 when
+ * it cannot be read (the index is missing or in the middle of a replace). */
+static uint64_t generation_at(const char *dir, int *ok)
+{
+    *ok = 0;
+    char *mpath = cm_path_join(dir, FMT_MANIFEST_NAME);
+    cJSON *root = NULL;
+    uint64_t gen = 0;
+    if (mpath && store_manifest_load(mpath, &root, NULL, NULL) == CHIMERA_OK)
+        *ok = store_manifest_generation(root, &gen) == 0;
+    cJSON_Delete(root);
+    cm_free(mpath);
+    return gen;
+}
+
+/* One attempt. *seen receives the identity of the directory it opened (st_ino == 0 when
+ * none) and *gen_seen the generation it read (-1 when it got no manifest), so that a
+ * failure can be told apart from a change under it. */
+static chimera_status open_once(const char *dir, int map, int verify, store **out,
+                                struct stat *seen, int64_t *gen_seen, chimera_error *err)
 {
     *out = NULL;
-    if (!dir || !dir[0]) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
+    memset(seen, 0, sizeof *seen);
+    *gen_seen = -1;
     store *s = cm_calloc(1, sizeof *s);
     char *mpath = NULL;
+    int dfd = -1;
     chimera_status st = CHIMERA_OK;
     if (!s || !(s->dir = cm_strdup(dir)) || !(mpath = cm_path_join(dir, FMT_MANIFEST_NAME))) {
         st = cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
-    int e = 0;
-    st = store_manifest_load(mpath, &s->manifest, &e, err);
-    if (st == CHIMERA_ERR_IO && e == ENOENT) {
-        struct stat sb;
-        if (stat(dir, &sb) != 0) st = report_missing(dir, err);
-        else st = cm_fail(err, CHIMERA_ERR_IO, "%s: not a Chimera index (no %s)", dir,
-                          FMT_MANIFEST_NAME);
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == ENOENT) st = report_missing(dir, err);
+        else if (errno == ENOTDIR) st = cm_fail(err, CHIMERA_ERR_IO, "%s: not a directory", dir);
+        else st = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+        goto fail;
     }
+    if (fstat(dfd, seen) != 0) memset(seen, 0, sizeof *seen);
+    int e = 0;
+    st = store_manifest_loadat(dfd, FMT_MANIFEST_NAME, mpath, &s->manifest, &e, err);
+    if (st == CHIMERA_ERR_IO && e == ENOENT)
+        st = cm_fail(err, CHIMERA_ERR_IO, "%s: not a Chimera index (no %s)", dir,
+                     FMT_MANIFEST_NAME);
     if (st != CHIMERA_OK) goto fail;
+    uint64_t g;
+    if (store_manifest_generation(s->manifest, &g) == 0) *gen_seen = (int64_t)g;
     if ((st = check_manifest(s, err)) != CHIMERA_OK) goto fail;
     s->mapped = map;
     for (uint32_t i = 0; map && i < s->n; i++)
-        if ((st = map_section(s, &s->secs[i], verify, err)) != CHIMERA_OK) goto fail;
+        if ((st = map_section(s, dfd, &s->secs[i], verify, err)) != CHIMERA_OK) goto fail;
+    close(dfd);
     cm_free(mpath);
     *out = s;
     return CHIMERA_OK;
 fail:
+    if (dfd >= 0) close(dfd);
     cm_free(mpath);
     store_close(s);
+    return st;
+}
+
+/* 1 when the index at `dir` is no longer the one an attempt read: another directory, or
+ * the same one with another generation, or none at all while a replace is under way. */
+static int changed_under(const char *dir, const struct stat *seen, int64_t gen_seen)
+{
+    struct stat now;
+    if (stat(dir, &now) != 0) return seen->st_ino != 0; /* it was there a moment ago */
+    if (seen->st_ino == 0) return 1;                    /* it was missing, now it is back */
+    if (now.st_dev != seen->st_dev || now.st_ino != seen->st_ino) return 1;
+    int ok;
+    uint64_t g = generation_at(dir, &ok);
+    return gen_seen >= 0 && ok && (int64_t)g != gen_seen;
+}
+
+static chimera_status open_impl(const char *dir, int map, int verify, store **out,
+                                chimera_error *err)
+{
+    *out = NULL;
+    if (!dir || !dir[0]) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
+    chimera_status st = CHIMERA_OK;
+    for (int attempt = 0; attempt < STORE_OPEN_ATTEMPTS; attempt++) {
+        struct stat seen;
+        int64_t gen_seen;
+        st = open_once(dir, map, verify, out, &seen, &gen_seen, err);
+        /* only what a concurrent writer can cause is retried; memory, version and byte
+         * order problems are not */
+        if (st == CHIMERA_OK || (st != CHIMERA_ERR_CORRUPT && st != CHIMERA_ERR_IO)) break;
+        if (!changed_under(dir, &seen, gen_seen)) break;
+    }
     return st;
 }
 
@@ -521,6 +629,9 @@ const store_section_desc *store_section_at(const store *s, uint32_t i)
 
 const cJSON *store_meta(const store *s) { return s->meta; }
 const cJSON *store_manifest(const store *s) { return s->manifest; }
+
+uint64_t store_generation(const store *s) { return s->generation; }
+uint64_t store_data_id(const store *s) { return s->data_id; }
 
 void store_format_version(const store *s, uint32_t *major, uint32_t *minor)
 {

@@ -1,5 +1,9 @@
 /* Index container writer (store.h; byte layout in format.h).
  *
+ * Who may change an index when (the writer lock, generations, clean-up of what killed
+ * writers left) is the protocol in store.h and store_lock.c; this file follows it at
+ * begin and at commit.
+ *
  * Order of operations, LMDB's: data, sync, then meta. Every section goes to its own file
  * inside a temporary directory "<out_dir>.tmp-XXXXXX" created beside the target (same
  * parent, hence the same file system, so the final rename is atomic). A section file
@@ -22,19 +26,30 @@
  *   then:               fsync of the parent directory.
  *
  * Failure windows. Before the swap, a crash or kill leaves the old index untouched and a
- * stale "<out_dir>.tmp-XXXXXX" beside it (never loaded; safe to delete; not removed
- * automatically, because it may belong to a concurrent build). With RENAME_EXCHANGE
- * there is no moment at which out_dir is missing or partial. In the fallback, a crash
- * between its two renames leaves out_dir absent, the old index complete at
- * "<out_dir>.old-XXXXXX" and the new one complete (manifest included) at the tmp name;
- * store_open of out_dir then reports both names so the user can rename one into place.
- * It reports rather than repairs: a reader that renames directories could race a writer.
+ * stale "<out_dir>.tmp-XXXXXX" beside it (never loaded; the next writer removes it once
+ * no build claims it: store_lock.c). With RENAME_EXCHANGE there is no moment at which
+ * out_dir is missing or partial. In the fallback, a crash between its two renames leaves
+ * out_dir absent, the old index complete at "<out_dir>.old-XXXXXX" and the new one
+ * complete (manifest included) at the tmp name; store_open of out_dir then reports both
+ * names so the user can rename one into place. It reports rather than repairs: a reader
+ * that renames directories could race a writer (and writers leave both alone while
+ * out_dir is missing).
  *
  * What may be replaced: an absent path, an empty directory, or an index (a directory
- * whose manifest.json carries the index magic and that holds nothing but manifest.json
- * and *.bin files). A non-empty directory of anything else, a file or a symbolic link
- * is refused at begin and again at commit (it may have changed in between), so the
- * writer never deletes data it did not write.
+ * whose manifest.json carries the index magic and that holds nothing but manifest.json,
+ * *.bin files and the manifest temporaries a killed meta update may leave; the writer
+ * removes those under the lock, and before it tolerated none, so a killed tune made
+ * every later build refuse to replace the index). A non-empty directory of anything
+ * else, a file or a symbolic link is refused at begin and again at commit (it may have
+ * changed in between), so the writer never deletes data it did not write.
+ *
+ * Concurrency. Begin takes the writer lock to clean up after killed writers, create the
+ * temporary directory and claim it (an flock on it, held until commit or abort, which
+ * tells other writers' clean-up that this build is alive); commit takes it again for
+ * the generation, the manifest and the swap. Between the two the build computes without
+ * it, so a long build never holds up a tune's profile save, and of two builds of one
+ * index the one that commits last wins (each is complete, and each is numbered after
+ * the index it replaced).
  *
  * Tried and rejected: writing all sections into one file (a single mmap, but appending
  * a section later would rewrite everything, and per-file checksums localise damage);
@@ -82,6 +97,7 @@ struct store_writer {
     wsection *secs;
     uint32_t n_secs, cap_secs;
     int fd;            /* open section file, or -1 */
+    int tmp_fd;        /* tmp_dir, flocked: marks it live for other writers' clean-up */
     char *cur_path;    /* its path */
     wsection cur;
     uint8_t *buf;
@@ -166,8 +182,13 @@ static int remove_tree(const char *dir)
 
 enum { TARGET_ABSENT, TARGET_EMPTY, TARGET_INDEX };
 
-static chimera_status classify_target(const char *dir, int *kind, chimera_error *err)
+/* *gen receives the target's generation: its manifest's, 0 when absent, malformed (a
+ * damaged index may still be replaced) or from before format 1.1, and 0 for an absent
+ * or empty target. */
+static chimera_status classify_target(const char *dir, int *kind, uint64_t *gen,
+                                      chimera_error *err)
 {
+    *gen = 0;
     struct stat sb;
     if (lstat(dir, &sb) != 0) {
         if (errno == ENOENT) {
@@ -195,7 +216,8 @@ static chimera_status classify_target(const char *dir, int *kind, chimera_error 
         struct stat fs;
         int regular = fstatat(dirfd(d), nm, &fs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fs.st_mode);
         if (regular && strcmp(nm, FMT_MANIFEST_NAME) == 0) manifest = 1;
-        else if (!(regular && has_suffix(nm, FMT_SECTION_SUFFIX)) && !foreign[0])
+        else if (!(regular && (has_suffix(nm, FMT_SECTION_SUFFIX) || store_is_manifest_tmp(nm))) &&
+                 !foreign[0])
             snprintf(foreign, sizeof foreign, "%.63s", nm);
     }
     closedir(d);
@@ -221,6 +243,7 @@ static chimera_status classify_target(const char *dir, int *kind, chimera_error 
     const cJSON *magic = root ? cJSON_GetObjectItemCaseSensitive(root, "magic") : NULL;
     int ok = s == CHIMERA_OK && cJSON_IsString(magic) &&
              strcmp(magic->valuestring, FMT_MANIFEST_MAGIC) == 0;
+    if (ok && store_manifest_generation(root, gen) != 0) *gen = 0;
     cJSON_Delete(root);
     if (!ok)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
@@ -236,6 +259,7 @@ static void writer_free(store_writer *w)
 {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
+    if (w->tmp_fd >= 0) close(w->tmp_fd);
     cm_free(w->cur_path);
     cm_free(w->buf);
     cm_free(w->secs);
@@ -251,7 +275,7 @@ void store_writer_abort(store_writer *w)
     if (w->fd >= 0) close(w->fd);
     w->fd = -1;
     if (w->tmp_dir) remove_tree(w->tmp_dir);
-    writer_free(w);
+    writer_free(w); /* closes tmp_fd, dropping the claim only once the directory is gone */
 }
 
 chimera_status store_writer_begin(const char *out_dir, const store_write_opts *opts,
@@ -272,8 +296,10 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     if (!w) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", out_dir);
     memset(w, 0, sizeof *w);
     w->fd = -1;
+    w->tmp_fd = -1;
     if (opts) w->opts = *opts;
     chimera_status s = CHIMERA_OK;
+    store_lock *lock = NULL;
     /* the mkdtemp template stays out of w->tmp_dir until the directory exists, so that
      * abort never removes a path this writer did not create */
     char *tmpl = NULL;
@@ -300,19 +326,36 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
         goto fail;
     }
     int kind;
-    if ((s = classify_target(w->out_dir, &kind, err)) != CHIMERA_OK) goto fail;
+    uint64_t gen;
+    /* Refuse a target that may not be replaced before taking the lock, so that a refusal
+     * leaves nothing behind, not even a lock file beside a stranger's directory. */
+    if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
+    if ((s = store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
+        goto fail;
+    if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
+    store_clean_stale(w->out_dir, kind == TARGET_INDEX);
+    /* Created and claimed under the lock: a clean-up that holds the lock never sees this
+     * directory unclaimed. */
     if (!mkdtemp(tmpl)) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot create a temporary directory in %s: %s",
                     w->out_dir, w->parent, strerror(errno));
         goto fail;
     }
     w->tmp_dir = tmpl;
+    tmpl = NULL;
     chmod(w->tmp_dir, 0755); /* mkdtemp makes it 0700; an index is as readable as a file */
+    if ((w->tmp_fd = store_tmpdir_claim(w->tmp_dir)) < 0) {
+        s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot lock %s: %s", w->out_dir, w->tmp_dir,
+                    strerror(errno));
+        goto fail;
+    }
+    store_lock_release(lock);
     *out = w;
     return CHIMERA_OK;
 fail:
     cm_free(tmpl);
     store_writer_abort(w);
+    store_lock_release(lock);
     return s;
 }
 
@@ -506,8 +549,8 @@ chimera_status store_writer_add(store_writer *w, const char *name, const void *d
 /* The manifest tree (format.h), canonicalised: it is printed and parsed back once so that
  * what is hashed is exactly what a reader will re-print from the file (a cJSON raw item
  * in the caller's meta, for instance, becomes ordinary JSON first). */
-static chimera_status build_manifest(const store_writer *w, const cJSON *meta, cJSON **out,
-                                     chimera_error *err)
+static chimera_status build_manifest(const store_writer *w, const cJSON *meta, uint64_t gen,
+                                     cJSON **out, chimera_error *err)
 {
     *out = NULL;
     cJSON *root = cJSON_CreateObject();
@@ -517,6 +560,7 @@ static chimera_status build_manifest(const store_writer *w, const cJSON *meta, c
     ok = ok && cJSON_AddNumberToObject(root, "format_minor", FMT_VERSION_MINOR);
     ok = ok && cJSON_AddStringToObject(root, "library_version", CHIMERA_VERSION_STRING);
     ok = ok && cJSON_AddStringToObject(root, "endian", "little");
+    ok = ok && cJSON_AddNumberToObject(root, "generation", (double)gen);
     if (ok) {
         cJSON *m = meta ? cJSON_Duplicate(meta, 1) : cJSON_CreateObject();
         ok = m && cJSON_AddItemToObject(root, "meta", m);
@@ -601,10 +645,8 @@ static int exchange_unsupported(int e)
  * beside the new index, and the commit still succeeds, because the commit point has
  * passed). On failure out_dir is as it was, or, if even undoing failed, the message
  * says where the old index is. */
-static chimera_status swap_into_place(store_writer *w, chimera_error *err)
+static chimera_status swap_into_place(store_writer *w, int kind, chimera_error *err)
 {
-    int kind;
-    CM_TRY(classify_target(w->out_dir, &kind, err));
     if (kind == TARGET_ABSENT) {
         if (rename(w->tmp_dir, w->out_dir) != 0)
             return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot rename %s into place: %s",
@@ -654,6 +696,7 @@ chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_e
 {
     chimera_status s;
     cJSON *root = NULL;
+    store_lock *lock = NULL;
     if (w->failed.code != CHIMERA_OK) {
         s = sticky(w, err);
         goto fail;
@@ -667,11 +710,34 @@ chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_e
         s = cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: meta must be a JSON object", w->out_dir);
         goto fail;
     }
-    if ((s = build_manifest(w, meta, &root, err)) != CHIMERA_OK) goto fail;
+    /* From here to the swap under the writer lock: the generation read from the target
+     * is the one the new index succeeds, and nothing can change the target in between
+     * (before, a tune's manifest update racing this swap could land in the new index
+     * with the old index's sections listed, which made it unreadable). */
+    if ((s = store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
+        goto fail;
+    int kind;
+    uint64_t gen;
+    if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
+    if (w->opts.check_generation && gen != w->opts.expect_generation) {
+        s = cm_fail(err, CHIMERA_ERR_CONFLICT,
+                    "%s changed while this writer worked (generation %llu, expected %llu); "
+                    "nothing was replaced", w->out_dir, (unsigned long long)gen,
+                    (unsigned long long)w->opts.expect_generation);
+        goto fail;
+    }
+    /* a generation at the top of the exact range (only a forged manifest has one)
+     * restarts the count rather than writing a number readers refuse */
+    uint64_t next = gen < (uint64_t)FMT_MAX_JSON_INT ? gen + 1 : 1;
+    if ((s = build_manifest(w, meta, next, &root, err)) != CHIMERA_OK) goto fail;
     if ((s = write_manifest(w, root, err)) != CHIMERA_OK) goto fail;
     cJSON_Delete(root);
     root = NULL;
-    if ((s = swap_into_place(w, err)) != CHIMERA_OK) goto fail;
+    if ((s = swap_into_place(w, kind, err)) != CHIMERA_OK) goto fail;
+    /* out_dir is an index now, so every leftover beside it is obsolete (even the copies
+     * an interrupted replace left while it was missing) */
+    store_clean_stale(w->out_dir, 1);
+    store_lock_release(lock);
     /* Past the commit point: tmp_dir names nothing of ours any more (it was renamed into
      * place, or it held the old index and was deleted), so it must not be removed. */
     cm_free(w->tmp_dir);
@@ -684,5 +750,6 @@ chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_e
 fail:
     cJSON_Delete(root);
     store_writer_abort(w);
+    store_lock_release(lock);
     return s;
 }
