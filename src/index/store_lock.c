@@ -63,6 +63,7 @@
 
 struct store_lock {
     int fd;
+    int held;   /* the flock is ours (a failed acquire must not clear the holder's id) */
     char *path; /* "<dir>.lock" */
 };
 
@@ -138,12 +139,13 @@ chimera_status store_lock_acquire(const char *dir, int timeout_ms, store_lock **
             if (pid > 0) snprintf(who, sizeof who, " (pid %ld)", pid);
             s = cm_fail(err, CHIMERA_ERR_BUSY,
                         "index %.*s is being changed by another process%s; gave up after "
-                        "%.1f s waiting for its lock %s", (int)n, dir, who, wait, l->path);
+                        "%.3g s waiting for its lock %s", (int)n, dir, who, wait, l->path);
             goto fail;
         }
         nap(left * 1e6 < (double)us ? (long)(left * 1e6) + 1 : us);
         us = us * 2 < NAP_MAX_US ? us * 2 : NAP_MAX_US;
     }
+    l->held = 1;
     char buf[32];
     int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
     if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, buf, (size_t)len, 0) != len) {
@@ -160,7 +162,7 @@ void store_lock_release(store_lock *l)
 {
     if (!l) return;
     if (l->fd >= 0) {
-        if (ftruncate(l->fd, 0) != 0) {
+        if (l->held && ftruncate(l->fd, 0) != 0) {
             /* a stale id in the file only makes another waiter's message less exact */
         }
         close(l->fd); /* drops the flock */
