@@ -4,7 +4,9 @@
 # 1500-document corpus; `chimera info IDX` lists every section; a byte flipped in a
 # section's payload makes `chimera check` exit non-zero naming that section; a build
 # killed with SIGKILL while it runs leaves the index already at its path intact (it
-# checks, describes the old corpus and still searches); a build into a non-empty
+# checks, describes the old corpus and still searches); what killed writers leave (a
+# manifest temporary, a temporary directory) does not stop the next build, which removes
+# it, and `chimera info` counts the generations; a build into a non-empty
 # directory that is not an index is refused and leaves that directory's files as they
 # were; a search with queries of another dimension fails naming both dimensions; and a
 # NaN in the tokens makes the build fail naming the row, with nothing written.
@@ -77,6 +79,19 @@ else
   bad "the --bits 8 build finished within 3 s: the kill test did not kill a running build"
 fi
 rm -rf "$T"/idx.tmp-*
+
+# leftovers of killed writers (a tune's manifest temporary inside the index, a build's
+# temporary directory) do not stop the next build, which removes them; the generation
+# counts the commits
+grep -q "generation *1 " "$T/info.out" && ok || bad "info: generation of a new index: $(grep generation "$T/info.out")"
+printf '{"magic": "chimera-index", "trunc' >"$T/idx/manifest.json.tmp-Ab12Cd"
+mkdir "$T/idx.tmp-Zz9Yy8" && : >"$T/idx.tmp-Zz9Yy8/centroids.bin"
+"$CHIMERA" build --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --out "$T/idx" \
+  --no-sync --seed 1 >/dev/null 2>"$T/build.err" && ok || bad "build over a killed tune's leftover: $(cat "$T/build.err")"
+[ -e "$T/idx/manifest.json.tmp-Ab12Cd" ] && bad "the manifest temporary is still there" || ok
+[ -e "$T/idx.tmp-Zz9Yy8" ] && bad "the killed build's directory is still there" || ok
+"$CHIMERA" info "$T/idx" | grep -q "generation *2 " && ok || bad "info: generation after a rebuild"
+"$CHIMERA" check "$T/idx" >"$T/check.out" 2>&1 && ok || bad "check after the rebuild: $(cat "$T/check.out")"
 
 # a non-empty directory that is not an index is refused and left alone
 mkdir -p "$T/notidx/sub" && echo precious >"$T/notidx/a.txt" && echo keep >"$T/notidx/sub/b"
