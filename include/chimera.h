@@ -137,6 +137,21 @@ void chimera_runtime_info_get(chimera_runtime_info *info);
  * the CLI re-executes itself with the variable set. */
 const char *chimera_blas_suggested_coretype(void);
 
+/* Which file the library has mapped at `addr`, for a front end's SIGBUS handler. The
+ * library maps index sections and .npy inputs and reads them in place; when such a file
+ * is truncated while mapped (index files never are by Chimera: docs/format.md), the
+ * next access to a page past its new end raises SIGBUS. The library installs no signal
+ * handlers (they belong to the application); a handler installed with SA_SIGINFO may
+ * pass si_addr here and report the file before exiting.
+ * @param addr  any address
+ * @param buf   receives the file's path (its tail when longer than the registry keeps,
+ *              about 190 bytes), NUL-terminated and truncated to n - 1 bytes; "" when
+ *              addr is in no mapping the library holds
+ * @return the bytes written before the NUL; 0 when addr is not in a library mapping.
+ * @note Async-signal-safe: no locks, no allocation (a fixed table of lock-free atomics).
+ *       Never fails; mappings beyond the table's capacity (256) are simply unnamed. */
+size_t chimera_mapping_describe(const void *addr, char *buf, size_t n);
+
 /* ---------------------------------------------------------------------------------- */
 /* Corpus: the document token vectors                                                 */
 /* ---------------------------------------------------------------------------------- */

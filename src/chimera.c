@@ -8,6 +8,7 @@
 #include "core/blas.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/mapreg.h"
 #include "data/corpus.h"
 #include "data/synth.h"
 #include "data/trec.h"
@@ -75,6 +76,12 @@ const char *chimera_version(void) { return CHIMERA_VERSION_STRING; }
 const char *chimera_simd_level(void) { return cm_simd_level_name(cm_simd_level_get()); }
 
 const char *chimera_blas_suggested_coretype(void) { return cm_blas_suggested_coretype(); }
+
+size_t chimera_mapping_describe(const void *addr, char *buf, size_t n)
+{
+    if (!buf) n = 0;
+    return cm_map_describe(addr, buf, n);
+}
 
 void chimera_runtime_info_get(chimera_runtime_info *info)
 {

@@ -78,6 +78,7 @@ int main(int argc, char **argv)
         return 0;
     }
     maybe_reexec(argv);
+    cli_sigbus_guard();
     if (strcmp(cmd, "gen") == 0) return cmd_gen(argc, argv);
     if (strcmp(cmd, "exact") == 0) return cmd_exact(argc, argv);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);

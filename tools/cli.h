@@ -31,6 +31,11 @@ void cli_progress(void *user, const char *phase, double fraction);
 double cli_now(void);
 double cli_peak_rss_mib(void);
 
+/* Installs the SIGBUS handler of guard.c: a mapped file truncated under the command is
+ * reported by name ("chimera: error: FILE was truncated or changed while in use") and
+ * the process exits with status 1 instead of crashing. */
+void cli_sigbus_guard(void);
+
 /* Prints "chimera CMD: message" to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const chimera_error *err);
 

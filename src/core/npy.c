@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/mapreg.h"
 #include "core/npy.h"
 #include "core/alloc.h"
 
@@ -278,11 +279,15 @@ chimera_status cm_npy_open(const char *path, cm_npy *out, chimera_error *err)
     out->map = map;
     out->map_len = fsize;
     out->data = (const char *)map + off;
+    /* a file truncated while mapped faults (SIGBUS) on access: let a front end's handler
+     * name it (core/mapreg.h) */
+    out->map_reg = cm_map_register(map, fsize, path);
     return CHIMERA_OK;
 }
 
 void cm_npy_close(cm_npy *a)
 {
+    cm_map_unregister(a->map_reg);
     if (a->map) munmap(a->map, a->map_len);
     cm_free(a->copy);
     memset(a, 0, sizeof *a);

@@ -31,6 +31,7 @@ typedef struct cm_npy {
     void *map;          /* mapping base (NULL when the data was copied) */
     size_t map_len;
     void *copy;         /* aligned copy of data whose file offset was misaligned */
+    int map_reg;        /* cm_map_register handle of the mapping (0: none) */
 } cm_npy;
 
 /* Parses the header at the start of `buf` (`len` bytes available). On success fills

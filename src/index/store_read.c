@@ -49,6 +49,7 @@
 
 #include "core/error.h"
 #include "core/fileio.h"
+#include "core/mapreg.h"
 #include "index/format.h"
 #include "index/store.h"
 #include "index/store_impl.h"
@@ -58,6 +59,7 @@ typedef struct rsection {
     store_section_desc d; /* strings point into the manifest tree */
     void *map;            /* the whole file (header + payload), or NULL */
     size_t map_len;
+    int map_reg;          /* cm_map_register handle (0: none) */
 } rsection;
 
 /* Opening attempts when the index changes under the reader (see the top of the file):
@@ -350,23 +352,29 @@ static chimera_status map_section(store *st, int dfd, rsection *r, int verify,
                                   chimera_error *err)
 {
     const char *dir = st->dir, *nm = r->d.name;
+    char *path = cm_path_join(dir, r->d.file);
+    if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     int fd = openat(dfd, r->d.file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT)
+        int e = errno;
+        cm_free(path);
+        if (e == ENOENT)
             return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': file %s is missing", dir,
                            nm, r->d.file);
         return cm_fail(err, CHIMERA_ERR_IO, "%s: section '%s': cannot open %s: %s", dir, nm,
-                       r->d.file, strerror(errno));
+                       r->d.file, strerror(e));
     }
     struct stat sb;
     uint64_t want = FMT_HEADER_BYTES + r->d.bytes;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
+        cm_free(path);
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': %s is not a regular file",
                        dir, nm, r->d.file);
     }
     if ((uint64_t)sb.st_size != want) {
         close(fd);
+        cm_free(path);
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "%s: section '%s': %s is %lld bytes, expected %llu (64-byte header + "
                        "%llu from the manifest)", dir, nm, r->d.file, (long long)sb.st_size,
@@ -375,11 +383,17 @@ static chimera_status map_section(store *st, int dfd, rsection *r, int verify,
     void *m = mmap(NULL, (size_t)want, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
-    if (m == MAP_FAILED)
+    if (m == MAP_FAILED) {
+        cm_free(path);
         return cm_fail(err, e == ENOMEM ? CHIMERA_ERR_NOMEM : CHIMERA_ERR_IO,
                        "%s: section '%s': cannot map %s: %s", dir, nm, r->d.file, strerror(e));
+    }
     r->map = m;
     r->map_len = (size_t)want;
+    /* sections are replaced only by rename, never truncated in place, but if one is by
+     * hand, a front end's SIGBUS handler can then name the file (core/mapreg.h) */
+    r->map_reg = cm_map_register(m, (size_t)want, path);
+    cm_free(path);
     r->d.data = (const uint8_t *)m + FMT_HEADER_BYTES;
 
     fmt_section_header h;
@@ -472,7 +486,10 @@ void store_close(store *s)
 {
     if (!s) return;
     for (uint32_t i = 0; s->secs && i < s->n; i++)
-        if (s->secs[i].map) munmap(s->secs[i].map, s->secs[i].map_len);
+        if (s->secs[i].map) {
+            cm_map_unregister(s->secs[i].map_reg);
+            munmap(s->secs[i].map, s->secs[i].map_len);
+        }
     cm_free(s->secs);
     cJSON_Delete(s->manifest);
     cm_free(s->dir);
