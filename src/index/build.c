@@ -131,6 +131,8 @@ static cJSON *build_meta(const data_corpus *c, const ix_build_opts *o, uint32_t 
     cJSON_AddNumberToObject(m, "n_clusters", k);
     cJSON_AddNumberToObject(m, "graph_degree", g->degree);
     cJSON_AddNumberToObject(m, "graph_entries", g->n_entry);
+    /* documents marked in the deletion bitmap; open checks the two agree */
+    cJSON_AddNumberToObject(m, "n_deleted", 0);
     cJSON *b = cJSON_AddObjectToObject(m, "build");
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);

@@ -85,15 +85,29 @@ typedef struct ix_index {
     const uint32_t *tok_cid;
     const int64_t *doc_off, *doc_ids;
     const uint8_t *deleted;
+    int64_t n_deleted; /* documents marked in `deleted` (counted at open) */
 } ix_index;
 
-/* Opens and validates (sizes against the meta's counts, offsets monotone and in range;
- * with verify, every checksum). Errors name the section and what was expected. */
+/* Opens and validates, as hostile input, everything that costs at most one pass over a
+ * small section or over the id-sized ones search indexes with: sizes against the meta's
+ * counts; offsets monotone and in range; posting, token and graph ids in range; user ids
+ * non-negative; the deletion bitmap's padding bits clear and its count equal to the
+ * meta's n_deleted (when present); every centroid finite; and on 64 tokens spread over
+ * the index, the B-bit codes consistent with `bits` (every token's code shows a changed
+ * `bits`), the factors finite and plausible, and the cluster-major copies equal to the
+ * doc-major ones. With verify, every payload checksum. Errors name the section and what
+ * was expected: CHIMERA_ERR_CORRUPT, or the store's statuses. */
 chimera_status ix_open(const char *dir, int verify, ix_index *ix, chimera_error *err);
 void ix_close(ix_index *ix);
 
-/* Deep check (chimera check): every token in exactly one posting list, post_doc and
- * tok_cid consistent with the lists and the documents, ids unique, graph valid. */
+/* Deep check (chimera check), after every payload checksum: every token in exactly one
+ * posting list, post_doc and tok_cid consistent with the lists and the documents, the
+ * cluster-major codes and factors equal to the doc-major ones, every B-bit code within
+ * `bits` with its top plane equal to the 1-bit plane, every factor finite and within
+ * the range its definition allows, user ids non-negative and unique, graph valid.
+ * @return CHIMERA_OK; CHIMERA_ERR_CORRUPT naming the section; CHIMERA_ERR_EMPTY when
+ *         every document is deleted (a consistent index that no search can answer);
+ *         CHIMERA_ERR_NOMEM. */
 chimera_status ix_check(const ix_index *ix, chimera_error *err);
 
 /* The manifest-only summary behind `chimera info`. */

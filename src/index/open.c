@@ -2,7 +2,27 @@
  * sizes, optionally checksums); this file checks the content against the meta as
  * hostile input before anything uses it: every section present with exactly the size
  * its counts imply, offsets monotone and ending where they must, ids and centroid
- * numbers in range. ix_check goes further (O(N) memory) for `chimera check`. */
+ * numbers in range. ix_check goes further (O(N) memory) for `chimera check`.
+ *
+ * Values, not only structure. Checksums catch damage (a flipped bit, a torn write); they
+ * cannot catch an index whose content is wrong but consistently checksummed (a writer
+ * bug, an edit). What search would then get wrong is caught here, split by cost:
+ *   open (always)  one pass over the small sections and the id arrays search indexes
+ *                  with: user ids >= 0, the deletion bitmap (padding clear, count equal
+ *                  to the meta's n_deleted), every centroid finite (K * dim floats, a
+ *                  few bytes per token); and on 64 tokens spread over the index, codes
+ *                  consistent with `bits`, factors finite and plausible, cluster-major
+ *                  copies equal to the doc-major ones: a changed `bits` shows in every
+ *                  token's code, and damage to a whole section in most of its rows, so
+ *                  a sample catches them;
+ *   ix_check       every code, every factor, ids unique: O(N) reads of the large
+ *                  sections, as `chimera check` promises and open must not cost.
+ * What the codes and factors allow follows from how rabitq.c makes them: a B-bit code
+ * T_i = b_i 2^(B-1) + e_i is below 2^B and its top bit is the 1-bit plane (stored
+ * again in d1_codes); kappa = |r|^2 / <u, r> >= 0 and f_error >= 0; and for the 1-bit
+ * plane f_error / kappa = sqrt((d/4 - ip^2) / (d - 1)) with ip = |r|_1 / (2 |r|_2) >= 1/2,
+ * so f_error <= kappa / 2. For B bits the same ratio is sqrt((|u|^2 - ip^2) / (d - 1))
+ * with |u|^2 <= d (2^(B-1) - 1/2)^2. Bounds allow for the f16 rounding of the factors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +80,183 @@ static chimera_status check_below(const uint32_t *v, uint64_t n, uint64_t bound,
             return cm_fail(err, CHIMERA_ERR_CORRUPT,
                            "index: %s[%llu] = %u is out of range (< %llu expected)", name,
                            (unsigned long long)i, v[i], (unsigned long long)bound);
+    return CHIMERA_OK;
+}
+
+/* ---- value checks shared by open and ix_check ----------------------------------------- */
+
+static chimera_status check_centroids(const ix_index *ix, const char *who, chimera_error *err)
+{
+    uint64_t n = (uint64_t)ix->n_clusters * ix->dim;
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(ix->centroids[i]))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section 'centroids': centroid %llu holds %g at dimension %llu",
+                           who, (unsigned long long)(i / ix->dim), (double)ix->centroids[i],
+                           (unsigned long long)(i % ix->dim));
+    return CHIMERA_OK;
+}
+
+/* User ids are >= 0 (the corpus refuses others, and -1 pads results). */
+static chimera_status check_doc_ids(const ix_index *ix, const char *who, chimera_error *err)
+{
+    for (int64_t d = 0; d < ix->n_docs; d++)
+        if (ix->doc_ids[d] < 0)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section 'doc_ids': document %lld has id %lld (ids are >= 0)", who,
+                           (long long)d, (long long)ix->doc_ids[d]);
+    return CHIMERA_OK;
+}
+
+/* Counts the bitmap's marks into *n after checking that bits past n_docs are clear. */
+static chimera_status count_deleted(const ix_index *ix, const char *who, int64_t *n,
+                                    chimera_error *err)
+{
+    uint64_t nd = (uint64_t)ix->n_docs, nb = (nd + 7) / 8;
+    if (nd % 8 && (ix->deleted[nb - 1] >> (nd % 8)) != 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "%s: section 'deleted': bits past the last document (%llu) are set",
+                       who, (unsigned long long)(nd - 1));
+    int64_t c = 0;
+    for (uint64_t i = 0; i < nb; i++) c += __builtin_popcount(ix->deleted[i]);
+    *n = c;
+    return CHIMERA_OK;
+}
+
+/* The 1-bit plane of a B-bit code, 8 dims (one plane byte) at a time through tables:
+ * for B <= 4 a code byte holds two dims (2 plane bits), for B > 4 one (1 bit). */
+static void code_top_plane(const uint8_t *code, uint32_t dim_pad, uint32_t bits,
+                           const uint8_t tab[256], uint8_t *plane)
+{
+    for (uint32_t j = 0; j < dim_pad / 8; j++) {
+        unsigned v = 0;
+        if (bits <= 4)
+            for (int k = 0; k < 4; k++) v |= (unsigned)tab[code[4 * j + k]] << (2 * k);
+        else
+            for (int k = 0; k < 8; k++) v |= (unsigned)tab[code[8 * j + k]] << k;
+        plane[j] = (uint8_t)v;
+    }
+}
+
+/* Tokens 0, step, 2 step, ... < n_tokens: every value of dB_codes below 2^bits (the bits
+ * above are zero) and its top bit equal to the token's plane in d1_codes. */
+static chimera_status check_codes(const ix_index *ix, int64_t step, const char *who,
+                                  chimera_error *err)
+{
+    uint32_t dp = ix->dim_pad, B = ix->bits, c1 = qm_code1_bytes(dp), cB = qm_codeB_bytes(dp, B);
+    uint8_t tab[256], high = 0, plane[QUANT_DIM_MAX / 8];
+    /* bits no value may set: above B in each nibble (B <= 4) or byte */
+    if (B <= 4) high = (uint8_t)(((0xfu << B) & 0xfu) * 0x11u);
+    else high = (uint8_t)(0xffu << B);
+    for (unsigned b = 0; b < 256; b++)
+        tab[b] = B <= 4 ? (uint8_t)(((b >> (B - 1)) & 1u) | (((b >> (B + 3)) & 1u) << 1))
+                        : (uint8_t)((b >> (B - 1)) & 1u);
+    for (int64_t t = 0; t < ix->n_tokens; t += step) {
+        const uint8_t *code = ix->dB_codes + (size_t)t * cB;
+        const uint8_t *ref = ix->d1_codes + (size_t)t * c1;
+        uint8_t any = 0;
+        for (uint32_t i = 0; i < cB; i++) any |= code[i] & high;
+        code_top_plane(code, dp, B, tab, plane);
+        if (!any && memcmp(plane, ref, c1) == 0) continue;
+        for (uint32_t i = 0; i < dp; i++) {
+            unsigned v = qm_codeB_get(code, B <= 4 ? 4 : 8, i);
+            if (v >> B)
+                return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                               "%s: section 'dB_codes': token %lld holds %u at dimension %u, "
+                               "more than the meta's bits = %u allows", who, (long long)t, v, i,
+                               B);
+            if (((v >> (B - 1)) & 1u) != qm_code1_bit(ref, i))
+                return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                               "%s: sections 'dB_codes' and 'd1_codes' disagree: token %lld, "
+                               "dimension %u: the top bit of its code for the meta's bits = %u "
+                               "is not its 1-bit plane", who, (long long)t, i, B);
+        }
+    }
+    return CHIMERA_OK;
+}
+
+static int f16_finite(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
+static int f16_negative(uint16_t h) { return (h & 0x8000u) && (h & 0x7fffu); }
+/* For messages: qm_f16_to_f32 decodes finite halves only. */
+static double f16_show(uint16_t h)
+{
+    if (f16_finite(h)) return qm_f16_to_f32(h);
+    return (h & 0x3ffu) ? NAN : (h & 0x8000u) ? -INFINITY : INFINITY;
+}
+
+/* Relative slack for two f16 roundings (2^-11 each), and an absolute one for subnormals. */
+#define FACT_REL (1.0f + 0x1p-9f)
+#define FACT_ABS 0x1p-20f
+
+/* Rows 0, step, 2 step, ... < n of a 1-bit factor section. */
+static chimera_status check_f1(const quant_f1 *f, int64_t n, int64_t step, const char *sec,
+                               const char *who, chimera_error *err)
+{
+    for (int64_t t = 0; t < n; t += step) {
+        const quant_f1 *x = &f[t];
+        const char *why = NULL;
+        if (!f16_finite(x->kappa) || !f16_finite(x->alpha) || !f16_finite(x->f_error))
+            why = "a non-finite factor";
+        else if (f16_negative(x->kappa) || f16_negative(x->f_error))
+            why = "a negative kappa or f_error";
+        else if (qm_f16_to_f32(x->f_error) > 0.5f * qm_f16_to_f32(x->kappa) * FACT_REL + FACT_ABS)
+            why = "f_error above kappa / 2, which no 1-bit code allows";
+        if (why)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section '%s': %s at row %lld (kappa %g, alpha %g, f_error %g)",
+                           who, sec, why, (long long)t, f16_show(x->kappa), f16_show(x->alpha),
+                           f16_show(x->f_error));
+    }
+    return CHIMERA_OK;
+}
+
+/* Tokens 0, step, 2 step, ... of dB_fact. */
+static chimera_status check_fB(const ix_index *ix, int64_t step, const char *who,
+                               chimera_error *err)
+{
+    float d = (float)ix->dim_pad;
+    float ratio = sqrtf(d / (d - 1.0f)) * ((float)(1u << (ix->bits - 1)) - 0.5f);
+    for (int64_t t = 0; t < ix->n_tokens; t += step) {
+        const quant_fB *x = &ix->dB_fact[t];
+        const char *why = NULL;
+        if (!isfinite(x->kappa) || !f16_finite(x->alpha) || !f16_finite(x->f_error))
+            why = "a non-finite factor";
+        else if (x->kappa < 0 || f16_negative(x->f_error))
+            why = "a negative kappa or f_error";
+        else if (qm_f16_to_f32(x->f_error) > x->kappa * ratio * FACT_REL + FACT_ABS)
+            why = "f_error above what a code of this many bits allows";
+        if (why)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: section 'dB_fact': %s at token %lld (kappa %g, alpha %g, "
+                           "f_error %g)", who, why, (long long)t, (double)x->kappa,
+                           f16_show(x->alpha), f16_show(x->f_error));
+    }
+    return CHIMERA_OK;
+}
+
+/* Tokens (and posting positions) whose codes and factors open checks, spread evenly
+ * over the sections: enough that a changed `bits` cannot hide (each token's code shows
+ * it with probability ~1 - 2^-dim) and that damage to a whole section (a writer that
+ * wrote garbage, a section swapped for another's) shows, few enough to cost nothing.
+ * Damage to single values is ix_check's. */
+#define OPEN_SAMPLE 64
+
+/* Posting positions 0, step, ...: the cluster-major copy equals the doc-major one. */
+static chimera_status check_copies(const ix_index *ix, int64_t step, const char *who,
+                                   chimera_error *err)
+{
+    size_t c1 = qm_code1_bytes(ix->dim_pad);
+    for (int64_t i = 0; i < ix->n_tokens; i += step) {
+        uint32_t t = ix->post_tok[i];
+        if (memcmp(ix->c1_codes + (size_t)i * c1, ix->d1_codes + (size_t)t * c1, c1) != 0)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: sections 'c1_codes' and 'd1_codes' disagree: posting %lld and "
+                           "token %u have different codes", who, (long long)i, t);
+        if (memcmp(&ix->c1_fact[i], &ix->d1_fact[t], sizeof ix->c1_fact[i]) != 0)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "%s: sections 'c1_fact' and 'd1_fact' disagree: posting %lld and "
+                           "token %u have different factors", who, (long long)i, t);
+    }
     return CHIMERA_OK;
 }
 
@@ -136,6 +333,25 @@ static chimera_status load(ix_index *ix, chimera_error *err)
     CM_TRY(check_below(ix->tok_cid, nt, k, "tok_cid", err));
     CM_TRY(check_below(ix->g.adj, k * deg, k, "graph_adj", err));
     CM_TRY(check_below(ix->g.entry, ne, k, "graph_entry", err));
+    /* Cheap value checks (see the top of this file). */
+    CM_TRY(check_doc_ids(ix, "index", err));
+    CM_TRY(count_deleted(ix, "index", &ix->n_deleted, err));
+    if (cJSON_GetObjectItemCaseSensitive(meta, "n_deleted")) {
+        uint64_t want;
+        CM_TRY(meta_u64(meta, "n_deleted", nd, &want, err));
+        if ((int64_t)want != ix->n_deleted)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "index: section 'deleted' marks %lld documents, the meta's "
+                           "n_deleted says %llu", (long long)ix->n_deleted,
+                           (unsigned long long)want);
+    }
+    CM_TRY(check_centroids(ix, "index", err));
+    int64_t step = ix->n_tokens / OPEN_SAMPLE > 1 ? ix->n_tokens / OPEN_SAMPLE : 1;
+    CM_TRY(check_codes(ix, step, "index", err));
+    CM_TRY(check_f1(ix->d1_fact, ix->n_tokens, step, "d1_fact", "index", err));
+    CM_TRY(check_f1(ix->c1_fact, ix->n_tokens, step, "c1_fact", "index", err));
+    CM_TRY(check_fB(ix, step, "index", err));
+    CM_TRY(check_copies(ix, step, "index", err));
     return CHIMERA_OK;
 }
 
@@ -204,9 +420,21 @@ chimera_status ix_check(const ix_index *ix, chimera_error *err)
                             "check: cluster-major and doc-major codes of token %u differ", t);
                 break;
             }
+            if (memcmp(&ix->c1_fact[i], &ix->d1_fact[t], sizeof ix->c1_fact[i]) != 0) {
+                s = cm_fail(err, CHIMERA_ERR_CORRUPT,
+                            "check: c1_fact and d1_fact of token %u differ", t);
+                break;
+            }
         }
     for (int64_t t = 0; t < N && s == CHIMERA_OK; t++)
         if (!seen[t]) s = cm_fail(err, CHIMERA_ERR_CORRUPT, "check: token %lld is in no posting list", (long long)t);
+    /* values: what search computes with (see the top of this file) */
+    if (s == CHIMERA_OK) s = check_centroids(ix, "check", err);
+    if (s == CHIMERA_OK) s = check_codes(ix, 1, "check", err);
+    if (s == CHIMERA_OK) s = check_f1(ix->d1_fact, N, 1, "d1_fact", "check", err);
+    if (s == CHIMERA_OK) s = check_f1(ix->c1_fact, N, 1, "c1_fact", "check", err);
+    if (s == CHIMERA_OK) s = check_fB(ix, 1, "check", err);
+    if (s == CHIMERA_OK) s = check_doc_ids(ix, "check", err);
     if (s == CHIMERA_OK) {
         memcpy(ids, ix->doc_ids, (size_t)ix->n_docs * sizeof *ids);
         qsort(ids, (size_t)ix->n_docs, sizeof *ids, cmp_i64);
@@ -221,6 +449,17 @@ chimera_status ix_check(const ix_index *ix, chimera_error *err)
         graph_check_stats gs;
         s = graph_check(&ix->g, &gs, err);
     }
+    /* Last, after everything that would make it corrupt: an index whose documents are
+     * all deleted is consistent but answers every query with nothing. It is an error,
+     * not a note, because check is the gate before an index is served and such an index
+     * cannot serve; CHIMERA_ERR_EMPTY (not _CORRUPT) tells a caller that emptied it on
+     * purpose from damage. */
+    int64_t n_del = 0;
+    if (s == CHIMERA_OK) s = count_deleted(ix, "check", &n_del, err);
+    if (s == CHIMERA_OK && n_del == ix->n_docs)
+        s = cm_fail(err, CHIMERA_ERR_EMPTY,
+                    "check: section 'deleted': all %lld documents are deleted, so every search "
+                    "returns nothing", (long long)ix->n_docs);
 done:
     cm_free(seen);
     cm_free(ids);
