@@ -279,20 +279,36 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
                                    chimera_error *err);
 
 typedef struct chimera_open_opts {
-    int verify;             /* 1: recompute every section checksum (reads all data) */
+    int verify;             /* 1: recompute every section's payload checksum before
+                               returning (reads all the data once; `chimera search
+                               --verify`). Catches damage such as flipped bits; content
+                               that is wrong but consistently checksummed is what
+                               chimera_index_check finds. */
 } chimera_open_opts;
 
 /* Opens (maps) an index, checking its format version, every section's presence and
- * size against the counts, and offsets and ids used by search; with verify, checksums.
- * @return CHIMERA_OK, _IO, _VERSION, _CORRUPT (names the section), _NOMEM. */
+ * size against the counts, and the cheap invariants of its values: offsets, posting,
+ * token and graph ids in range, user ids >= 0, the deletion bitmap against the
+ * manifest's count, every centroid finite, the first tokens' codes consistent with the
+ * index's bits. With opts->verify, every payload checksum too. The deep checks (every
+ * code and factor, unique ids) are chimera_index_check's.
+ * @return CHIMERA_OK, _IO, _VERSION, _CORRUPT (names the section), _NOMEM.
+ * @note Index files are replaced only by rename, never modified in place; a file
+ *       truncated in place by hand while mapped faults on access (SIGBUS; see
+ *       chimera_mapping_describe). */
 chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts,
                                   chimera_index **out, chimera_error *err);
 void chimera_index_close(chimera_index *index);
 const char *chimera_index_errmsg(const chimera_index *index);
 
-/* The deep consistency check (`chimera check`): every token in exactly one posting
- * list, lists consistent with documents and centroids, unique ids, a valid graph whose
- * every node is reachable, and every checksum. @return CHIMERA_OK or _CORRUPT. */
+/* The deep consistency check (`chimera check`): every checksum, then every token in
+ * exactly one posting list, lists consistent with documents and centroids, the two
+ * copies of the 1-bit codes and factors equal, every B-bit code within the index's bits
+ * and agreeing with its 1-bit plane, every centroid and factor finite and within the
+ * range RaBitQ allows, user ids >= 0 and unique, a valid graph whose every node is
+ * reachable. The message (chimera_index_errmsg) names the section.
+ * @return CHIMERA_OK, _CORRUPT, _EMPTY (a consistent index whose documents are all
+ *         deleted: every search would fail with _EMPTY), _NOMEM. */
 chimera_status chimera_index_check(chimera_index *index);
 
 int64_t chimera_index_n_docs(const chimera_index *index);
@@ -376,7 +392,10 @@ typedef struct chimera_search_profile {
  * full-bit estimated Chamfer score), best first, padded with -1 / -INFINITY. params and
  * opts may be NULL (defaults); profile may be NULL.
  * @return CHIMERA_OK, _INVALID_ARG, _DIM (query dimension differs from the index's),
- *         _DEVICE, _UNSUPPORTED (backend), _NOMEM; message on the index. */
+ *         _EMPTY (every document of the index is deleted), _CORRUPT (a score came out
+ *         NaN or infinite, or a factor it needed is: the message names the section; no
+ *         result is returned for a damaged index), _DEVICE, _UNSUPPORTED (backend),
+ *         _NOMEM; message on the index. */
 chimera_status chimera_index_search(chimera_index *index, const chimera_queries *queries,
                                     uint32_t k, const chimera_search_params *params,
                                     const chimera_search_opts *opts, int64_t *ids,

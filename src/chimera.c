@@ -463,6 +463,11 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
     if (q->dim != h->ix.dim)
         return cm_fail(err, CHIMERA_ERR_DIM, "search: queries have dimension %u, the index %u",
                        q->dim, h->ix.dim);
+    /* an empty run with success would read as "no document matches" */
+    if (h->ix.n_deleted == h->ix.n_docs)
+        return cm_fail(err, CHIMERA_ERR_EMPTY,
+                       "search: all %lld documents of the index are deleted (section "
+                       "'deleted'); there is nothing to search", (long long)h->ix.n_docs);
     chimera_search_params cp = {0};
     if (params) cp = *params;
     chimera_search_defaults(k, &cp);

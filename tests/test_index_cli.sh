@@ -55,7 +55,12 @@ for s in c1_codes dB_fact dB_codes doc_off centroids; do
   flip "$T/flip/$s.bin" $((64 + (size - 64) / 2))
   needle=$s
   expect_fail "check after a flip in $s" "$needle" "$CHIMERA" check "$T/flip"
+  expect_fail "search --verify after a flip in $s" "$needle" \
+    "$CHIMERA" search "$T/flip" --verify --queries "$T/c/queries.npy" -k 10
 done
+# --verify changes nothing on a healthy index
+"$CHIMERA" search "$T/idx" --verify --queries "$T/c/queries.npy" -k 10 --out "$T/run.verify" \
+  >/dev/null 2>&1 && cmp -s "$T/run.trec" "$T/run.verify" && ok || bad "search --verify differs"
 rm -rf "$T/flip"
 
 # a build killed with SIGKILL leaves the index at its path intact

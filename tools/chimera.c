@@ -48,7 +48,7 @@ static void usage(void)
             "  tune     find the fastest setting for a target recall, store it in the index\n"
             "  bench    recall/throughput sweep against exact search (CSV)\n"
             "  info     [IDX] describe an index, or this build and machine\n"
-            "  check    IDX: verify an index's structure and checksums\n"
+            "  check    IDX: verify an index's checksums, structure and values\n"
             "  version  print the version\n");
 }
 

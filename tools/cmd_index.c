@@ -128,8 +128,8 @@ int cmd_check(int argc, char **argv)
         chimera_index_close(ix);
         return 1;
     }
-    printf("%s: ok (%lld documents; structure, graph and checksums verified in %.2fs)\n", pos[0],
-           (long long)chimera_index_n_docs(ix), cli_now() - t0);
+    printf("%s: ok (%lld documents; checksums, structure, values and graph verified in %.2fs)\n",
+           pos[0], (long long)chimera_index_n_docs(ix), cli_now() - t0);
     chimera_index_close(ix);
     return 0;
 }

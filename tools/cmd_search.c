@@ -27,7 +27,7 @@ int cmd_search(int argc, char **argv)
     const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
     uint32_t k = 10, threads = 0;
     chimera_search_params sp = {0};
-    int profile = 0, latency = 0;
+    int profile = 0, latency = 0, verify = 0;
     const char *impute_s = "probe", *probe_s = "auto";
     int64_t batch = 0;
     double want_recall = 0;
@@ -48,6 +48,7 @@ int cmd_search(int argc, char **argv)
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
         {"--profile", OPT_FLAG, &profile, "print per-stage times, candidates and bytes", 0, 0},
         {"--recall", OPT_F64, &want_recall, "use the tuned profile for this target recall", 0, 0},
+        {"--verify", OPT_FLAG, &verify, "verify every section checksum before searching", 0, 0},
     };
     const char *pos[1];
     int np = 0;
@@ -79,7 +80,8 @@ int cmd_search(int argc, char **argv)
     chimera_error err;
     chimera_index *ix = NULL;
     chimera_queries *q = NULL;
-    if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("search", &err);
+    chimera_open_opts oo = {.verify = verify};
+    if (chimera_index_open(pos[0], &oo, &ix, &err) != CHIMERA_OK) return cli_fail("search", &err);
     if (chimera_queries_open(queries, qlens, &q, &err) != CHIMERA_OK) {
         chimera_index_close(ix);
         return cli_fail("search", &err);

@@ -61,6 +61,8 @@ typedef struct sp_worker {
     uint64_t n_fullbit;
     double t_fullbit;
     cm_topk fin;
+    int64_t bad_doc;     /* first document with a non-finite full-bit score, or -1 */
+    float bad_score;
 } sp_worker;
 
 struct sp_engine {
@@ -76,12 +78,33 @@ struct sp_engine {
 
 /* ---- host stage -------------------------------------------------------------------- */
 
+/* Non-finite values. A healthy index never yields a non-finite score for a non-empty
+ * document: open checks every centroid and queries are checked finite, so only the
+ * factors can be at fault, and checking them all is O(N) (ix_check does). Search
+ * instead checks what it computes with. The full-bit factors of each re-scored document
+ * are tested as they are used (a few compares per token next to m * dim_pad
+ * multiply-adds), since the kernels take maxima and a NaN estimate may simply lose every
+ * comparison and vanish instead of showing in the score. The 1-bit stages (on the
+ * device) are checked through their scores: a NaN or +inf partial or 1-bit score is
+ * reported. A NaN 1-bit factor that a maximum discards only drops that token from
+ * candidate selection, which the full-bit re-scoring does not depend on for the scores
+ * it returns; `chimera check` finds it. Every such finding is CHIMERA_ERR_CORRUPT naming
+ * the section, never a result. */
+static int fB_usable(const quant_fB *f)
+{
+    return isfinite(f->kappa) && (f->alpha & 0x7c00u) != 0x7c00u;
+}
+
+/* The full-bit Chamfer estimate of `doc`; -inf for an empty document, NaN when one of
+ * its tokens has a non-finite factor. */
 static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const quant_qset *qs,
                            const float *S, const float *q, uint32_t m, uint32_t doc,
                            float *cs_local, uint32_t *cid_local)
 {
     int64_t t0 = ix->doc_off[doc], n = ix->doc_off[doc + 1] - t0;
     if (n == 0) return -INFINITY;
+    for (int64_t t = 0; t < n; t++)
+        if (!fB_usable(&ix->dB_fact[t0 + t])) return NAN;
     size_t cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
     float mx[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) mx[j] = -INFINITY;
@@ -120,8 +143,16 @@ static void host_step(sp_worker *w, uint32_t i)
         w->scored[c] = 1;
         float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c],
                                 w->cs_local, w->cid_local);
-        cm_topk_push(&w->fin, s, w->cand[c]);
         w->n_fullbit++;
+        const int64_t *off = e->ix->doc_off;
+        if (!isfinite(s) && (isnan(s) || off[w->cand[c] + 1] > off[w->cand[c]])) {
+            if (w->bad_doc < 0) {
+                w->bad_doc = w->cand[c];
+                w->bad_score = s;
+            }
+            continue; /* never push NaN (topk.h); the query fails */
+        }
+        cm_topk_push(&w->fin, s, w->cand[c]);
     }
 }
 
@@ -297,6 +328,13 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     be_refine_stats rs = {0};
     CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, w->cand, w->partial, &n_cand, &rs, err));
     double t2 = cm_now();
+    /* -inf is a possible floor (a probe that found fewer clusters); NaN and +inf are not */
+    for (uint32_t c = 0; c < n_cand; c++)
+        if (isnan(w->partial[c]) || w->partial[c] == INFINITY)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "search: document %u got a %g partial 1-bit score: section 'c1_fact' "
+                           "holds non-finite or implausible factors (run chimera check)",
+                           w->cand[c], (double)w->partial[c]);
 
     /* hand the query to the host thread, then score chunks on the device */
     uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);
@@ -309,6 +347,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     for (uint32_t i = 0; i <= nc; i++) w->chunk_end[i] = (uint32_t)((uint64_t)n_cand * i / nc);
     w->chunks_ready = 0;
     w->n_fullbit = 0;
+    w->bad_doc = -1;
     w->host_done = 0;
     memset(w->scored, 0, n_cand ? n_cand : 1);
     cm_topk_init(&w->fin, p->k, w->fin_s, w->fin_i);
@@ -320,6 +359,12 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         uint32_t c0 = w->chunk_end[i], c1 = w->chunk_end[i + 1];
         if (s == CHIMERA_OK && c1 > c0)
             s = be->score1(ctx, worker, w->cand + c0, c1 - c0, w->s1 + c0, err);
+        for (uint32_t c = c0; c < c1 && s == CHIMERA_OK; c++)
+            if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
+                s = cm_fail(err, CHIMERA_ERR_CORRUPT,
+                            "search: document %u got a %g 1-bit score: section 'd1_fact' holds "
+                            "non-finite or implausible factors (run chimera check)", w->cand[c],
+                            (double)w->s1[c]);
         if (s != CHIMERA_OK)
             for (uint32_t c = c0; c < c1; c++) w->s1[c] = -INFINITY; /* let the host finish */
         pthread_mutex_lock(&w->mu);
@@ -333,6 +378,11 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     pthread_mutex_unlock(&w->mu);
     double t4 = cm_now();
     if (s != CHIMERA_OK) return s;
+    if (w->bad_doc >= 0)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "search: document %lld got a %g full-bit score: section 'dB_fact' holds "
+                       "non-finite or implausible factors (run chimera check)",
+                       (long long)w->bad_doc, (double)w->bad_score);
     cm_topk_emit(&w->fin, ids, scores);
     for (uint32_t r = 0; r < p->k; r++)
         if (ids[r] >= 0) ids[r] = e->ix->doc_ids[ids[r]];
