@@ -84,11 +84,14 @@ struct sp_engine {
  * instead checks what it computes with. The full-bit factors of each re-scored document
  * are tested as they are used (a few compares per token next to m * dim_pad
  * multiply-adds), since the kernels take maxima and a NaN estimate may simply lose every
- * comparison and vanish instead of showing in the score. The 1-bit stages (on the
- * device) are checked through their scores: a NaN or +inf partial or 1-bit score is
- * reported. A NaN 1-bit factor that a maximum discards only drops that token from
- * candidate selection, which the full-bit re-scoring does not depend on for the scores
- * it returns; `chimera check` finds it. Every such finding is CHIMERA_ERR_CORRUPT naming
+ * comparison and vanish instead of showing in the score; and the half floats (alpha)
+ * are tested by their bits, because the host's decoder (qm_f16_to_f32) turns Inf/NaN
+ * into large finite values. The 1-bit stages (on the device) are checked through their
+ * scores: a NaN or +inf partial or 1-bit score is reported (a GPU decodes halves in
+ * hardware, so a bad 1-bit factor shows there as a NaN or infinite score). A bad 1-bit
+ * factor that yields a finite estimate, or one a maximum discards, only skews which
+ * documents are re-scored, not the scores returned; open's samples catch a damaged
+ * section and `chimera check` every value. Every finding is CHIMERA_ERR_CORRUPT naming
  * the section, never a result. */
 static int fB_usable(const quant_fB *f)
 {
@@ -332,8 +335,9 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     for (uint32_t c = 0; c < n_cand; c++)
         if (isnan(w->partial[c]) || w->partial[c] == INFINITY)
             return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                           "search: document %u got a %g partial 1-bit score: section 'c1_fact' "
-                           "holds non-finite or implausible factors (run chimera check)",
+                           "search: document row %u got a %g partial 1-bit score: section "
+                           "'c1_fact' holds non-finite or implausible factors (run chimera "
+                           "check)",
                            w->cand[c], (double)w->partial[c]);
 
     /* hand the query to the host thread, then score chunks on the device */
@@ -362,7 +366,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         for (uint32_t c = c0; c < c1 && s == CHIMERA_OK; c++)
             if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
                 s = cm_fail(err, CHIMERA_ERR_CORRUPT,
-                            "search: document %u got a %g 1-bit score: section 'd1_fact' holds "
+                            "search: document row %u got a %g 1-bit score: section 'd1_fact' holds "
                             "non-finite or implausible factors (run chimera check)", w->cand[c],
                             (double)w->s1[c]);
         if (s != CHIMERA_OK)
@@ -380,7 +384,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     if (s != CHIMERA_OK) return s;
     if (w->bad_doc >= 0)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                       "search: document %lld got a %g full-bit score: section 'dB_fact' holds "
+                       "search: document row %lld got a %g full-bit score: section 'dB_fact' holds "
                        "non-finite or implausible factors (run chimera check)",
                        (long long)w->bad_doc, (double)w->bad_score);
     cm_topk_emit(&w->fin, ids, scores);
