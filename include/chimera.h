@@ -65,6 +65,11 @@ extern "C" {
 #define CHIMERA_VERSION_PATCH 0
 #define CHIMERA_VERSION_STRING "0.1.0"
 
+/* The most threads a call accepts (n_threads in the options structs below, which must be
+ * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
+ * thousands of threads started. */
+#define CHIMERA_MAX_THREADS 1024
+
 /* ---------------------------------------------------------------------------------- */
 /* Status codes and errors                                                            */
 /* ---------------------------------------------------------------------------------- */

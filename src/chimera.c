@@ -48,6 +48,16 @@ struct chimera_index {
     cm_pool *pool;
 };
 
+/* n_threads of an options struct: 0 (one per CPU) to CHIMERA_MAX_THREADS. */
+static chimera_status check_threads(int n_threads, const char *what, chimera_error *err)
+{
+    if (n_threads < 0 || n_threads > CHIMERA_MAX_THREADS)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "%s: n_threads %d, expected 0 (one per CPU) to %d", what, n_threads,
+                       CHIMERA_MAX_THREADS);
+    return CHIMERA_OK;
+}
+
 const char *chimera_status_str(chimera_status status)
 {
     switch (status) {
@@ -234,6 +244,7 @@ chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_querie
                        "exact_search: queries, ids and scores are required");
     chimera_exact_opts o = {0};
     if (opts) o = *opts;
+    CM_TRY(check_threads(o.n_threads, "exact_search", &corpus->last));
     return exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress, o.progress_user, ids,
                         scores, &corpus->last);
 }
@@ -323,9 +334,11 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
     if (opts) o = *opts;
     if (o.bits > 8)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_build: bits = %u, expected 1..8", o.bits);
-    if (o.graph_degree > 256)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_build: graph degree %u, expected <= 256",
-                       o.graph_degree);
+    CM_TRY(check_threads(o.n_threads, "index_build", err));
+    if (o.graph_degree > GRAPH_DEGREE_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "index_build: graph degree %u, expected 1..%d (0: default)", o.graph_degree,
+                       GRAPH_DEGREE_MAX);
     ix_build_opts bo = {o.bits, o.n_clusters, o.graph_degree, o.n_threads, o.seed, o.no_sync,
                         o.progress, o.progress_user};
     ix_build_report r;
@@ -489,6 +502,7 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
                        max_m, QUANT_QTOK_MAX);
     chimera_search_opts o = {0};
     if (opts) o = *opts;
+    CM_TRY(check_threads(o.n_threads, "search", err));
     int threads = o.n_threads > 0 ? o.n_threads : cm_cpu_count();
     int workers = o.latency_mode ? 1 : threads;
     if (workers > q->n) workers = (int)q->n;

@@ -646,6 +646,12 @@ static void test_corruption(void)
 
 /* ---- bad input and failed builds --------------------------------------------------- */
 
+static void count_progress(void *user, const char *phase, double fraction)
+{
+    (void)phase, (void)fraction;
+    ++*(int *)user;
+}
+
 static void test_bad_input(void)
 {
     fixture f;
@@ -667,6 +673,19 @@ static void test_bad_input(void)
     CHECKF(s == CHIMERA_ERR_INVALID_ARG, "K > N: %s", chimera_status_str(s));
     s = build(&f.c, dir, QUANT_BITS_MAX + 1, 8, 1, 1, &err);
     CHECKF(s == CHIMERA_ERR_INVALID_ARG, "bits: %s", chimera_status_str(s));
+    /* a graph degree the graph build cannot take is refused before any work (it used to
+     * fail only after k-means): no progress reported, nothing written */
+    int calls = 0;
+    ix_build_opts go = {.graph_degree = GRAPH_DEGREE_MAX + 1, .n_clusters = 8, .no_sync = 1,
+                        .progress = count_progress, .progress_user = &calls};
+    memset(&err, 0, sizeof err);
+    s = ix_build(&f.c, dir, &go, NULL, &err);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "graph-degree 128") && calls == 0,
+           "degree 128: %s: %s (%d progress calls)", chimera_status_str(s), err.msg, calls);
+    go.graph_degree = GRAPH_DEGREE_MAX; /* the largest allowed builds */
+    s = ix_build(&f.c, dir, &go, NULL, &err);
+    CHECK_OK(s, &err);
+    rm_rf(dir);
     CHECK(file_size(dir) < 0 && count_named("bad.") == 0);
     /* K == N is the largest allowed: builds and checks */
     fixture tiny;

@@ -9,7 +9,8 @@
 # it, and `chimera info` counts the generations; a build into a non-empty
 # directory that is not an index is refused and leaves that directory's files as they
 # were; a search with queries of another dimension fails naming both dimensions; and a
-# NaN in the tokens makes the build fail naming the row, with nothing written.
+# NaN in the tokens makes the build fail naming the row, with nothing written; a graph
+# degree over 127 or a thread count over 1024 is refused before any work is done.
 set -u
 . "$(dirname "$0")/lib.sh"
 # flip FILE OFFSET: xor one byte with 0x20 in place
@@ -127,6 +128,20 @@ PY
 expect_fail "build with a NaN token" "row 77" \
   "$CHIMERA" build --tokens "$T/nan.npy" --doclens "$T/c/doclens.npy" --out "$T/nanidx" --no-sync
 if [ -e "$T/nanidx" ] || ls -d "$T"/nanidx.* >/dev/null 2>&1; then bad "the failed build left files"; else ok; fi
+
+# options checked before any work: a graph degree the graph build cannot take (it fails
+# once k-means has run, minutes into a large build) and thread counts beyond the bound
+expect_fail "build --graph-degree 200" "graph degree 200, expected 1..127" \
+  "$CHIMERA" build --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --out "$T/degidx" \
+  --no-sync --graph-degree 200
+if [ -e "$T/degidx" ] || ls -d "$T"/degidx.* >/dev/null 2>&1; then bad "the refused build left files"; else ok; fi
+expect_fail "build --threads 100000" "not a thread count" \
+  "$CHIMERA" build --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --out "$T/thridx" \
+  --no-sync --threads 100000
+expect_fail "search --threads 5000" "at most 1024" \
+  "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec" --threads 5000
+"$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec" --threads 1024 \
+  >/dev/null 2>&1 && ok || bad "search --threads 1024 (the bound itself) failed"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -601,6 +601,29 @@ static void test_public_api(const bench *b)
     CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
     bad = (chimera_search_params){.probe = -1};
     CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
+    /* thread counts outside 0..CHIMERA_MAX_THREADS, and a graph degree the graph build
+     * cannot take, are refused at the boundary naming the value */
+    chimera_search_opts many = {.n_threads = CHIMERA_MAX_THREADS + 1};
+    s = chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(chimera_index_errmsg(ix), "n_threads 1025"),
+           "search with 1025 threads: %s: %s", chimera_status_str(s), chimera_index_errmsg(ix));
+    many.n_threads = -2;
+    CHECK(chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
+    chimera_exact_opts eo = {.n_threads = 100000};
+    s = chimera_exact_search(c, q, 10, &eo, truth, sc);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(chimera_corpus_errmsg(c), "n_threads 100000"),
+           "exact search with 100000 threads: %s: %s", chimera_status_str(s),
+           chimera_corpus_errmsg(c));
+    char dir2[512];
+    test_path(dir2, sizeof dir2, "api-refused");
+    chimera_build_opts bt = {.n_clusters = 16, .n_threads = 5000, .no_sync = 1};
+    s = chimera_index_build(c, dir2, &bt, NULL, &err);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "n_threads 5000"),
+           "build with 5000 threads: %s: %s", chimera_status_str(s), err.msg);
+    bt = (chimera_build_opts){.n_clusters = 16, .graph_degree = 128, .no_sync = 1};
+    s = chimera_index_build(c, dir2, &bt, NULL, &err);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "graph degree 128"),
+           "build with degree 128: %s: %s", chimera_status_str(s), err.msg);
     /* the handle still works after the errors */
     CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL), NULL);
     test_batched(b, ix);

@@ -36,6 +36,16 @@ static int set_value(const char *cmd, cli_opt *o, const char *v)
         *(uint32_t *)o->dst = (uint32_t)x;
         return 0;
     }
+    case OPT_THREADS: {
+        long long x = strtoll(v, &end, 10);
+        if (errno || *end || end == v || x < 0 || x > CHIMERA_MAX_THREADS) {
+            fprintf(stderr, "chimera %s: %s: '%s' is not a thread count (0 for one per CPU, "
+                            "at most %d)\n", cmd, o->name, v, CHIMERA_MAX_THREADS);
+            return -1;
+        }
+        *(uint32_t *)o->dst = (uint32_t)x;
+        return 0;
+    }
     case OPT_F64: {
         double x = strtod(v, &end);
         if (*end || end == v) break;

@@ -7,7 +7,8 @@
 
 #include "chimera.h"
 
-typedef enum { OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG } opt_kind;
+/* OPT_THREADS: a uint32_t thread count, 0 (one per CPU) to CHIMERA_MAX_THREADS. */
+typedef enum { OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG, OPT_THREADS } opt_kind;
 
 typedef struct cli_opt {
     const char *name;  /* "--docs" or "-k" */

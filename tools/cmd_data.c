@@ -61,7 +61,7 @@ int cmd_exact(int argc, char **argv)
         {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
         {"-k", OPT_U32, &k, "results per query", 1, 0},
         {"--out", OPT_STR, &out, "output TREC run", 1, 0},
-        {"--threads", OPT_U32, &threads, "worker threads (default: all CPUs)", 0, 0},
+        {"--threads", OPT_THREADS, &threads, "worker threads (default: all CPUs)", 0, 0},
         {"--allow-empty", OPT_FLAG, &allow_empty, "accept empty documents (never returned)", 0, 0},
     };
     int r = cli_parse("exact",

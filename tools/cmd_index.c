@@ -19,7 +19,7 @@ int cmd_build(int argc, char **argv)
         {"--bits", OPT_U32, &bits, "bits per dimension of the full codes, 1..8 (default 4)", 0, 0},
         {"--clusters", OPT_STR, &clusters, "IVF clusters, or auto (~1 per 100 tokens)", 0, 0},
         {"--graph-degree", OPT_U32, &degree, "centroid graph out-degree (default 32)", 0, 0},
-        {"--threads", OPT_U32, &threads, "worker threads (default: all CPUs)", 0, 0},
+        {"--threads", OPT_THREADS, &threads, "worker threads (default: all CPUs)", 0, 0},
         {"--seed", OPT_I64, &seed, "random seed (default 0)", 0, 0},
         {"--allow-empty", OPT_FLAG, &allow_empty, "accept empty documents (never returned)", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},

@@ -57,7 +57,7 @@ int cmd_tune(int argc, char **argv)
         {"--pseudo", OPT_U32, &n_pseudo, "pseudo-queries to sample (default 200)", 0, 0},
         {"--target-recall", OPT_F64, &target, "Recall@k to reach (default 0.95)", 0, 0},
         {"-k", OPT_U32, &k, "k of Recall@k (default 100)", 0, 0},
-        {"--threads", OPT_U32, &threads, "threads (default: all CPUs)", 0, 0},
+        {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
         {"--no-save", OPT_FLAG, &no_save, "do not store the profile in the index", 0, 0},
     };
@@ -154,7 +154,7 @@ int cmd_bench(int argc, char **argv)
         {"--csv", OPT_STR, &csv, "CSV output (default bench.csv)", 0, 0},
         {"--tokens", OPT_STR, &tokens, "corpus tokens: times exact search as the reference", 0, 0},
         {"--doclens", OPT_STR, &doclens, "corpus doclens, with --tokens", 0, 0},
-        {"--threads", OPT_U32, &threads, "threads (default: all CPUs)", 0, 0},
+        {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--latency", OPT_FLAG, &latency, "latency mode (one query at a time)", 0, 0},
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
     };

@@ -25,6 +25,10 @@ typedef enum graph_knn_mode {
     GRAPH_KNN_PARTITION = 2, /* overlapping pivot partitions, exact inside, one refinement */
 } graph_knn_mode;
 
+/* Largest out-degree graph_build accepts with the default intermediate degree: that is
+ * 2 * degree, and pruning ranks neighbours in 8 bits (at most 255). */
+#define GRAPH_DEGREE_MAX 127
+
 /* Zero in any field means its default. */
 typedef struct graph_build_opts {
     uint32_t degree;              /* out-degree of the final graph (0: 32) */

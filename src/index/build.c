@@ -168,6 +168,10 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     if (o.bits > QUANT_BITS_MAX)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: --bits %u, expected 1..%d", o.bits,
                        QUANT_BITS_MAX);
+    /* graph_build would refuse it too, but only after sampling and k-means */
+    if (o.graph_degree > GRAPH_DEGREE_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: --graph-degree %u, expected 1..%d",
+                       o.graph_degree, GRAPH_DEGREE_MAX);
     if (c->n_tokens < 1 || c->n_tokens >= (int64_t)UINT32_MAX || c->n_docs >= (int64_t)UINT32_MAX)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "build: %lld tokens; an index holds 1 .. 2^32-1 tokens (shard larger corpora)",
