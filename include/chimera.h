@@ -448,7 +448,8 @@ chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double ta
                                           const chimera_tune_result *res, chimera_error *err);
 
 /* The stored profile for top-k whose target is the smallest >= target_recall (any k'
- * >= k qualifies when no profile has this k). @return CHIMERA_OK or _EMPTY (none). */
+ * >= k qualifies when no profile has this k). @return CHIMERA_OK, _EMPTY (none), or
+ * _CORRUPT (that profile holds a missing or out-of-range value; message on the handle). */
 chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
                                          double target_recall, chimera_search_params *p);
 

@@ -1,6 +1,7 @@
 /* The public API (include/chimera.h): argument checks at the boundary, handle structs,
  * and per-handle messages. Internal modules trust their inputs; this file is where
  * caller mistakes become statuses. */
+#include <math.h>
 #include <string.h>
 
 #include "chimera.h"
@@ -758,12 +759,31 @@ chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
         }
     }
     if (!best) return CHIMERA_ERR_EMPTY;
+    /* The profile is file content: each value is range-checked as a double before it is
+     * converted, since converting one outside the integer's range (1e300, -5, or the -1
+     * jnum gives for a missing member) is undefined behaviour. The message goes on the
+     * handle, whose last-error record is the one part of it a const call may update. */
+    static const struct {
+        const char *key;
+        double max;
+    } field[] = {{"n_probe", UINT32_MAX}, {"k_refine", UINT32_MAX}, {"k_fullbit", UINT32_MAX},
+                 {"chunks", UINT32_MAX},  {"impute", 2},            {"probe", 2}};
+    double v[6];
+    for (int i = 0; i < 6; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(best, field[i].key);
+        v[i] = cJSON_IsNumber(f) ? f->valuedouble : -1;
+        if (!(v[i] >= 0 && v[i] <= field[i].max) || v[i] != floor(v[i]))
+            return cm_fail(&((chimera_index *)index)->last, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): '%s' is %s, expected an integer in 0..%.0f",
+                           best_k, best_t, field[i].key, cJSON_IsNumber(f) ? "out of range" : "missing",
+                           field[i].max);
+    }
     memset(out, 0, sizeof *out);
-    out->n_probe = (uint32_t)jnum(best, "n_probe");
-    out->k_refine = (uint32_t)jnum(best, "k_refine");
-    out->k_fullbit = (uint32_t)jnum(best, "k_fullbit");
-    out->chunks = (uint32_t)jnum(best, "chunks");
-    out->impute = (int)jnum(best, "impute");
-    out->probe = (int)jnum(best, "probe");
+    out->n_probe = (uint32_t)v[0];
+    out->k_refine = (uint32_t)v[1];
+    out->k_fullbit = (uint32_t)v[2];
+    out->chunks = (uint32_t)v[3];
+    out->impute = (int)v[4];
+    out->probe = (int)v[5];
     return CHIMERA_OK;
 }

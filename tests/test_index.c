@@ -544,6 +544,31 @@ static void test_meta_disagrees(const char *dir)
                cases[i].section ? cases[i].section : "", chimera_status_str(s), err.msg);
         if (s == CHIMERA_OK) ix_close(&ix);
     }
+    /* Counts no integer can hold, negative or fractional: open and info (which casts
+     * what it reads for `chimera info`) refuse them naming the member, before any cast
+     * (converting 1e300 to an integer is undefined behaviour). */
+    struct {
+        const char *key;
+        double value;
+    } numbers[] = {{"dim", 1e300},          {"n_docs", -5},  {"n_tokens", 3.7},
+                   {"graph_degree", 4294967296.0}, {"n_clusters", -1e300}, {"bits", 0.5}};
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        CHECK_OK(rewrite(dir, bad, numbers[i].key, numbers[i].value, NULL, NULL, &err), &err);
+        chimera_index_info *info = cm_malloc(sizeof *info);
+        char want[64];
+        snprintf(want, sizeof want, "meta.%s", numbers[i].key);
+        memset(&err, 0, sizeof err);
+        chimera_status s = ix_info(bad, info, &err);
+        CHECKF(s == CHIMERA_ERR_CORRUPT && strstr(err.msg, want), "info with %s = %g: %s: %s",
+               numbers[i].key, numbers[i].value, chimera_status_str(s), err.msg);
+        cm_free(info);
+        snprintf(want, sizeof want, "'%s'", numbers[i].key);
+        memset(&err, 0, sizeof err);
+        s = ix_open(bad, 0, &ix, &err);
+        CHECKF(s == CHIMERA_ERR_CORRUPT && strstr(err.msg, want), "open with %s = %g: %s: %s",
+               numbers[i].key, numbers[i].value, chimera_status_str(s), err.msg);
+        if (s == CHIMERA_OK) ix_close(&ix);
+    }
     /* a duplicated posting entry is in range (open accepts it), ix_check does not */
     CHECK_OK(rewrite(dir, bad, NULL, 0, "post_tok", edit_post_tok_dup, &err), &err);
     CHECK_OK(ix_open(bad, 1, &ix, &err), &err);

@@ -548,6 +548,58 @@ static void test_batched(const bench *b, chimera_index *ix)
     cm_free(sb);
 }
 
+/* A stored profile is file content: values no uint32_t/int holds (1e300, -5, 3.7, an
+ * impute mode of 7) or a missing member make chimera_index_profile_get fail with
+ * CHIMERA_ERR_CORRUPT naming the member, where it used to convert them (undefined
+ * behaviour for the out-of-range ones) and search with whatever came out. */
+static void test_profile_values(const char *dir)
+{
+    chimera_error err;
+    chimera_tune_result res;
+    memset(&res, 0, sizeof res);
+    res.best = (chimera_search_params){.n_probe = 8, .k_refine = 100, .k_fullbit = 20,
+                                       .chunks = 2, .impute = 1, .probe = 2};
+    res.reached = 1;
+    res.recall = 0.95;
+    CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, &res, &err), &err);
+    chimera_index *h = NULL;
+    chimera_search_params p;
+    CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
+    if (h) {
+        CHECK_OK(chimera_index_profile_get(h, 10, 0.9, &p), NULL);
+        CHECK(p.n_probe == 8 && p.k_refine == 100 && p.k_fullbit == 20 && p.chunks == 2 &&
+              p.impute == 1 && p.probe == 2);
+        chimera_index_close(h);
+    }
+    struct {
+        const char *key;
+        double value; /* NAN: remove the member */
+    } cases[] = {{"n_probe", 1e300}, {"k_refine", -5},  {"chunks", 3.7},
+                 {"impute", 7},      {"k_fullbit", 4294967296.0}, {"probe", NAN}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        store *st;
+        CHECK_OK(store_info(dir, &st, &err), &err);
+        cJSON *meta = cJSON_Duplicate(store_meta(st), 1);
+        store_close(st);
+        cJSON *prof = cJSON_GetArrayItem(cJSON_GetObjectItem(meta, "profiles"), 0);
+        if (isnan(cases[i].value)) cJSON_DeleteItemFromObject(prof, cases[i].key);
+        else cJSON_SetNumberValue(cJSON_GetObjectItem(prof, cases[i].key), cases[i].value);
+        CHECK_OK(store_update_meta(dir, meta, &err), &err);
+        cJSON_Delete(meta);
+        h = NULL;
+        CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
+        if (!h) continue;
+        chimera_status s = chimera_index_profile_get(h, 10, 0.9, &p);
+        char want[64];
+        snprintf(want, sizeof want, "'%s'", cases[i].key);
+        CHECKF(s == CHIMERA_ERR_CORRUPT && strstr(chimera_index_errmsg(h), want),
+               "profile with %s = %g: %s: %s", cases[i].key, cases[i].value,
+               chimera_status_str(s), chimera_index_errmsg(h));
+        chimera_index_close(h);
+        CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, &res, &err), &err); /* restore */
+    }
+}
+
 static void test_public_api(const bench *b)
 {
     chimera_error err;
@@ -624,6 +676,7 @@ static void test_public_api(const bench *b)
     s = chimera_index_build(c, dir2, &bt, NULL, &err);
     CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "graph degree 128"),
            "build with degree 128: %s: %s", chimera_status_str(s), err.msg);
+    test_profile_values(dir);
     /* the handle still works after the errors */
     CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL), NULL);
     test_batched(b, ix);

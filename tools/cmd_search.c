@@ -42,7 +42,7 @@ int cmd_search(int argc, char **argv)
         {"--chunks", OPT_U32, &sp.chunks, "document-scoring chunks (default 4)", 0, 0},
         {"--impute", OPT_STR, &impute_s, "refinement floor: probe (default), zero, min", 0, 0},
         {"--probe", OPT_STR, &probe_s, "centroid search: auto (default), brute, graph", 0, 0},
-        {"--threads", OPT_U32, &threads, "threads (default: all CPUs)", 0, 0},
+        {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--batch", OPT_I64, &batch, "queries per call (default: all)", 0, 0},
         {"--latency", OPT_FLAG, &latency, "one query at a time with all threads", 0, 0},
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
@@ -100,7 +100,13 @@ int cmd_search(int argc, char **argv)
     chimera_search_profile prof = {0};
     if (want_recall > 0) {
         chimera_search_params tuned;
-        if (chimera_index_profile_get(ix, k, want_recall, &tuned) != CHIMERA_OK) {
+        chimera_status ps = chimera_index_profile_get(ix, k, want_recall, &tuned);
+        if (ps == CHIMERA_ERR_CORRUPT) {
+            fprintf(stderr, "chimera search: %s: %s\n", pos[0], chimera_index_errmsg(ix));
+            rc = 1;
+            goto done;
+        }
+        if (ps != CHIMERA_OK) {
             fprintf(stderr, "chimera search: %s has no tuned profile for k=%u at recall >= %.3f; "
                             "run chimera tune first\n", pos[0], k, want_recall);
             rc = 1;

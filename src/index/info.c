@@ -1,6 +1,8 @@
 /* `chimera info`: what an index holds, from its manifest alone (store_info maps
  * nothing), so it is instant on indexes of any size and works on damaged ones as far
  * as their manifest is readable. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +24,29 @@ static double num(const cJSON *o, const char *key)
     return cJSON_IsNumber(it) ? it->valuedouble : 0;
 }
 
+/* A count from the meta, range-checked while it is still a double: converting a double
+ * outside the target type's range (1e300, -5, NaN) to an integer is undefined
+ * behaviour, so the check has to come before the cast. Absent members read as 0 (info
+ * shows what a partial manifest has); present ones that are not integers in [0, max]
+ * are refused, naming the member. `max` must be exactly representable as a double. */
+static chimera_status count(const cJSON *o, const char *where, const char *key, double max,
+                            double *v, chimera_error *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = 0;
+    if (!it) return CHIMERA_OK;
+    if (!cJSON_IsNumber(it))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "index manifest: %s.%s is not a number", where,
+                       key);
+    double x = it->valuedouble;
+    if (!(x >= 0 && x <= max) || x != floor(x))
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "index manifest: %s.%s = %.17g, expected an integer in 0..%.0f", where, key,
+                       x, max);
+    *v = x;
+    return CHIMERA_OK;
+}
+
 chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error *err)
 {
     memset(info, 0, sizeof *info);
@@ -33,31 +58,56 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
     const cJSON *lv = cJSON_GetObjectItemCaseSensitive(man, "library_version");
     if (cJSON_IsString(lv))
         snprintf(info->library_version, sizeof info->library_version, "%s", lv->valuestring);
-    info->dim = (uint32_t)num(meta, "dim");
-    info->dim_pad = (uint32_t)num(meta, "dim_pad");
-    info->bits = (uint32_t)num(meta, "bits");
-    info->n_clusters = (uint32_t)num(meta, "n_clusters");
-    info->graph_degree = (uint32_t)num(meta, "graph_degree");
-    info->n_docs = (int64_t)num(meta, "n_docs");
-    info->n_tokens = (int64_t)num(meta, "n_tokens");
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(meta, "postings");
-    info->list_min = (int64_t)num(p, "min");
-    info->list_median = (int64_t)num(p, "median");
-    info->list_max = (int64_t)num(p, "max");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(meta, "build");
+    double v[13];
+    chimera_status s = CHIMERA_OK;
+    int nv = 0;
+#define COUNT(obj, where, key, max)                                                            \
+    if (s == CHIMERA_OK) s = count(obj, where, key, max, &v[nv++], err)
+    COUNT(meta, "meta", "dim", UINT32_MAX);
+    COUNT(meta, "meta", "dim_pad", UINT32_MAX);
+    COUNT(meta, "meta", "bits", UINT32_MAX);
+    COUNT(meta, "meta", "n_clusters", UINT32_MAX);
+    COUNT(meta, "meta", "graph_degree", UINT32_MAX);
+    COUNT(meta, "meta", "n_docs", FMT_MAX_JSON_INT /* 2^53: exact in a double, fits int64_t */);
+    COUNT(meta, "meta", "n_tokens", FMT_MAX_JSON_INT);
+    COUNT(p, "meta.postings", "min", FMT_MAX_JSON_INT);
+    COUNT(p, "meta.postings", "median", FMT_MAX_JSON_INT);
+    COUNT(p, "meta.postings", "max", FMT_MAX_JSON_INT);
+    COUNT(p, "meta.postings", "empty", UINT32_MAX);
+    COUNT(b, "meta.build", "threads", INT32_MAX);
+    COUNT(b, "meta.build", "peak_rss_bytes", FMT_MAX_JSON_INT);
+#undef COUNT
+    if (s != CHIMERA_OK) {
+        store_close(st);
+        cm_fail_prefix(err, "%s", dir);
+        return s;
+    }
+    info->dim = (uint32_t)v[0];
+    info->dim_pad = (uint32_t)v[1];
+    info->bits = (uint32_t)v[2];
+    info->n_clusters = (uint32_t)v[3];
+    info->graph_degree = (uint32_t)v[4];
+    info->n_docs = (int64_t)v[5];
+    info->n_tokens = (int64_t)v[6];
+    info->list_min = (int64_t)v[7];
+    info->list_median = (int64_t)v[8];
+    info->list_max = (int64_t)v[9];
+    info->list_empty = (uint32_t)v[10];
+    info->build_threads = (int)v[11];
+    info->build_peak_rss = (uint64_t)v[12];
     info->list_mean = num(p, "mean");
     info->list_imbalance = num(p, "imbalance");
-    info->list_empty = (uint32_t)num(p, "empty");
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(meta, "build");
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(b, "seed");
     if (cJSON_IsString(seed)) snprintf(info->seed, sizeof info->seed, "%s", seed->valuestring);
-    info->build_threads = (int)num(b, "threads");
     info->assign_recall = num(b, "assign_recall");
     info->build_seconds = num(b, "total_seconds");
-    info->build_peak_rss = (uint64_t)num(b, "peak_rss_bytes");
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(b, "seconds"), *it;
     cJSON_ArrayForEach(it, ph)
     {
-        if (info->n_phases == CHIMERA_MAX_PHASES || !cJSON_IsNumber(it)) break;
+        /* members of an object only: an array's items have no name to print */
+        if (info->n_phases == CHIMERA_MAX_PHASES || !cJSON_IsNumber(it) || !it->string) break;
         snprintf(info->phase[info->n_phases], sizeof info->phase[0], "%s", it->string);
         info->phase_seconds[info->n_phases++] = it->valuedouble;
     }
