@@ -84,6 +84,22 @@ static void test_corpus(void)
     expect_fail(tok, len, ids, NULL, CHIMERA_ERR_FORMAT, "ids.txt:2");
     test_write_file(ids, "1\n-2\n3\n", 7);
     expect_fail(tok, len, ids, NULL, CHIMERA_ERR_VALUE, "negative");
+    {
+        /* "2", 126 spaces, "3" on one line: read in 127-character pieces it used to
+         * become the two ids 2 and 3 (three ids, as many as documents) */
+        char longline[160];
+        int n = snprintf(longline, sizeof longline, "1\n2%126s3\n", "");
+        test_write_file(ids, longline, (size_t)n);
+        expect_fail(tok, len, ids, NULL, CHIMERA_ERR_FORMAT, "ids.txt:2: line longer");
+        /* a long last line without its newline is refused too; a short one is fine */
+        n = snprintf(longline, sizeof longline, "1\n2\n3%130s", "");
+        test_write_file(ids, longline, (size_t)n);
+        expect_fail(tok, len, ids, NULL, CHIMERA_ERR_FORMAT, "ids.txt:3: line longer");
+        test_write_file(ids, "1\n2\n3", 5);
+        CHECK_OK(data_corpus_open(&c, tok, len, ids, NULL, &err), &err);
+        CHECK(data_corpus_id(&c, 2) == 3);
+        data_corpus_free(&c);
+    }
 
     /* lengths */
     int64_t bad_sum[3] = {4, 5, 2};

@@ -40,6 +40,16 @@ static chimera_status read_ids(const char *path, int64_t **ids, int64_t *n, chim
     int64_t lineno = 0;
     while (s == CHIMERA_OK && fgets(line, sizeof line, f)) {
         lineno++;
+        /* A line that does not fit would come back in pieces, and "5 <spaces> 7" would
+         * then read as two ids: refuse it. An int64 id takes at most 20 characters. */
+        if (!strchr(line, '\n')) {
+            int ch = fgetc(f);
+            if (ch != EOF) {
+                s = cm_fail(err, CHIMERA_ERR_FORMAT, "%s:%lld: line longer than %d characters",
+                            path, (long long)lineno, (int)sizeof line - 2);
+                break;
+            }
+        }
         char *p = line, *end;
         while (isspace((unsigned char)*p)) p++;
         if (*p == '\0') continue;
