@@ -13,8 +13,10 @@
  * store with valid checksums but content that disagrees with its meta (counts,
  * offsets, ids out of range) fails to open naming the section; posting lists tampered in
  * memory fail ix_check. Bad input is refused without side effects: a parent that cannot
- * be written (CHIMERA_ERR_IO), more clusters than tokens or too many bits
- * (CHIMERA_ERR_INVALID_ARG), a non-empty directory that is not an index; and a build
+ * be written (CHIMERA_ERR_IO), more clusters than tokens, too many bits or a graph
+ * degree over GRAPH_DEGREE_MAX (CHIMERA_ERR_INVALID_ARG, before any progress is
+ * reported), a non-empty directory that is not an index; meta counts that no integer
+ * holds (1e300, -5, 3.7) fail ix_info and ix_open naming the member; and a build
  * that fails at any one of its allocations leaves the previous index at its path
  * intact (it opens, checks and holds the old content) and no temporary directory. */
 #include <dirent.h>
