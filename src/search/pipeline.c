@@ -70,7 +70,8 @@ struct sp_engine {
     cm_backend be;
     be_resident res;
     sp_params max;
-    uint32_t max_m, max_doc_len;
+    uint32_t max_m;
+    uint64_t max_doc_len; /* up to n_tokens, 2^32 - 1: "+ 1" must not wrap */
     int n_workers;
     sp_worker *w;
     const quant_kernels *kt;
@@ -235,7 +236,7 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
     e->kt = quant_kernels_active();
     for (int64_t d = 0; d < ix->n_docs; d++) {
         int64_t n = ix->doc_off[d + 1] - ix->doc_off[d];
-        if (n > e->max_doc_len) e->max_doc_len = (uint32_t)n;
+        if ((uint64_t)n > e->max_doc_len) e->max_doc_len = (uint64_t)n;
     }
     chimera_status s = backend_new(backend, &e->be, err);
     if (s != CHIMERA_OK) {
@@ -265,8 +266,12 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         w->cand = cm_malloc((size_t)kr * sizeof *w->cand);
         w->partial = cm_malloc((size_t)kr * sizeof *w->partial);
         w->s1 = cm_malloc((size_t)kr * sizeof *w->s1);
-        w->cs_local = cm_malloc((size_t)(e->max_doc_len + 1) * max_m * sizeof(float));
-        w->cid_local = cm_malloc((size_t)(e->max_doc_len + 1) * sizeof(uint32_t));
+        /* [longest document x max_m] centroid scores: 4 TiB at the 2^32 - 1 tokens an
+         * index allows and m = 256, which the allocation refuses (as NOMEM) */
+        size_t rows = (size_t)e->max_doc_len + 1, cs_bytes = 0;
+        if (cm_mul_size(rows, (size_t)max_m * sizeof(float), &cs_bytes) != 0) goto nomem;
+        w->cs_local = cm_malloc(cs_bytes);
+        w->cid_local = cm_calloc(rows, sizeof(uint32_t));
         w->scored = cm_malloc(kr);
         w->sel_s = cm_malloc((size_t)(kf + 1) * sizeof(float));
         w->sel_i = cm_malloc((size_t)(kf + 1) * sizeof(int64_t));

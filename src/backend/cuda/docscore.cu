@@ -46,33 +46,37 @@ __global__ void __launch_bounds__(CU_THREADS) score1_kernel(score_args a)
     float *lut = reinterpret_cast<float *>(score_smem);       // [tq][dim_pad*4]
     int32_t *mx = reinterpret_cast<int32_t *>(lut + (size_t)a.tq * a.dim_pad * 4); // [DOCS][m]
     __shared__ int64_t t0[CU_SCORE_DOCS_PER_BLOCK];
-    __shared__ uint32_t off[CU_SCORE_DOCS_PER_BLOCK + 1];
+    // Token offsets within the block's documents: 64-bit, since a handful of documents
+    // may hold up to the 2^32 - 1 tokens of an index, and the row loop below steps past
+    // the total by up to blockDim.x, which wrapped in 32 bits near 2^32.
+    __shared__ uint64_t off[CU_SCORE_DOCS_PER_BLOCK + 1];
     uint32_t i0 = blockIdx.x * CU_SCORE_DOCS_PER_BLOCK;
     uint32_t nd = a.n_docs_list - i0 < CU_SCORE_DOCS_PER_BLOCK ? a.n_docs_list - i0
                                                                : CU_SCORE_DOCS_PER_BLOCK;
     if (threadIdx.x == 0) {
-        uint32_t o = 0;
+        uint64_t o = 0;
         for (uint32_t i = 0; i < nd; i++) {
             uint32_t d = a.docs[i0 + i];
             int64_t b = a.doc_off[d], e = a.doc_off[d + 1];
             t0[i] = b;
             off[i] = o;
-            o += (uint32_t)(e - b);
+            o += (uint64_t)(e - b);
         }
         off[nd] = o;
     }
     for (uint32_t i = threadIdx.x; i < CU_SCORE_DOCS_PER_BLOCK * a.m; i += blockDim.x)
         mx[i] = CU_KEY_EMPTY_MAX;
     __syncthreads();
-    uint32_t total = off[nd], lane = threadIdx.x & 31;
+    uint64_t total = off[nd];
+    uint32_t lane = threadIdx.x & 31;
 
     for (uint32_t j0 = 0; j0 < a.m; j0 += a.tq) {
         uint32_t tq = a.m - j0 < a.tq ? a.m - j0 : a.tq;
         const float4 *src = reinterpret_cast<const float4 *>(a.lut + (size_t)j0 * a.dim_pad * 4);
         for (uint32_t i = threadIdx.x; i < tq * a.dim_pad; i += blockDim.x) score_smem[i] = src[i];
         __syncthreads();
-        for (uint32_t r0 = 0; r0 < total; r0 += blockDim.x) { // block-uniform trip count
-            uint32_t u = r0 + threadIdx.x;
+        for (uint64_t r0 = 0; r0 < total; r0 += blockDim.x) { // block-uniform trip count
+            uint64_t u = r0 + threadIdx.x;
             int valid = u < total;
             uint32_t slot = 0;
             if (valid)
