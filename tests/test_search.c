@@ -20,7 +20,9 @@
  * give CHIMERA_ERR_INVALID_ARG, as do thread counts over CHIMERA_MAX_THREADS and a graph
  * degree over 127; stored profiles with values no integer field holds are refused naming
  * the member. An engine for an index whose one document holds 2^32 - 1 tokens fails for
- * want of memory rather than starting with a wrapped 1-byte scratch buffer. Measured
+ * want of memory rather than starting with a wrapped 1-byte scratch buffer. A probe
+ * whose centroid scores are all -inf pads its output instead of reading unwritten heap
+ * slots, and refinement then finds nothing. Measured
  * recalls and timings are printed. */
 #include <math.h>
 #include <pthread.h>
@@ -763,6 +765,48 @@ static void test_long_document(const bench *b)
     sp_engine_free(e);
 }
 
+/* Brute-force probing keeps centroids whose score beats -inf. Centroids of huge
+ * magnitude (finite, so an index may hold them) overflow every score to -inf; the
+ * probe then found nothing, and it used to hand out its never-written heap slots as
+ * centroid ids and scores (an uninitialised read valgrind reports). Every slot must be
+ * a real centroid or the padding UINT32_MAX / -inf, and refinement must find nothing. */
+static void test_probe_unfilled(const bench *b)
+{
+    const ix_index *ix = &b->ix;
+    size_t nc = (size_t)ix->n_clusters * ix->dim;
+    float *cent = cm_malloc(nc * sizeof *cent), *q = cm_malloc((size_t)4 * ix->dim * sizeof *q);
+    for (size_t i = 0; i < nc; i++) cent[i] = -3e38f;
+    for (size_t i = 0; i < (size_t)4 * ix->dim; i++) q[i] = 1.0f;
+    be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
+                     .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
+                     .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = cent,
+                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .post_off = ix->post_off,
+                     .post_doc = ix->post_doc, .c1_codes = ix->c1_codes, .c1_fact = ix->c1_fact,
+                     .d1_codes = ix->d1_codes, .d1_fact = ix->d1_fact, .tok_cid = ix->tok_cid,
+                     .doc_off = ix->doc_off, .deleted = ix->deleted};
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 4, .max_probe = 8, .max_refine = 16};
+    cm_backend be;
+    chimera_error err;
+    CHECK_OK(backend_new("cpu", &be, &err), &err);
+    CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
+    CHECK_OK(be.iface->query_begin(be.ctx, 0, q, 4, &err), &err);
+    uint32_t cids[4 * 8];
+    float qc[4 * 8];
+    memset(cids, 0, sizeof cids);
+    CHECK_OK(be.iface->probe(be.ctx, 0, 8, BE_PROBE_BRUTE, cids, qc, &err), &err);
+    int padded = 1;
+    for (int i = 0; i < 4 * 8; i++) padded &= cids[i] == UINT32_MAX && qc[i] == -INFINITY;
+    CHECKF(padded, "probe over -inf scores: cid %u score %g (want padding)", cids[0], qc[0]);
+    uint32_t docs[16], n_out = 99;
+    float partial[16];
+    CHECK_OK(be.iface->refine(be.ctx, 0, 16, BE_IMPUTE_ZERO, docs, partial, &n_out, NULL, &err),
+             &err);
+    CHECKF(n_out == 0, "refine after an empty probe found %u documents", n_out);
+    backend_free(&be);
+    cm_free(cent);
+    cm_free(q);
+}
+
 int main(void)
 {
     double t0 = cm_now();
@@ -783,6 +827,7 @@ int main(void)
         test_deleted(&sh[0]);
         test_public_api(&sh[0]);
         test_long_document(&sh[0]);
+        test_probe_unfilled(&sh[0]);
     }
     if (ok[2]) test_exhaustive(&sh[2]);
     for (int i = 0; i < 4; i++) bench_free(&sh[i]);

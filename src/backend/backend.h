@@ -88,7 +88,9 @@ struct cm_backend_i {
     /* q: m x dim query tokens (host memory). */
     chimera_status (*query_begin)(void *ctx, int worker, const float *q, uint32_t m,
                                   chimera_error *err);
-    /* cids/qc: [m x n_probe] centroid ids and scores, best first per token. */
+    /* cids/qc: [m x n_probe] centroid ids and scores, best first per token; a token
+     * with fewer than n_probe centroids found (a graph search that reached fewer, or
+     * scores not above -inf) has the rest padded with UINT32_MAX and -inf. */
     chimera_status (*probe)(void *ctx, int worker, uint32_t n_probe, be_probe_mode mode,
                             uint32_t *cids, float *qc, chimera_error *err);
     /* Uses the probes of the last probe call. docs/partial: [k_refine], best first

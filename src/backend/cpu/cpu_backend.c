@@ -321,9 +321,13 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         for (uint32_t j = 0; j < m; j++) {
             cm_topk *h = &w->sel[j];
             cm_topk_sort(h);
+            /* Only scores above -inf enter the heap, so it holds fewer than n_probe when
+             * centroid scores are -inf or NaN (centroids of huge magnitude overflow the
+             * dot product). The slots past h->n were never written: pad them as the
+             * graph search does, with ids refinement skips. */
             for (uint32_t p = 0; p < n_probe; p++) {
-                w->probe_cid[(size_t)j * n_probe + p] = (uint32_t)h->id[p];
-                w->probe_qc[(size_t)j * n_probe + p] = h->score[p];
+                w->probe_cid[(size_t)j * n_probe + p] = p < h->n ? (uint32_t)h->id[p] : UINT32_MAX;
+                w->probe_qc[(size_t)j * n_probe + p] = p < h->n ? h->score[p] : -INFINITY;
             }
         }
     }
