@@ -19,3 +19,26 @@ if(CHIMERA_SANITIZE)
   add_compile_options("$<$<COMPILE_LANGUAGE:C>:${_flags}>")
   add_link_options(${_flags})
 endif()
+
+# CHIMERA_FUZZ: libFuzzer targets (tests/fuzz_open.c). Every C file gets the coverage
+# instrumentation libFuzzer steers by (-fsanitize=fuzzer-no-link); the fuzz executables
+# add the libFuzzer runtime themselves. Without clang's runtime (Debian:
+# libclang-rt-14-dev) the option turns itself off and only the standalone driver builds.
+if(CHIMERA_FUZZ)
+  include(CheckCSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS -fsanitize=fuzzer)
+  check_c_source_compiles("
+    #include <stddef.h>
+    #include <stdint.h>
+    int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
+    int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }"
+    CHIMERA_HAVE_LIBFUZZER)
+  unset(CMAKE_REQUIRED_FLAGS)
+  if(CHIMERA_HAVE_LIBFUZZER AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+    add_compile_options($<$<COMPILE_LANGUAGE:C>:-fsanitize=fuzzer-no-link>)
+  else()
+    message(WARNING "CHIMERA_FUZZ: libFuzzer unavailable (needs clang and its runtime); "
+                    "building only the standalone fuzz driver")
+    set(CHIMERA_FUZZ OFF CACHE BOOL "" FORCE)
+  endif()
+endif()
