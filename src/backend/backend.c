@@ -34,7 +34,7 @@ chimera_status backend_new(const char *name, cm_backend *out, chimera_error *err
 {
     memset(out, 0, sizeof *out);
     if (!name || strcmp(name, "auto") == 0) {
-#ifdef CHIMERA_HAVE_CUDA_STAGES
+#ifdef CHIMERA_HAVE_CUDA
         char status[128];
         if (cuda_device_count(status, sizeof status) > 0) return cuda_backend_new(out, err);
 #endif
@@ -42,14 +42,11 @@ chimera_status backend_new(const char *name, cm_backend *out, chimera_error *err
     }
     if (strcmp(name, "cpu") == 0) return cpu_backend_new(out, err);
     if (strcmp(name, "cuda") == 0) {
-#if defined(CHIMERA_HAVE_CUDA_STAGES)
+#ifdef CHIMERA_HAVE_CUDA
         char status[128];
         if (cuda_device_count(status, sizeof status) == 0)
             return cm_fail(err, CHIMERA_ERR_DEVICE, "cuda backend: %s", status);
         return cuda_backend_new(out, err);
-#elif defined(CHIMERA_HAVE_CUDA)
-        return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
-                       "cuda backend: the device stages are not in this build yet (device probe only)");
 #else
         return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
                        "cuda backend: this library was built without CUDA (CHIMERA_CUDA=OFF or no nvcc)");

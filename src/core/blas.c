@@ -24,15 +24,6 @@ void cm_sgemm_nt(int M, int N, int K, float alpha, const float *A, int lda, cons
                 C, ldc);
 }
 
-void cm_sgemm_nn(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc)
-{
-    if (M <= 0 || N <= 0) return;
-    pthread_once(&once, init);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta,
-                C, ldc);
-}
-
 const char *cm_blas_corename(void)
 {
     const char *name = openblas_get_corename();

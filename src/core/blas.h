@@ -18,10 +18,6 @@
 void cm_sgemm_nt(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc);
 
-/* C[M x N] = alpha * A[M x K] * B[K x N] + beta * C (row-major). */
-void cm_sgemm_nn(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc);
-
 /* The kernel family OpenBLAS picked ("Zen", "SkylakeX", "Prescott", ...). */
 const char *cm_blas_corename(void);
 

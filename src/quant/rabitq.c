@@ -378,12 +378,6 @@ static void qset_finish(quant_qset *qs, uint32_t m)
     }
 }
 
-void quant_qset_set_rotated(quant_qset *qs, const float *q_rot, uint32_t m)
-{
-    memcpy(qs->q, q_rot, (size_t)m * qs->dim_pad * sizeof(float));
-    qset_finish(qs, m);
-}
-
 void quant_qset_set(quant_qset *qs, const quant_rotation *rot, const float *q, uint32_t m)
 {
     for (uint32_t j = 0; j < m; j++)

@@ -78,7 +78,4 @@ void quant_qset_free(quant_qset *qs);
 /* Fills the set from m (<= m_cap) unrotated tokens (m x rot->dim floats). */
 void quant_qset_set(quant_qset *qs, const quant_rotation *rot, const float *q, uint32_t m);
 
-/* Same from already rotated tokens (m x dim_pad floats). */
-void quant_qset_set_rotated(quant_qset *qs, const float *q_rot, uint32_t m);
-
 #endif
