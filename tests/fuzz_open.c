@@ -1,5 +1,5 @@
 /* Fuzz target for opening an index: the manifest and every section file are hostile
- * input (STYLE.md 14), and this drives them through chimera_index_info_read,
+ * input (docs/design.md §5.1), and this drives them through chimera_index_info_read,
  * chimera_index_open (with and without checksum verification) and chimera_index_check.
  * The only property required is "no crash, no sanitizer report, no leak; every call
  * returns CHIMERA_OK or an error with a message".

@@ -1,7 +1,7 @@
 /* CUDA backend against the CPU backend and against a host reference of the GPU's own
- * arithmetic (practice 11). First, with or without a device, the CPU backend's brute-force
- * probe against a double-precision reference (cpu_probe_check). Without a usable device
- * the rest prints "skipped: no device" and passes.
+ * arithmetic (docs/design.md §4). First, with or without a device, the CPU backend's
+ * brute-force probe against a double-precision reference (cpu_probe_check). Without a
+ * usable device the rest prints "skipped: no device" and passes.
  *
  * Fixture: a synthetic corpus indexed on disk by ix_build (dims 128 and 96, so dim_pad
  * 128 with and without padding), every 7th document marked deleted in the uploaded

@@ -431,7 +431,7 @@ static void test_probe_modes(const bench *b)
 }
 
 /* The default imputation (the n_probe-th centroid score as the floor, each cell counted
- * as max(estimate, floor), REFERENCE.md 4.5) must not recall worse than a zero floor:
+ * as max(estimate, floor), docs/algorithms.md §3.1) must not recall worse than a zero floor:
  * a document seen with low estimates must not rank below one never seen. */
 static void test_impute_modes(const bench *b)
 {

@@ -1,7 +1,7 @@
 /* The device interface used by search/, and the registry of compiled-in backends.
  *
  * A backend holds the index's resident data (centroids, graph, posting lists, 1-bit
- * planes and factors: DESIGN.md section 2) and runs the device stages of a query:
+ * planes and factors: docs/design.md §2.1) and runs the device stages of a query:
  *
  *   query_begin   take the m query tokens (the only upload per query), rotate them,
  *                 build the tables, compute the centroid scores S[c][j] = <c, q_j>

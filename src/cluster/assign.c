@@ -1,7 +1,7 @@
 /* Nearest-centroid assignment (inner product): exact blocked sgemm and the two-level
  * (coarse, then fine) search over the structure hierarchical k-means produces.
  *
- * Follows the IVF assignment of Faiss and cuVS (REFERENCE 5.1, 5.3): distances come
+ * Follows the IVF assignment of Faiss and cuVS (docs/algorithms.md §4.4): distances come
  * from GEMM, never from per-pair dot products, because BLAS is 10-50x faster per flop
  * than scalar loops. Every sgemm call is single-threaded (core/blas.h) and the pool
  * parallelises over row blocks, so results do not depend on the thread count.

@@ -1,9 +1,9 @@
 /* Spherical k-means (flat and hierarchical) for fine-grained IVF over unit vectors.
  *
- * Follows Faiss's Clustering (REFERENCE 5.1) for the flat loop -- training sample capped
+ * Follows Faiss's Clustering (algorithms.md §4.1) for the flat loop -- training sample capped
  * at max_points_per_centroid * k, random or k-means++ seeding, Lloyd iterations with
  * GEMM assignment, spherical update, empty-cluster splitting -- and cuVS's balanced
- * hierarchical scheme (REFERENCE 5.3) for large k: sqrt(k) coarse clusters, fine
+ * hierarchical scheme (algorithms.md §4.2) for large k: sqrt(k) coarse clusters, fine
  * clusters shared out in proportion to coarse sizes and trained per coarse cluster,
  * then a few fine-tune iterations over the whole sample.
  *
@@ -41,7 +41,7 @@
 #include "core/alloc.h"
 
 #define DEFAULT_ITER 10
-#define DEFAULT_PPC 64      /* REFERENCE 5.4: 32-256 samples per centroid */
+#define DEFAULT_PPC 64      /* algorithms.md §4.3: 32-256 samples per centroid */
 #define DEFAULT_SEED 1234
 #define DEFAULT_FINETUNE 2  /* cuVS: max(n_iters / 10, 2) */
 #define DEFAULT_PROBE 4

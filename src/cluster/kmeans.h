@@ -4,7 +4,7 @@
  * product is nearest-by-L2 and the objective reported is the mean cosine distance
  * 1 - <x, c(x)> over the training sample (lower is better; Lloyd steps never raise it).
  *
- * Flat: Lloyd iterations with exact sgemm assignment. Hierarchical (REFERENCE 5.3):
+ * Flat: Lloyd iterations with exact sgemm assignment. Hierarchical (algorithms.md §4.2):
  * round(sqrt(K)) coarse clusters, fine clusters shared out to them in proportion to
  * their sizes and trained on their members only, then a few fine-tune iterations on
  * the whole sample with the two-level assignment of cluster/assign.h. The fine

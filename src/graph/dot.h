@@ -1,5 +1,6 @@
 /* Inner-product kernels for graph search: one scalar reference and AVX2 / AVX-512
- * variants, picked once through core/cpu.h (practice 10). Private to src/graph. */
+ * variants, picked once through core/cpu.h (docs/architecture.md, "Conventions").
+ * Private to src/graph. */
 #ifndef CHIMERA_GRAPH_DOT_H
 #define CHIMERA_GRAPH_DOT_H
 

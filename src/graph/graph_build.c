@@ -1,5 +1,5 @@
 /* Construction and validation of the centroid proximity graph (CAGRA, Ootomo et al.
- * ICDE 2024; REFERENCE 2.1, 2.2, 2.7), on the CPU.
+ * ICDE 2024; docs/algorithms.md §2.1, §2.2, §2.5), on the CPU.
  *
  * Pipeline: kNN graph of intermediate_degree (K_in) neighbours per node by inner
  * product -> each row sorted best first -> rank-based detour counting and selection of
@@ -16,7 +16,7 @@
  * flop, ~16x less than exact at n = 65536 and falling as 1/n relative to it. One
  * neighbour-of-neighbour round (NN-descent's local join over the 16 best on both
  * hops) then recovers neighbours across partition boundaries. This is the "cluster
- * hierarchy" builder of REFERENCE 2.7 without k-means (src/graph may not depend on
+ * hierarchy" builder of algorithms.md §2.5 without k-means (src/graph may not depend on
  * src/cluster); CAGRA itself builds from an approximate (IVF-PQ or NN-descent) graph,
  * and pruning plus reverse edges tolerate a few missing neighbours. Measured on
  * K = 65,536 clustered centroids: Recall@32 of the final search 0.981 from this
@@ -30,7 +30,7 @@
  * as cuVS dropped it. A per-worker n-byte array maps A's neighbours to 1 + rank (set and
  * cleared per node): one L2-resident load per lookup, ~3x faster than a small hash.
  *
- * Reverse edges and merge follow REFERENCE 2.2 steps 3-4 with a serial, therefore
+ * Reverse edges and merge follow algorithms.md §2.2 steps 3-4 with a serial, therefore
  * deterministic, column-major fill of the reverse lists (cuVS uses atomics and its
  * order varies run to run).
  *

@@ -1,4 +1,4 @@
-/* CPU search over the centroid graph (CAGRA single-CTA search, REFERENCE 2.4, as a
+/* CPU search over the centroid graph (CAGRA single-CTA search, docs/algorithms.md §2.4, as a
  * sequential loop), plus the brute-force reference it is measured against.
  *
  * Per query token: the sorted candidate list (itopk entries, best first, each with an

@@ -13,7 +13,7 @@
  *
  * Clusters. K defaults to about one per 100 tokens (ix_auto_clusters): Chimera's
  * filtering relies on fine clusters (small residuals sharpen the 1-bit estimate and
- * posting lists stay short), the regime DESIGN.md gives as K ~ ntok/64 .. ntok/512.
+ * posting lists stay short), the regime of docs/design.md §3: K ~ ntok/512 .. ntok/64.
  * k-means runs hierarchically above 4096 clusters (cluster/kmeans.h) and the same
  * two-level structure assigns every token; the fraction of tokens that get their exact
  * nearest centroid is measured on a sample and reported. */

@@ -1,6 +1,6 @@
 /* Index container reader (store.h; byte layout in format.h).
  *
- * The manifest and every section file are treated as hostile input (STYLE.md 14). The
+ * The manifest and every section file are treated as hostile input (docs/design.md §5.1). The
  * order of checks follows what each one needs in order to be meaningful:
  *   1. the manifest's size against its cap, before reading it; then JSON syntax;
  *   2. the magic, then the major version, before anything else, since another major

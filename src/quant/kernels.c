@@ -1,4 +1,4 @@
-/* Kernel dispatch and the estimator entry points (REFERENCE.md 1.8, 1.10).
+/* Kernel dispatch and the estimator entry points (docs/algorithms.md §1.5, §1.7).
  *
  * The table is chosen once per process from cm_simd_level_get() (pthread_once); this is
  * the module's only mutable global. The entry points run a raw kernel over a block of

@@ -1,7 +1,7 @@
 /* RaBitQ inner-product kernels: one table of function pointers per SIMD level, and the
  * estimator entry points built on them (quant_est*).
  *
- * Shapes (DESIGN.md section 2):
+ * Shapes (docs/design.md §2.4):
  *   list  one query token against n tokens of one posting list (candidate refinement):
  *         all tokens share a centroid, so <q, c> is one scalar `qc`.
  *   doc   all m query tokens against each of a document's n tokens (document scoring):

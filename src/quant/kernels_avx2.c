@@ -1,4 +1,4 @@
-/* AVX2 kernels (REFERENCE.md 1.10), compiled with -mavx2 -mfma -mpopcnt (cmake/Simd.cmake).
+/* AVX2 kernels (docs/algorithms.md §1.7), compiled with -mavx2 -mfma -mpopcnt (cmake/Simd.cmake).
  *
  * ip1_lut: 8 tokens per step; one 32-bit gather fetches word w (groups 8w..8w+7) of the
  * 8 codes, then 8 float gathers from the LUT. Each lane adds its groups in the scalar

@@ -1,4 +1,4 @@
-/* AVX-512 kernels (F/BW/VL/DQ + VPOPCNTDQ; REFERENCE.md 1.10), kept parallel to
+/* AVX-512 kernels (F/BW/VL/DQ + VPOPCNTDQ; docs/algorithms.md §1.7), kept parallel to
  * kernels_avx2.c so that each can be read against the other.
  *
  * ip1_lut: 16 tokens per step (16-lane gathers), same per-lane order as scalar.

@@ -1,4 +1,4 @@
-/* Scalar reference kernels (RaBitQ inner products, REFERENCE.md 1.10): the definition
+/* Scalar reference kernels (RaBitQ inner products, docs/algorithms.md §1.7): the definition
  * that the SIMD variants are tested against. Straight loops in the summation order the
  * variants reproduce: the LUT sum runs over groups in order, per token (and per query
  * token in the doc form), and the estimate is (qc + alpha) + kappa * ip, unfused. */

@@ -5,15 +5,15 @@
  * popcount form, the code accessors, the half-float decode and the estimator/bound
  * arithmetic. Keeping one copy means the CPU tests cover what the GPU runs.
  *
- * Notation (REFERENCE.md section 1): P is the index rotation, q' = P q, c' = P c,
+ * Notation (docs/algorithms.md §1): P is the index rotation, q' = P q, c' = P c,
  * r = P v - c', u the centred code of r. Every estimate has the similarity form
  *
- *     <q, v>  ~=  <q, c> + alpha + kappa * <u, q'>                  (REFERENCE 1.8)
+ *     <q, v>  ~=  <q, c> + alpha + kappa * <u, q'>        (docs/algorithms.md §1.5)
  *
  * with kappa = |r|^2 / <u, r> and alpha = <r, c'> - kappa <u, c'> stored per token,
  * and <u, q'> computed from the code: u = b - 1/2 for the 1-bit plane, u = T - (2^B-1)/2
  * for the B-bit code T. The error bound is eps0 * f_error * G_error with
- * G_error = |q' - c'| (REFERENCE 1.9); f_error is stored *without* eps0 so that callers
+ * G_error = |q' - c'| (docs/algorithms.md §1.6); f_error is stored *without* eps0 so that callers
  * can choose the confidence (QM_EPS0 = 1.9 is the papers' choice).
  *
  * Code layouts (d_pad = padded dimension, a multiple of 64):

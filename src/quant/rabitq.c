@@ -1,12 +1,13 @@
 /* Extended RaBitQ encoder and query-set preparation (Gao & Long, SIGMOD 2024, sections
- * 3.1-3.2; Gao et al., SIGMOD 2025, section 3 "rescale search"; REFERENCE.md 1.2-1.8).
+ * 3.1-3.2; Gao et al., SIGMOD 2025, section 3 "rescale search"; docs/algorithms.md
+ * §1.2-1.5).
  *
  * Encoding works in rotated space: r = v' - c', o = r/|r|, b_i = [r_i > 0] (one sign
- * rule everywhere; REFERENCE 1.5's edge case). The magnitude code e_i in 0..2^(B-1)-1
+ * rule everywhere; docs/algorithms.md §1.4). The magnitude code e_i in 0..2^(B-1)-1
  * maximises the cosine between (e + 1/2) and |o| over codes of the form
- * e_i = min(floor(t |o_i|), 2^(B-1)-1), t > 0. Departure (REFERENCE 1.4 "correct
- * variant"): the search starts at t -> 0 (every e_i = 0, which is the 1-bit code), walks
- * all events t = k/|o_i| (k = 1..2^(B-1)-1) in increasing order, so each coordinate is
+ * e_i = min(floor(t |o_i|), 2^(B-1)-1), t > 0. Departure (docs/algorithms.md §1.3):
+ * the search starts at t -> 0 (every e_i = 0, which is the 1-bit code), walks all
+ * events t = k/|o_i| (k = 1..2^(B-1)-1) in increasing order, so each coordinate is
  * capped at 2^(B-1)-1, and scores the clamped codes, so it is exact over that family;
  * the library's start at t_end * T[b_ex] with unclamped scoring is slightly sub-optimal
  * (cos 0.9935 vs 0.9947 at B = 4). The codes of the best step are counted from the
@@ -15,10 +16,10 @@
  * Cost: d * (2^(B-1)-1) events per token (~900 at d = 128, B = 4), sorted by a radix
  * sort and walked once (section below; it replaced a min-heap walk ~10x slower, with the
  * same codes); for B >= 5 a window around the optimum is walked first (rescale_search).
- * The fast-mode constant t (REFERENCE 1.4) is not offered: the search costs a few us per
- * token (bench/bench_quant.c).
+ * The fast-mode constant t (docs/algorithms.md §1.3) is not offered: the search costs a
+ * few us per token (bench/bench_quant.c).
  *
- * Factors (similarity form, REFERENCE 1.8) are computed in double from the codes
+ * Factors (similarity form, docs/algorithms.md §1.5) are computed in double from the codes
  * actually stored, then rounded to the storage types of quant_math.h. */
 #include <math.h>
 #include <string.h>
@@ -157,7 +158,7 @@ static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, double 
 /* The rescale search. For B >= 5 the exhaustive walk has d * (2^(B-1)-1) events (16,256
  * at d = 128, B = 8: ~0.4 ms per token), so it first walks the reference library's window
  * t * max(a) in [T * (emax + 10), emax + 10] (T = 0.59, 0.71, 0.75, 0.77 for B = 5..8;
- * REFERENCE 1.4), ~20x fewer events at B = 8, and keeps its optimum when that lies
+ * docs/algorithms.md §1.3), ~20x fewer events at B = 8, and keeps its optimum when that lies
  * strictly inside the window. An optimum on either edge means the window may have cut
  * off a better t, and the exhaustive walk decides. The cosine is unimodal in t in every
  * case tests/test_quant.c checks (all critical t of B = 2..8), so the window changes no

@@ -1,5 +1,5 @@
 /* Extended RaBitQ encoding and query preparation (Gao & Long, SIGMOD 2024; Gao et al.,
- * SIGMOD 2025; REFERENCE.md 1.2-1.8). Layouts and factor meanings: quant/quant_math.h.
+ * SIGMOD 2025; docs/algorithms.md §1.2-1.5). Layouts and factor meanings: quant/quant_math.h.
  *
  * A token v with centroid c, both already rotated (quant_rotate), is coded in one call
  * into its 1-bit plane + quant_f1 and, optionally, its B-bit code + quant_fB
@@ -36,7 +36,7 @@ size_t quant_encode_work_bytes(uint32_t dim_pad);
  * 8-byte aligned. code1 (dim_pad/8 bytes) and f1 are always written; codeB
  * (qm_codeB_bytes) and fB only when non-NULL; exact when non-NULL. A zero residual
  * (v == c) gets kappa = alpha = f_error = 0, so its estimate is exactly <q, c>.
- * The ex-code uses the exact rescale search (REFERENCE 1.4, "correct variant"). */
+ * The ex-code uses the exact rescale search (docs/algorithms.md §1.3). */
 void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const float *c_rot,
                       void *work, uint8_t *code1, quant_f1 *f1, uint8_t *codeB, quant_fB *fB,
                       quant_exact_factors *exact);

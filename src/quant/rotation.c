@@ -1,4 +1,4 @@
-/* Randomised fast Hadamard rotation (RaBitQ's FhtKac rotator; REFERENCE.md 1.1, Gao &
+/* Randomised fast Hadamard rotation (RaBitQ's FhtKac rotator; docs/algorithms.md §1.1; Gao &
  * Long 2024 section 3.1.2 use a random orthogonal matrix, the FHT form is the
  * RaBitQ-Library's O(d log d) replacement).
  *

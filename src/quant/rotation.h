@@ -1,4 +1,4 @@
-/* The random orthogonal rotation P shared by an index (REFERENCE.md 1.1).
+/* The random orthogonal rotation P shared by an index (docs/algorithms.md §1.1).
  *
  * P acts on R^dim_pad, dim_pad = dim rounded up to a multiple of 64 (inputs are
  * zero-padded). When dim_pad is a power of two, P is 4 rounds of x <- H (S_k x)/sqrt(n)

@@ -1,4 +1,4 @@
-/* The backward tuning procedure (paper section 5.3), automated:
+/* The backward tuning procedure (paper §3.2), automated:
  *
  *   1. start generous: n_probe and k_refine large, so candidate generation and
  *      refinement lose (almost) nothing;

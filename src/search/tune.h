@@ -1,4 +1,4 @@
-/* Target-recall tuning: the paper's backward procedure (section 5.3) automated over an
+/* Target-recall tuning: the paper's backward procedure (paper §3.2) automated over an
  * evaluation callback, so it is independent of how a search is run and measured. */
 #ifndef CHIMERA_SEARCH_TUNE_H
 #define CHIMERA_SEARCH_TUNE_H

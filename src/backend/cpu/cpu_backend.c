@@ -10,7 +10,7 @@
  * (BE_PROBE_GRAPH) pays off on a GPU, where the centroid search runs before and apart
  * from S; on the CPU it is there for comparison (bench) and equivalence tests.
  *
- * Refinement follows DESIGN.md section 2: for each query token, its probed posting
+ * Refinement follows docs/design.md §2.3: for each query token, its probed posting
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
  * the query but slower on CPUs, bench/bench_quant.c), each estimate max-reduced into
  * M[document][token], then each touched document's partial score sums M, with the

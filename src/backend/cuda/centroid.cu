@@ -1,4 +1,4 @@
-// Centroid scores and probing (paper 3.2 step 1; REFERENCE 2.4-2.7).
+// Centroid scores and probing (paper §3.2 step 1; docs/algorithms.md §2.3-2.5).
 //
 // Scores: cuBLAS sgemm, S = C Q^T. Two layouts, because the two readers want different
 // contiguity: document scoring gathers the m scores of one centroid per document token
@@ -14,7 +14,7 @@
 // and sorts only those (next_pow2(n_probe) keys in shared memory, <= 32 KiB at
 // CU_MAX_PROBE). Ties go to the smaller centroid id, as in the CPU backend.
 //
-// Graph probe (CAGRA single-CTA search, REFERENCE 2.4 and 2.7): one block of 256 threads
+// Graph probe (CAGRA single-CTA search, docs/algorithms.md §2.4, §2.5): one block of 256 threads
 // per query token. Shared memory holds the query token, the candidate buffer of
 // itopk + width*degree entries (sorted by a bitonic sort of its next power of two each
 // iteration), a visited hash (open addressing, linear probing, atomicCAS insert, sized to

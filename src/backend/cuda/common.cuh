@@ -44,7 +44,7 @@ extern "C" {
 // dimension out of range) surface here.
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-// ---- order-preserving keys (REFERENCE.md 4.5) ----------------------------------------
+// ---- order-preserving keys (docs/algorithms.md §3.2) ----------------------------------
 //
 // Signed 32-bit key: key(a) < key(b) iff a < b for all non-NaN floats, so a float max or
 // min becomes one native integer atomicMax/atomicMin. INT32_MIN is below every non-NaN

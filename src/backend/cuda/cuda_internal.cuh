@@ -24,7 +24,7 @@ extern "C" {
 #define CU_BLOCKS_PER_SM 4
 
 // Probe: largest n_probe (the brute-force selection sorts next_pow2(n_probe) keys in
-// shared memory) and the graph search's largest candidate list (REFERENCE 2.3: single
+// shared memory) and the graph search's largest candidate list (algorithms.md §2.3: single
 // CTA up to 512); AUTO takes the graph only from CU_GRAPH_MIN_K centroids (centroid.cu).
 #define CU_MAX_PROBE 4096
 #define CU_GRAPH_ITOPK_MAX 512

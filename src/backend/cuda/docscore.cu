@@ -1,5 +1,5 @@
 // Document scoring on the device: the complete 1-bit Chamfer score of a chunk of
-// documents (paper 3.2 step 3, 4.1 "query tiling", 4.2 "document score aggregation").
+// documents (paper §3.2 step 3, §4.1 "query tiling", §4.2 "document score aggregation").
 //
 // Grid: one block of CU_THREADS threads per CU_SCORE_DOCS_PER_BLOCK documents of the id
 // list. The block lays its documents' tokens end to end (doc-major codes, so each

@@ -1,4 +1,4 @@
-// Candidate refinement on the device (paper 3.2 step 2, 4.1, 4.2; DESIGN.md 2).
+// Candidate refinement on the device (paper §3.2 step 2, §4.1, §4.2; docs/design.md §2.3).
 //
 // Kernel 1, refine_est (one block per (query token j, group of CU_REFINE_LISTS_PER_BLOCK
 // probed lists), CU_THREADS threads, dim_pad*16 bytes of shared memory): the block copies
@@ -6,8 +6,8 @@
 // token by lut_build below) into shared memory, then each thread takes posting entries
 // of the block's lists in turn: <b - 1/2, q'> by LUT (lut.cuh), the estimate
 // qm_est1(<q_j, c>, factors, ip) with the f16 factors decoded by qm_f16_to_f32, and, fused
-// with the next entry's arithmetic (paper 4.2), an atomicMax of its order-preserving key
-// (REFERENCE 4.5, common.cuh) into M[doc][j]. A warp's lanes read one 16-float LUT row
+// with the next entry's arithmetic (paper §4.2), an atomicMax of its order-preserving key
+// (docs/algorithms.md §3.2, common.cuh) into M[doc][j]. A warp's lanes read one 16-float LUT row
 // per group (same-address reads broadcast), so the lookups are conflict-free.
 //
 // The table M: dense, n_docs x m int32 keys per worker, CU_KEY_EMPTY_MAX ("no estimate")
