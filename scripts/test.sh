@@ -3,15 +3,61 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer build; then, with clang, a third time
 # under clang's sanitizers, and the index-open fuzz target under libFuzzer for
 # FUZZ_SECONDS (default 60). Installs missing dependencies.
+#
+# With no arguments this is the full run (the README's test command and CI's). Options
+# narrow it (tests/README.md):
+#   -L LABEL, -LE LABEL   run only the tests with (without) a label: unit, cli, slow,
+#                         gpu, fuzz; passed to ctest in every pass
+#   -R REGEX, -E REGEX    run only the tests whose names match (do not match)
+#   --fast                only the plain build (build-test/), no sanitizer or fuzz pass
+#   -j N                  parallel build and test jobs (default: nproc)
+#   -- ARGS...            further arguments for ctest
+# The fuzz pass runs in a full run, or when the fuzz label is asked for (-L fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+usage() { sed -n '7,15p' "$0" | sed 's/^# \{0,1\}//'; }
 jobs=$(nproc)
-passes=("build-test:" "build-asan:-DCHIMERA_SANITIZE=address,undefined")
-# clang's UndefinedBehaviorSanitizer finds what gcc's does not (and float-cast-overflow,
-# added for both); CUDA off, since the .cu files are built and tested by the gcc passes.
-if command -v clang >/dev/null; then
-  passes+=("build-clang:-DCMAKE_C_COMPILER=clang -DCHIMERA_CUDA=OFF -DCHIMERA_SANITIZE=address,undefined")
+fast=0
+filter=()
+extra=()
+want_fuzz=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -L|-LE|-R|-E)
+      [ $# -ge 2 ] || { echo "test.sh: $1 needs an argument" >&2; exit 2; }
+      filter+=("$1" "$2")
+      want_fuzz=0
+      [ "$1" = -L ] && [[ fuzz =~ $2 ]] && want_fuzz=2
+      shift 2 ;;
+    --fast) fast=1; shift ;;
+    -j) [ $# -ge 2 ] || { echo "test.sh: -j needs an argument" >&2; exit 2; }
+        jobs=$2; shift 2 ;;
+    -j*) jobs=${1#-j}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "test.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+# Several -L options mean "all of these labels" to ctest; the fuzz pass then runs only if
+# every one of them admits fuzz.
+if [ $want_fuzz = 2 ]; then
+  for ((i = 0; i < ${#filter[@]}; i += 2)); do
+    case "${filter[i]}" in
+      -L) [[ fuzz =~ ${filter[i+1]} ]] || want_fuzz=0 ;;
+      -R|-E|-LE) want_fuzz=0 ;;
+    esac
+  done
+fi
+[ $fast = 1 ] && want_fuzz=0
+scripts/install-deps.sh
+passes=("build-test:")
+if [ $fast = 0 ]; then
+  passes+=("build-asan:-DCHIMERA_SANITIZE=address,undefined")
+  # clang's UndefinedBehaviorSanitizer finds what gcc's does not (and float-cast-overflow,
+  # added for both); CUDA off, since the .cu files are built and tested by the gcc passes.
+  if command -v clang >/dev/null; then
+    passes+=("build-clang:-DCMAKE_C_COMPILER=clang -DCHIMERA_CUDA=OFF -DCHIMERA_SANITIZE=address,undefined")
+  fi
 fi
 for cfg in "${passes[@]}"; do
   dir=${cfg%%:*}
@@ -19,12 +65,13 @@ for cfg in "${passes[@]}"; do
   echo "== $dir ${flags:-(asserts on)}"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF $flags >/dev/null
   cmake --build "$dir" -j"$jobs"
-  (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs")
+  (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" ${filter[@]+"${filter[@]}"} \
+    ${extra[@]+"${extra[@]}"})
 done
 # The index-open fuzz target (tests/fuzz_open.c): only the fuzz executables are built,
 # with the library instrumented for libFuzzer; ctest runs the standalone driver and, when
 # libFuzzer is there, fuzz_open for FUZZ_SECONDS.
-if command -v clang >/dev/null; then
+if [ $want_fuzz != 0 ] && command -v clang >/dev/null; then
   echo "== build-fuzz (libFuzzer, ${FUZZ_SECONDS:-60}s)"
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF -DCMAKE_C_COMPILER=clang \
     -DCHIMERA_CUDA=OFF -DCHIMERA_SANITIZE=address,undefined -DCHIMERA_FUZZ=ON >/dev/null
