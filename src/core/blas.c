@@ -13,7 +13,27 @@ void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static void init(void) { openblas_set_num_threads(1); }
+/* What the first sgemm decided: 0 not yet, 1 set OpenBLAS to one thread, 2 kept. */
+static _Atomic int decided;
+
+static int env_keep(void)
+{
+    const char *env = getenv("CHIMERA_BLAS_THREADS");
+    return env && strcmp(env, "keep") == 0;
+}
+
+static void init(void)
+{
+    int keep = env_keep();
+    if (!keep) openblas_set_num_threads(1);
+    decided = keep ? 2 : 1;
+}
+
+int cm_blas_threads_kept(void)
+{
+    int d = decided;
+    return d ? d == 2 : env_keep();
+}
 
 void cm_sgemm_nt(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc)

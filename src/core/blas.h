@@ -2,7 +2,14 @@
  *
  * Chimera parallelises over blocks with its own pool, so every sgemm runs in the
  * calling thread: OpenBLAS's own threads are set to 1 on first use (mixing both would
- * oversubscribe the cores and make timings erratic).
+ * oversubscribe the cores and make timings erratic). That setting is process-wide, so
+ * CHIMERA_BLAS_THREADS=keep in the environment (read at the first sgemm) leaves it to
+ * the application instead; include/chimera.h documents both for users.
+ *
+ * The opt-out is an environment variable rather than an API call because the choice is
+ * the deployment's (like OPENBLAS_NUM_THREADS and CHIMERA_SIMD), it must hold from the
+ * first sgemm of the process on, and a setter would be global mutable state in an API
+ * that otherwise has none.
  *
  * Debian 12's OpenBLAS 0.3.21 does not know recent Intel server CPUs and falls back to
  * its Prescott (SSE3) kernels, 3-6x slower than its SkylakeX/Haswell ones. The core type
@@ -17,6 +24,10 @@
 /* C[M x N] = alpha * A[M x K] * B[N x K]^T + beta * C (all row-major, float32). */
 void cm_sgemm_nt(int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc);
+
+/* 1 when the library leaves OpenBLAS's thread count alone (CHIMERA_BLAS_THREADS=keep):
+ * what the first sgemm decided, or before it, what it would decide now. */
+int cm_blas_threads_kept(void);
 
 /* The kernel family OpenBLAS picked ("Zen", "SkylakeX", "Prescott", ...). */
 const char *cm_blas_corename(void);
