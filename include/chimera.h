@@ -1,5 +1,9 @@
 /* chimera.h — Chimera: multi-vector (late-interaction) retrieval on CPU and GPU.
  *
+ * This header is the library's manual: what it does, the life cycle and ownership of
+ * every object, which calls may run at once, what the library does to the process, and
+ * the rules for how the API changes. Everything else in the source tree is private.
+ *
  * A corpus is a set of documents; each document is a set of token vectors in R^d
  * (ColBERT style: L2-normalised, d = 96 or 128, tens to hundreds of tokens). A query is
  * a set of m token vectors. The score of a document is its Chamfer (MaxSim) similarity
@@ -11,44 +15,118 @@
  * for filtering, B-bit for re-scoring) and a three-stage pipeline; exact search by
  * brute force is provided as the reference every recall figure is measured against.
  *
- * Life cycle
- *   chimera_corpus_open()      map a token matrix (.npy) and its document lengths
- *   chimera_queries_open()     read query token sets
- *   chimera_index_build()      build an index of a corpus into a directory
- *   chimera_index_open()       map an index for searching
- *   chimera_exact_search()     exact top-k by Chamfer score (ground truth)
- *   chimera_trec_write()       write results as a TREC run
- *   chimera_run_read(), chimera_eval_recall(), chimera_eval_qrels()   evaluate runs
- *   ..._close() / ..._free()   every object returned has one
+ * Example: build an index, open it, search it, close it
+ *
+ *   chimera_corpus *corpus = NULL;
+ *   chimera_index *index = NULL;
+ *   chimera_queries *queries = NULL;
+ *   chimera_error err = {0};
+ *   if (chimera_corpus_open("tokens.npy", "doclens.npy", NULL, NULL, &corpus, &err) ||
+ *       chimera_index_build(corpus, "my.idx", NULL, NULL, &err) ||
+ *       chimera_index_open("my.idx", NULL, &index, &err) ||
+ *       chimera_queries_read("queries.npy", NULL, &queries, &err))
+ *       goto done;                                   // err.msg names what was wrong
+ *   int64_t n = chimera_queries_count(queries);
+ *   int64_t *ids = malloc(n * 10 * sizeof *ids);     // query i's r-th hit: ids[i*10 + r]
+ *   float *scores = malloc(n * 10 * sizeof *scores);
+ *   if (chimera_index_search(index, queries, 10, NULL, NULL, ids, scores, NULL) == 0)
+ *       printf("query 0: document %lld\n", (long long)ids[0]);
+ *   free(ids), free(scores);
+ * done:
+ *   chimera_queries_free(queries);                   // every close/free accepts NULL
+ *   chimera_index_close(index);
+ *   chimera_corpus_close(corpus);
+ *
+ * Objects and their life cycles
+ *   chimera_corpus   chimera_corpus_open (maps a .npy token matrix) or _wrap (borrows
+ *                    caller arrays) → chimera_index_build, chimera_exact_search,
+ *                    chimera_corpus_sample_queries → chimera_corpus_close.
+ *   chimera_queries  chimera_queries_read (.npy file), _new (caller arrays), _slice, or
+ *                    chimera_corpus_sample_queries → any search → chimera_queries_free.
+ *   an index         chimera_index_build writes a directory; it is a file, not a handle.
+ *                    chimera_index_info_read reads its manifest without opening it;
+ *                    chimera_index_profile_save stores a tuned setting in it.
+ *   chimera_index    chimera_index_open (maps the directory) → chimera_index_search,
+ *                    _tune, _check, _profile_get → chimera_index_close. A handle sees
+ *                    the index as it was at open: reopen to see a rebuild or a profile
+ *                    saved since (the old files stay valid while mapped).
+ *   chimera_run      chimera_run_read (a TREC run) or chimera_run_read_qrels →
+ *                    chimera_run_eval_recall, _eval_qrels, _topk_ids → chimera_run_free.
+ *   results          the caller's ids[] and scores[] arrays a search fills:
+ *                    chimera_results_write (a TREC run file), chimera_results_eval_recall.
+ *
+ * Who owns what
+ *   - Every object returned through `T **out` belongs to the caller, who releases it
+ *     with its own _close / _free (each accepts NULL). Closing one object never closes
+ *     another: a corpus may be closed while an index built from it stays open.
+ *   - Inputs are borrowed for the call only, except chimera_corpus_wrap's arrays, which
+ *     must outlive the corpus (nothing is copied). chimera_queries_new copies.
+ *   - Outputs are caller-owned arrays of the documented size; unused result slots are
+ *     padded with id -1 and score -INFINITY. The library keeps no pointer to them after
+ *     the call returns.
+ *   - Returned strings are static (names, versions), or point into a handle
+ *     (`..._errmsg`: valid until the next call on that handle or its close).
+ *   - Memory-mapped files (a corpus's tokens, an index's sections) stay mapped until
+ *     the handle's close; see chimera_mapping_describe for what a truncated file does.
+ *
+ * Threads
+ *   Distinct handles are always independent. Per handle:
+ *   - chimera_index: after open, immutable; chimera_index_search may be called from any
+ *     number of threads at once, each call with its own outputs. chimera_index_check,
+ *     _tune and _profile_get leave their message on the handle: at most one of these
+ *     at a time per handle (searches may run alongside).
+ *   - chimera_corpus: after open, immutable; chimera_exact_search may be called from any
+ *     number of threads at once, and so may index builds reading it.
+ *   - chimera_queries, chimera_run: immutable after creation; every function on them
+ *     takes a const handle and may run from any number of threads.
+ *   - Functions without a handle (build, info, profile save, result files, synth,
+ *     names, version, runtime info) are reentrant. Builds and profile saves of one index
+ *     directory serialise on its writer lock, also across processes.
+ *   - No call may be in flight on a handle that is being closed.
+ *   - Calls with n_threads > 1 run their own worker threads and join them before
+ *     returning; progress callbacks are called from those threads.
+ *
+ * What the library does to the process
+ *   - BLAS threads. Exact search and index builds multiply matrices with OpenBLAS from
+ *     inside Chimera's own worker threads, so OpenBLAS's threads on top would
+ *     oversubscribe the cores. On its first matrix multiply the library therefore calls
+ *     openblas_set_num_threads(1), and OpenBLAS's thread count is process-wide: any
+ *     other user of the same OpenBLAS in the process (numpy linked to it, say) becomes
+ *     single-threaded too. To opt out, set CHIMERA_BLAS_THREADS=keep in the environment
+ *     before that first call: the library then never changes OpenBLAS's setting (set
+ *     OPENBLAS_NUM_THREADS or use n_threads = 1 to avoid the oversubscription).
+ *     chimera_runtime_info_get reports which applies.
+ *   - SIMD level: chosen once per process (chimera_simd_level; CHIMERA_SIMD caps it).
+ *   - No signal handlers, no atexit hooks, no global locale or stdio changes, nothing
+ *     printed: messages go to chimera_error, handles and progress callbacks.
+ *   - Memory comes from malloc; worker threads exist only during a call (an open index
+ *     may keep an idle pool of them until close), and GPU memory only while a CUDA
+ *     search engine lives on an index handle.
  *
  * Conventions
  *   - Every fallible function returns chimera_status: CHIMERA_OK (0) or a negative code.
  *   - Constructors take `T **out` and set *out = NULL on failure; their optional
  *     `chimera_error *err` receives a message naming what was wrong.
- *   - Methods on a handle keep their last message on the handle (`..._errmsg`), valid
- *     until the next call on that handle.
- *   - Options structs: zero means default; initialise with `= {0}` and set what you need.
- *   - Outputs are caller-owned arrays; unused result slots are padded with id -1 and
- *     score -INFINITY.
- *   - Handles are not thread-safe unless stated; distinct handles are independent.
+ *   - Methods on a handle keep their last message on the handle (`..._errmsg`).
+ *   - Names are chimera_<object>_<verb> (chimera_index_open, chimera_run_eval_recall);
+ *     accessors are chimera_<object>_<property> (chimera_index_dim). new/free are for
+ *     in-memory objects, open/close for mapped files, read/write for whole files.
+ *   - Enums are typed (chimera_impute, chimera_probe, chimera_backend) and each has
+ *     chimera_<enum>_name() and chimera_<enum>_parse() for front ends; their values are
+ *     stored in index profiles, so they are never renumbered.
  *
- * Example: exact top-10 for a query file
- *
- *   chimera_error err;
- *   chimera_corpus *c;
- *   chimera_queries *q;
- *   if (chimera_corpus_open("tokens.npy", "doclens.npy", NULL, NULL, &c, &err) ||
- *       chimera_queries_open("queries.npy", NULL, &q, &err)) {
- *       fprintf(stderr, "%s\n", err.msg);
- *       return 1;
- *   }
- *   int64_t n = chimera_queries_count(q);
- *   int64_t *ids = malloc(n * 10 * sizeof *ids);
- *   float *scores = malloc(n * 10 * sizeof *scores);
- *   if (chimera_exact_search(c, q, 10, NULL, ids, scores) == CHIMERA_OK)
- *       chimera_trec_write("run.trec", n, 10, ids, scores, "exact", &err);
- *   chimera_queries_free(q);
- *   chimera_corpus_close(c);
+ * How the API grows without breaking callers
+ *   - Options structs (chimera_*_opts, chimera_search_params): a zero field means its
+ *     default, every struct has an initialiser chimera_<struct>_default(), and new
+ *     fields are only ever added at the end, with a default that keeps today's
+ *     behaviour. Start from the initialiser (or `= {0}`) and set what you need: the
+ *     code keeps compiling and meaning the same when fields are added.
+ *   - Statuses are never renumbered or reused; new ones may appear, so treat an unknown
+ *     negative value as an error.
+ *   - The header (CHIMERA_VERSION_*) and the library (chimera_version()) carry
+ *     versions. A struct that grows changes the ABI, so it comes with a new soname
+ *     (libchimera.so.0 → .1); within a soname, programs built against an older header
+ *     keep working.
  */
 #ifndef CHIMERA_H
 #define CHIMERA_H
@@ -58,6 +136,17 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Marks the public functions: the shared library exports these and nothing else (it is
+ * built with -fvisibility=hidden; tests/check_exports.sh compares its dynamic symbols
+ * with this header). Define CHIMERA_API before including this header to override. */
+#ifndef CHIMERA_API
+#if defined(__GNUC__) || defined(__clang__)
+#define CHIMERA_API __attribute__((visibility("default")))
+#else
+#define CHIMERA_API
+#endif
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
@@ -103,20 +192,58 @@ typedef struct chimera_error {
 } chimera_error;
 
 /* Static name of a status ("CHIMERA_ERR_IO"); never NULL. */
-const char *chimera_status_str(chimera_status status);
+CHIMERA_API const char *chimera_status_str(chimera_status status);
 
-/* "MAJOR.MINOR.PATCH" of the library actually linked. */
-const char *chimera_version(void);
+/* "MAJOR.MINOR.PATCH" of the library actually linked (CHIMERA_VERSION_STRING is the
+ * header's). */
+CHIMERA_API const char *chimera_version(void);
 
 /* The SIMD level of the kernels in use: "scalar", "avx2" or "avx512" — the best this
  * CPU (and its OS) supports, capped by CHIMERA_SIMD=scalar|avx2|avx512 in the
  * environment, decided once per process. Static string; never fails. */
-const char *chimera_simd_level(void);
+CHIMERA_API const char *chimera_simd_level(void);
 
 /* Progress callback for long work: `phase` names the step ("kmeans", "exact search"),
  * `fraction` runs from 0 to 1 (1 once per phase, at its end). May be called from
  * worker threads, so it must be thread-safe. */
 typedef void (*chimera_progress_fn)(void *user, const char *phase, double fraction);
+
+/* ---------------------------------------------------------------------------------- */
+/* Enums                                                                              */
+/* ---------------------------------------------------------------------------------- */
+
+/* Each enum has chimera_<enum>_name(value), a static lower-case name ("graph"), NULL for
+ * a value outside the enum, and chimera_<enum>_parse(name, &value), the inverse:
+ * CHIMERA_OK, or CHIMERA_ERR_INVALID_ARG (value untouched) for an unknown or NULL name.
+ * Values are stored in index profiles and never renumbered; 0 is the default. */
+
+/* Refinement's floor for a query token no probed cluster scored (search_params.impute). */
+typedef enum chimera_impute {
+    CHIMERA_IMPUTE_PROBE = 0, /* "probe": the n_probe-th centroid score (default) */
+    CHIMERA_IMPUTE_ZERO = 1,  /* "zero": 0, as a plain partial sum would */
+    CHIMERA_IMPUTE_MIN = 2,   /* "min": the smallest estimate seen for that token */
+} chimera_impute;
+
+/* How the clusters to probe are found (search_params.probe). */
+typedef enum chimera_probe {
+    CHIMERA_PROBE_AUTO = 0,  /* "auto": the backend's choice (default) */
+    CHIMERA_PROBE_BRUTE = 1, /* "brute": exact top n_probe of all centroid scores */
+    CHIMERA_PROBE_GRAPH = 2, /* "graph": a walk of the centroid proximity graph */
+} chimera_probe;
+
+/* Where the search pipeline runs (search_opts.backend). */
+typedef enum chimera_backend {
+    CHIMERA_BACKEND_AUTO = 0, /* "auto": CUDA when a device is usable, else the CPU */
+    CHIMERA_BACKEND_CPU = 1,  /* "cpu" */
+    CHIMERA_BACKEND_CUDA = 2, /* "cuda": fails with CHIMERA_ERR_DEVICE without a device */
+} chimera_backend;
+
+CHIMERA_API const char *chimera_impute_name(chimera_impute impute);
+CHIMERA_API chimera_status chimera_impute_parse(const char *name, chimera_impute *out);
+CHIMERA_API const char *chimera_probe_name(chimera_probe probe);
+CHIMERA_API chimera_status chimera_probe_parse(const char *name, chimera_probe *out);
+CHIMERA_API const char *chimera_backend_name(chimera_backend backend);
+CHIMERA_API chimera_status chimera_backend_parse(const char *name, chimera_backend *out);
 
 /* ---------------------------------------------------------------------------------- */
 /* Runtime                                                                            */
@@ -130,17 +257,19 @@ typedef struct chimera_runtime_info {
     int cuda_compiled;         /* 1 when the CUDA backend was built in */
     int n_cuda_devices;        /* usable CUDA devices (0 without CUDA or a driver) */
     char cuda_status[128];     /* why no device is usable, or the first device's name */
+    int blas_threads_kept;     /* 1: CHIMERA_BLAS_THREADS=keep, OpenBLAS's thread count is
+                                  left alone; 0: set to 1 at the first multiply */
 } chimera_runtime_info;
 
 /* Fills *info (probes for CUDA devices, which may take a moment). Never fails. */
-void chimera_runtime_info_get(chimera_runtime_info *info);
+CHIMERA_API void chimera_runtime_info_get(chimera_runtime_info *info);
 
 /* NULL when the BLAS kernels in use suit this CPU or the user has set
  * OPENBLAS_CORETYPE; otherwise the OPENBLAS_CORETYPE value ("SkylakeX", "Haswell")
  * that would replace a generic fallback (Debian 12's OpenBLAS runs SSE3 kernels on CPUs
  * it does not know, 3-6x slower). It only takes effect in a process started with it:
  * the CLI re-executes itself with the variable set. */
-const char *chimera_blas_suggested_coretype(void);
+CHIMERA_API const char *chimera_blas_suggested_coretype(void);
 
 /* Which file the library has mapped at `addr`, for a front end's SIGBUS handler. The
  * library maps index sections and .npy inputs and reads them in place; when such a file
@@ -155,7 +284,7 @@ const char *chimera_blas_suggested_coretype(void);
  * @return the bytes written before the NUL; 0 when addr is not in a library mapping.
  * @note Async-signal-safe: no locks, no allocation (a fixed table of lock-free atomics).
  *       Never fails; mappings beyond the table's capacity (256) are simply unnamed. */
-size_t chimera_mapping_describe(const void *addr, char *buf, size_t n);
+CHIMERA_API size_t chimera_mapping_describe(const void *addr, char *buf, size_t n);
 
 /* ---------------------------------------------------------------------------------- */
 /* Corpus: the document token vectors                                                 */
@@ -170,6 +299,9 @@ typedef struct chimera_corpus_opts {
     int skip_value_check; /* 1: do not scan tokens for NaN/Inf at open */
 } chimera_corpus_opts;
 
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_corpus_opts_default(chimera_corpus_opts *opts);
+
 /* Maps `tokens_npy` (float32 or float16, [n_tokens, dim], C order) and reads
  * `doclens_npy` (int32 or int64, [n_docs]). `ids_path` (may be NULL) gives user ids:
  * an int64 .npy of n_docs entries, or a text file with one integer per line; without
@@ -178,52 +310,59 @@ typedef struct chimera_corpus_opts {
  * skipped) that every token is finite; every error names the file and the row.
  * @return CHIMERA_OK, _IO, _FORMAT, _UNSUPPORTED, _DIM, _VALUE, _EMPTY or _NOMEM.
  * @note The token matrix stays memory-mapped, never copied: it may exceed RAM. */
-chimera_status chimera_corpus_open(const char *tokens_npy, const char *doclens_npy,
-                                   const char *ids_path, const chimera_corpus_opts *opts,
-                                   chimera_corpus **out, chimera_error *err);
+CHIMERA_API chimera_status chimera_corpus_open(const char *tokens_npy, const char *doclens_npy,
+                                               const char *ids_path,
+                                               const chimera_corpus_opts *opts,
+                                               chimera_corpus **out, chimera_error *err);
 
 /* Wraps caller memory (float32 tokens, int64 doclens, optional int64 ids) with the same
  * checks as chimera_corpus_open. @note Nothing is copied: the arrays must outlive the
  * corpus. */
-chimera_status chimera_corpus_wrap(const float *tokens, int64_t n_tokens, uint32_t dim,
-                                   const int64_t *doclens, int64_t n_docs, const int64_t *ids,
-                                   const chimera_corpus_opts *opts, chimera_corpus **out,
-                                   chimera_error *err);
+CHIMERA_API chimera_status chimera_corpus_wrap(const float *tokens, int64_t n_tokens, uint32_t dim,
+                                               const int64_t *doclens, int64_t n_docs,
+                                               const int64_t *ids, const chimera_corpus_opts *opts,
+                                               chimera_corpus **out, chimera_error *err);
 
-int64_t chimera_corpus_n_docs(const chimera_corpus *corpus);
-int64_t chimera_corpus_n_tokens(const chimera_corpus *corpus);
-uint32_t chimera_corpus_dim(const chimera_corpus *corpus);
+CHIMERA_API int64_t chimera_corpus_n_docs(const chimera_corpus *corpus);
+CHIMERA_API int64_t chimera_corpus_n_tokens(const chimera_corpus *corpus);
+CHIMERA_API uint32_t chimera_corpus_dim(const chimera_corpus *corpus);
 /* The last error message of a call on this corpus ("" if none). */
-const char *chimera_corpus_errmsg(const chimera_corpus *corpus);
-void chimera_corpus_close(chimera_corpus *corpus);
+CHIMERA_API const char *chimera_corpus_errmsg(const chimera_corpus *corpus);
+/* Unmaps and frees the corpus (NULL is a no-op); no call may be in flight on it. An index
+ * built from it does not need it. */
+CHIMERA_API void chimera_corpus_close(chimera_corpus *corpus);
 
 /* ---------------------------------------------------------------------------------- */
 /* Queries                                                                            */
 /* ---------------------------------------------------------------------------------- */
 
+/* Query token sets, in memory (immutable once made). */
 typedef struct chimera_queries chimera_queries;
 
 /* Reads queries: either [n_queries, m, dim] (every query has m tokens) or [total, dim]
  * with `qlens_npy` giving each query's token count (int32/int64). float32 or float16.
- * Empty queries and NaN/Inf are errors naming the query. The tokens are copied. */
-chimera_status chimera_queries_open(const char *queries_npy, const char *qlens_npy,
-                                    chimera_queries **out, chimera_error *err);
+ * Empty queries and NaN/Inf are errors naming the query. The tokens are copied into
+ * memory (the file is not kept open).
+ * @return CHIMERA_OK, _IO, _FORMAT, _UNSUPPORTED, _DIM, _VALUE, _EMPTY or _NOMEM. */
+CHIMERA_API chimera_status chimera_queries_read(const char *queries_npy, const char *qlens_npy,
+                                                chimera_queries **out, chimera_error *err);
 
 /* Copies caller memory: `tokens` holds all query tokens back to back; `qlens` gives
  * each query's length, or is NULL when all have `m` tokens. */
-chimera_status chimera_queries_new(const float *tokens, int64_t n_queries, uint32_t dim,
-                                   const int64_t *qlens, uint32_t m, chimera_queries **out,
-                                   chimera_error *err);
+CHIMERA_API chimera_status chimera_queries_new(const float *tokens, int64_t n_queries, uint32_t dim,
+                                               const int64_t *qlens, uint32_t m,
+                                               chimera_queries **out, chimera_error *err);
 
-int64_t chimera_queries_count(const chimera_queries *queries);
-uint32_t chimera_queries_dim(const chimera_queries *queries);
+CHIMERA_API int64_t chimera_queries_count(const chimera_queries *queries);
+CHIMERA_API uint32_t chimera_queries_dim(const chimera_queries *queries);
 /* A new query set holding queries [start, start + count) of q (copied). */
-chimera_status chimera_queries_slice(const chimera_queries *q, int64_t start, int64_t count,
-                                     chimera_queries **out, chimera_error *err);
+CHIMERA_API chimera_status chimera_queries_slice(const chimera_queries *q, int64_t start,
+                                                 int64_t count, chimera_queries **out,
+                                                 chimera_error *err);
 
 /* Number of tokens of query i (0 <= i < count). */
-uint32_t chimera_queries_len(const chimera_queries *queries, int64_t i);
-void chimera_queries_free(chimera_queries *queries);
+CHIMERA_API uint32_t chimera_queries_len(const chimera_queries *queries, int64_t i);
+CHIMERA_API void chimera_queries_free(chimera_queries *queries);
 
 /* ---------------------------------------------------------------------------------- */
 /* Exact search (ground truth)                                                        */
@@ -235,14 +374,18 @@ typedef struct chimera_exact_opts {
     void *progress_user;
 } chimera_exact_opts;
 
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_exact_opts_default(chimera_exact_opts *opts);
+
 /* Exact Chamfer top-k of every query over the whole corpus, by blocked sgemm over the
  * (memory-mapped) token matrix: ids[i*k + r] and scores[i*k + r] are query i's r-th best
  * document (user id) and its score, best first; ties go to the earlier document.
  * @return CHIMERA_OK, _INVALID_ARG (k == 0), _DIM (query dim differs), _NOMEM, _VALUE
  *         (a float16 token overflows); message on the corpus. */
-chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_queries *queries,
-                                    uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
-                                    float *scores);
+CHIMERA_API chimera_status chimera_exact_search(chimera_corpus *corpus,
+                                                const chimera_queries *queries, uint32_t k,
+                                                const chimera_exact_opts *opts, int64_t *ids,
+                                                float *scores);
 
 /* ---------------------------------------------------------------------------------- */
 /* Index: build, open, inspect                                                        */
@@ -260,6 +403,9 @@ typedef struct chimera_build_opts {
     chimera_progress_fn progress;
     void *progress_user;
 } chimera_build_opts;
+
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_build_opts_default(chimera_build_opts *opts);
 
 #define CHIMERA_MAX_PHASES 8
 
@@ -279,9 +425,9 @@ typedef struct chimera_build_report {
  * synced, so an existing index at `dir` is never damaged by a failed or killed build;
  * a non-index directory at `dir` is refused. report (may be NULL) gets per-phase times.
  * @return CHIMERA_OK, _INVALID_ARG, _IO, _NOMEM; message in err. */
-chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir,
-                                   const chimera_build_opts *opts, chimera_build_report *report,
-                                   chimera_error *err);
+CHIMERA_API chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir,
+                                               const chimera_build_opts *opts,
+                                               chimera_build_report *report, chimera_error *err);
 
 typedef struct chimera_open_opts {
     int verify;             /* 1: recompute every section's payload checksum before
@@ -290,6 +436,9 @@ typedef struct chimera_open_opts {
                                that is wrong but consistently checksummed is what
                                chimera_index_check finds. */
 } chimera_open_opts;
+
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_open_opts_default(chimera_open_opts *opts);
 
 /* Opens (maps) an index, checking its format version, every section's presence and
  * size against the counts, and the cheap invariants of its values: offsets, posting,
@@ -301,10 +450,13 @@ typedef struct chimera_open_opts {
  * @note Index files are replaced only by rename, never modified in place; a file
  *       truncated in place by hand while mapped faults on access (SIGBUS; see
  *       chimera_mapping_describe). */
-chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts,
-                                  chimera_index **out, chimera_error *err);
-void chimera_index_close(chimera_index *index);
-const char *chimera_index_errmsg(const chimera_index *index);
+CHIMERA_API chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts,
+                                              chimera_index **out, chimera_error *err);
+/* Unmaps and frees the index and whatever search state it holds (worker threads, device
+ * memory); NULL is a no-op. No call may be in flight on it. */
+CHIMERA_API void chimera_index_close(chimera_index *index);
+/* The message of the last failed call on this index ("" if none). */
+CHIMERA_API const char *chimera_index_errmsg(const chimera_index *index);
 
 /* The deep consistency check (`chimera check`): every checksum, then every token in
  * exactly one posting list, lists consistent with documents and centroids, the two
@@ -314,10 +466,10 @@ const char *chimera_index_errmsg(const chimera_index *index);
  * reachable. The message (chimera_index_errmsg) names the section.
  * @return CHIMERA_OK, _CORRUPT, _EMPTY (a consistent index whose documents are all
  *         deleted: every search would fail with _EMPTY), _NOMEM. */
-chimera_status chimera_index_check(chimera_index *index);
+CHIMERA_API chimera_status chimera_index_check(chimera_index *index);
 
-int64_t chimera_index_n_docs(const chimera_index *index);
-uint32_t chimera_index_dim(const chimera_index *index);
+CHIMERA_API int64_t chimera_index_n_docs(const chimera_index *index);
+CHIMERA_API uint32_t chimera_index_dim(const chimera_index *index);
 
 typedef struct chimera_section_info {
     char name[24];
@@ -352,33 +504,36 @@ typedef struct chimera_index_info {
                                generations were recorded) */
 } chimera_index_info;
 
-chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
-                                       chimera_error *err);
+CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
+                                                   chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Search                                                                             */
 /* ---------------------------------------------------------------------------------- */
 
-/* The pipeline's knobs; zero means the default (chimera_search_defaults fills them). */
+/* The pipeline's knobs; zero means the default (chimera_search_params_default). */
 typedef struct chimera_search_params {
     uint32_t n_probe;   /* clusters probed per query token */
     uint32_t k_refine;  /* documents kept by 1-bit partial scores (refinement) */
     uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k) */
     uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring */
-    int impute;         /* refinement floor for unseen tokens: 0 the n_probe-th centroid
-                           score (default), 1 zero, 2 the smallest estimate seen */
-    int probe;          /* centroid search: 0 backend's choice, 1 brute force, 2 graph */
+    chimera_impute impute; /* refinement floor for unseen tokens (default: PROBE) */
+    chimera_probe probe;   /* centroid search (default: the backend's choice) */
 } chimera_search_params;
 
-/* The defaults for top-k (and any preset given), written into *p. */
-void chimera_search_defaults(uint32_t k, chimera_search_params *p);
+/* Sets every field of *p that is zero to its default for top-k: on a zeroed struct, all
+ * the defaults; after setting some fields, the rest. (k == 0 counts as 10.) */
+CHIMERA_API void chimera_search_params_default(uint32_t k, chimera_search_params *p);
 
 typedef struct chimera_search_opts {
     int n_threads;        /* 0: one per CPU */
     int latency_mode;     /* 1: one query at a time with all threads; 0: queries spread
                              over the threads (throughput) */
-    const char *backend;  /* NULL or "auto", "cpu", "cuda" */
+    chimera_backend backend; /* where to run (default: AUTO) */
 } chimera_search_opts;
+
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_search_opts_default(chimera_search_opts *opts);
 
 /* What a search measured (sums over its queries). */
 typedef struct chimera_search_profile {
@@ -401,10 +556,11 @@ typedef struct chimera_search_profile {
  *         NaN or infinite, or a factor it needed is: the message names the section; no
  *         result is returned for a damaged index), _DEVICE, _UNSUPPORTED (backend),
  *         _NOMEM; message on the index. */
-chimera_status chimera_index_search(chimera_index *index, const chimera_queries *queries,
-                                    uint32_t k, const chimera_search_params *params,
-                                    const chimera_search_opts *opts, int64_t *ids,
-                                    float *scores, chimera_search_profile *profile);
+CHIMERA_API chimera_status chimera_index_search(chimera_index *index,
+                                                const chimera_queries *queries, uint32_t k,
+                                                const chimera_search_params *params,
+                                                const chimera_search_opts *opts, int64_t *ids,
+                                                float *scores, chimera_search_profile *profile);
 
 /* ---------------------------------------------------------------------------------- */
 /* Tuning for a target recall                                                         */
@@ -431,10 +587,11 @@ typedef struct chimera_tune_result {
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
  * from chimera_exact_search), then shrink k_refine, then n_probe, keeping the target.
  * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error. */
-chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *queries,
-                                  const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
-                                  double target_recall, const chimera_search_opts *opts,
-                                  chimera_tune_result *res);
+CHIMERA_API chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *queries,
+                                              const int64_t *truth_ids, uint32_t truth_k,
+                                              uint32_t k, double target_recall,
+                                              const chimera_search_opts *opts,
+                                              chimera_tune_result *res);
 
 /* Stores `res` in the index at `dir` as the profile for (k, target_recall), replacing one
  * with the same key; the manifest is rewritten atomically (sections untouched). It is a
@@ -444,65 +601,74 @@ chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *q
  * @return CHIMERA_OK, _INVALID_ARG, the statuses of opening the index, _CONFLICT (the
  *         index's data is not the one res was measured on: it was rebuilt since; tune
  *         again), _BUSY (another process kept the index locked), _IO, _NOMEM. */
-chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
-                                          const chimera_tune_result *res, chimera_error *err);
+CHIMERA_API chimera_status chimera_index_profile_save(const char *dir, uint32_t k,
+                                                      double target_recall,
+                                                      const chimera_tune_result *res,
+                                                      chimera_error *err);
 
 /* The stored profile for top-k whose target is the smallest >= target_recall (any k'
  * >= k qualifies when no profile has this k). @return CHIMERA_OK, _EMPTY (none), or
  * _CORRUPT (that profile holds a missing or out-of-range value; message on the handle). */
-chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
-                                         double target_recall, chimera_search_params *p);
+CHIMERA_API chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
+                                                     double target_recall,
+                                                     chimera_search_params *p);
 
 /* Recall@k of result ids [n x run_k] against exact ids [n x truth_k] (as the paper:
- * |R ∩ R'| / k per query, averaged; -1 entries are padding). */
-double chimera_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
-                          uint32_t truth_k, int64_t n_queries, uint32_t k);
+ * |R ∩ R'| / k per query, averaged; -1 entries are padding). 0 for NULL arrays, n <= 0
+ * or k == 0. */
+CHIMERA_API double chimera_results_eval_recall(const int64_t *run, uint32_t run_k,
+                                               const int64_t *truth, uint32_t truth_k,
+                                               int64_t n_queries, uint32_t k);
 
 /* Pseudo-queries for tuning without a query log: each takes m tokens of a random
  * document (with replacement when it is shorter) plus a little noise, normalised. */
-chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
-                                             uint32_t m, uint64_t seed,
-                                             chimera_queries **out, chimera_error *err);
+CHIMERA_API chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
+                                                         uint32_t m, uint64_t seed,
+                                                         chimera_queries **out, chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Result files and evaluation                                                        */
 /* ---------------------------------------------------------------------------------- */
 
-/* Writes results as a TREC run, one line per hit: `qid Q0 docid rank score tag`, with
- * qid the query's index, rank from 1; padding (-1) entries are skipped. The file is
- * written to a temporary name and renamed into place, so a failure leaves no partial
- * file and an existing one untouched. */
-chimera_status chimera_trec_write(const char *path, int64_t n_queries, uint32_t k,
-                                  const int64_t *ids, const float *scores, const char *tag,
-                                  chimera_error *err);
+/* Writes search results (ids and scores [n_queries x k], as a search fills them) as a
+ * TREC run, one line per hit: `qid Q0 docid rank score tag`, with qid the query's index,
+ * rank from 1; padding (-1) entries are skipped. The file is written to a temporary name
+ * and renamed into place, so a failure leaves no partial file and an existing one
+ * untouched. */
+CHIMERA_API chimera_status chimera_results_write(const char *path, int64_t n_queries, uint32_t k,
+                                                 const int64_t *ids, const float *scores,
+                                                 const char *tag, chimera_error *err);
 
 /* A TREC run (`qid Q0 docid rank score tag`) or qrels (`qid 0 docid relevance`) file
  * in memory. Ids are strings, so runs of other systems can be compared too. */
 typedef struct chimera_run chimera_run;
 
-chimera_status chimera_run_read(const char *path, chimera_run **out, chimera_error *err);
-chimera_status chimera_qrels_read(const char *path, chimera_run **out, chimera_error *err);
-int64_t chimera_run_n_queries(const chimera_run *run);
+CHIMERA_API chimera_status chimera_run_read(const char *path, chimera_run **out,
+                                            chimera_error *err);
+CHIMERA_API chimera_status chimera_run_read_qrels(const char *path, chimera_run **out,
+                                                  chimera_error *err);
+CHIMERA_API int64_t chimera_run_n_queries(const chimera_run *run);
 
 /* Top-k document ids of queries "0" .. "n_queries-1" of a run whose ids are integers
  * (runs written by chimera): ids[i*k + r], -1 where the run has fewer.
  * @return CHIMERA_OK or _FORMAT (a non-integer document id). */
-chimera_status chimera_run_topk_ids(const chimera_run *run, int64_t n_queries, uint32_t k,
-                                    int64_t *ids, chimera_error *err);
-void chimera_run_free(chimera_run *run);
+CHIMERA_API chimera_status chimera_run_topk_ids(const chimera_run *run, int64_t n_queries,
+                                                uint32_t k, int64_t *ids, chimera_error *err);
+CHIMERA_API void chimera_run_free(chimera_run *run);
 
 /* Recall@k as in the paper: for each query of `truth`, |top-k(run) ∩ top-k(truth)| / k'
  * with k' = min(k, hits of truth for that query), averaged over the queries of truth (a
  * query missing from the run counts 0). Hits are ordered by rank (then score).
  * *n_queries (may be NULL) receives the number of queries averaged. */
-chimera_status chimera_eval_recall(const chimera_run *run, const chimera_run *truth, uint32_t k,
-                                   double *recall, int64_t *n_queries, chimera_error *err);
+CHIMERA_API chimera_status chimera_run_eval_recall(const chimera_run *run, const chimera_run *truth,
+                                                   uint32_t k, double *recall, int64_t *n_queries,
+                                                   chimera_error *err);
 
 /* MRR@10 and NDCG@10 of `run` against graded `qrels` (relevance > 0 is relevant; NDCG
  * uses the grades as gains), averaged over the queries that have a relevant document. */
-chimera_status chimera_eval_qrels(const chimera_run *run, const chimera_run *qrels,
-                                  double *mrr10, double *ndcg10, int64_t *n_queries,
-                                  chimera_error *err);
+CHIMERA_API chimera_status chimera_run_eval_qrels(const chimera_run *run, const chimera_run *qrels,
+                                                  double *mrr10, double *ndcg10, int64_t *n_queries,
+                                                  chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Synthetic corpora                                                                  */
@@ -522,6 +688,9 @@ typedef struct chimera_synth_opts {
     void *progress_user;
 } chimera_synth_opts;
 
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_synth_opts_default(chimera_synth_opts *opts);
+
 /* Writes a corpus that behaves like contextual token embeddings into `out_dir` (created
  * if missing): tokens.npy [n_tokens, dim] f32 (L2-normalised), doclens.npy [n_docs] i64,
  * queries.npy [n_queries, query_len, dim] f32 and qrels.tsv (each query's target
@@ -529,8 +698,8 @@ typedef struct chimera_synth_opts {
  * documents have topics and lengths vary; each query is made from its target
  * document's words and topic plus noise. Deterministic for a seed. Each file is written
  * to a temporary name and renamed, so a failure leaves none half-written. */
-chimera_status chimera_synth_write(const char *out_dir, const chimera_synth_opts *opts,
-                                   chimera_error *err);
+CHIMERA_API chimera_status chimera_synth_write(const char *out_dir, const chimera_synth_opts *opts,
+                                               chimera_error *err);
 
 #ifdef __cplusplus
 }

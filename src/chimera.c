@@ -84,6 +84,51 @@ const char *chimera_status_str(chimera_status status)
 
 const char *chimera_version(void) { return CHIMERA_VERSION_STRING; }
 
+/* ---- enums: names for front ends ----------------------------------------------------- */
+
+/* The names of an enum's values, indexed by value (0..n-1). */
+static const char *const impute_names[] = {"probe", "zero", "min"};
+static const char *const probe_names[] = {"auto", "brute", "graph"};
+static const char *const backend_names[] = {"auto", "cpu", "cuda"};
+
+static const char *enum_name(const char *const *names, size_t n, int v)
+{
+    return v >= 0 && (size_t)v < n ? names[v] : NULL;
+}
+
+static int enum_parse(const char *const *names, size_t n, const char *name)
+{
+    for (size_t i = 0; name && i < n; i++)
+        if (strcmp(name, names[i]) == 0) return (int)i;
+    return -1;
+}
+
+#define ENUM_HELPERS(type, names)                                                          \
+    const char *type##_name(type v)                                                        \
+    {                                                                                      \
+        return enum_name(names, sizeof names / sizeof names[0], (int)v);                   \
+    }                                                                                      \
+    chimera_status type##_parse(const char *name, type *out)                               \
+    {                                                                                      \
+        int v = enum_parse(names, sizeof names / sizeof names[0], name);                   \
+        if (v < 0 || !out) return CHIMERA_ERR_INVALID_ARG;                                 \
+        *out = (type)v;                                                                    \
+        return CHIMERA_OK;                                                                 \
+    }
+
+ENUM_HELPERS(chimera_impute, impute_names)
+ENUM_HELPERS(chimera_probe, probe_names)
+ENUM_HELPERS(chimera_backend, backend_names)
+
+/* ---- options initialisers: zero is every field's default ----------------------------- */
+
+void chimera_corpus_opts_default(chimera_corpus_opts *o) { if (o) memset(o, 0, sizeof *o); }
+void chimera_exact_opts_default(chimera_exact_opts *o) { if (o) memset(o, 0, sizeof *o); }
+void chimera_build_opts_default(chimera_build_opts *o) { if (o) memset(o, 0, sizeof *o); }
+void chimera_open_opts_default(chimera_open_opts *o) { if (o) memset(o, 0, sizeof *o); }
+void chimera_search_opts_default(chimera_search_opts *o) { if (o) memset(o, 0, sizeof *o); }
+void chimera_synth_opts_default(chimera_synth_opts *o) { if (o) memset(o, 0, sizeof *o); }
+
 const char *chimera_simd_level(void) { return cm_simd_level_name(cm_simd_level_get()); }
 
 const char *chimera_blas_suggested_coretype(void) { return cm_blas_suggested_coretype(); }
@@ -103,6 +148,7 @@ void chimera_runtime_info_get(chimera_runtime_info *info)
     info->n_cpus = cm_cpu_count();
     info->cuda_compiled = backend_cuda_compiled();
     info->n_cuda_devices = backend_cuda_device_count(info->cuda_status, sizeof info->cuda_status);
+    info->blas_threads_kept = cm_blas_threads_kept();
 }
 
 /* ---- corpus ------------------------------------------------------------------------ */
@@ -165,12 +211,12 @@ void chimera_corpus_close(chimera_corpus *c)
 
 /* ---- queries ----------------------------------------------------------------------- */
 
-chimera_status chimera_queries_open(const char *queries_npy, const char *qlens_npy,
+chimera_status chimera_queries_read(const char *queries_npy, const char *qlens_npy,
                                     chimera_queries **out, chimera_error *err)
 {
-    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_open: out is NULL");
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_read: out is NULL");
     *out = NULL;
-    if (!queries_npy) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_open: path is NULL");
+    if (!queries_npy) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "queries_read: path is NULL");
     chimera_queries *h = cm_calloc(1, sizeof *h);
     if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "queries: out of memory");
     chimera_status s = data_queries_open(&h->q, queries_npy, qlens_npy, err);
@@ -252,12 +298,12 @@ chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_querie
 
 /* ---- runs and evaluation ----------------------------------------------------------- */
 
-chimera_status chimera_trec_write(const char *path, int64_t n_queries, uint32_t k,
-                                  const int64_t *ids, const float *scores, const char *tag,
-                                  chimera_error *err)
+chimera_status chimera_results_write(const char *path, int64_t n_queries, uint32_t k,
+                                     const int64_t *ids, const float *scores, const char *tag,
+                                     chimera_error *err)
 {
     if (!path || !ids || !scores || n_queries < 0)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "trec_write: path, ids and scores are required");
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "results_write: path, ids and scores are required");
     return trec_write(path, n_queries, k, ids, scores, tag ? tag : "chimera", err);
 }
 
@@ -283,7 +329,7 @@ chimera_status chimera_run_read(const char *path, chimera_run **out, chimera_err
     return run_read(path, 0, out, err);
 }
 
-chimera_status chimera_qrels_read(const char *path, chimera_run **out, chimera_error *err)
+chimera_status chimera_run_read_qrels(const char *path, chimera_run **out, chimera_error *err)
 {
     return run_read(path, 1, out, err);
 }
@@ -297,17 +343,18 @@ void chimera_run_free(chimera_run *run)
     cm_free(run);
 }
 
-chimera_status chimera_eval_recall(const chimera_run *run, const chimera_run *truth, uint32_t k,
-                                   double *recall, int64_t *n_queries, chimera_error *err)
+chimera_status chimera_run_eval_recall(const chimera_run *run, const chimera_run *truth,
+                                       uint32_t k, double *recall, int64_t *n_queries,
+                                       chimera_error *err)
 {
     if (!run || !truth || !recall || run->r.is_qrels || truth->r.is_qrels)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "eval_recall: needs two runs and an output");
     return eval_recall(&run->r, &truth->r, k, recall, n_queries, err);
 }
 
-chimera_status chimera_eval_qrels(const chimera_run *run, const chimera_run *qrels,
-                                  double *mrr10, double *ndcg10, int64_t *n_queries,
-                                  chimera_error *err)
+chimera_status chimera_run_eval_qrels(const chimera_run *run, const chimera_run *qrels,
+                                      double *mrr10, double *ndcg10, int64_t *n_queries,
+                                      chimera_error *err)
 {
     if (!run || !qrels || !mrr10 || !ndcg10 || run->r.is_qrels || !qrels->r.is_qrels)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "eval_qrels: needs a run, qrels and outputs");
@@ -407,8 +454,9 @@ chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info
 
 /* ---- search ------------------------------------------------------------------------ */
 
-void chimera_search_defaults(uint32_t k, chimera_search_params *p)
+void chimera_search_params_default(uint32_t k, chimera_search_params *p)
 {
+    if (!p) return;
     /* Measured on the demo corpus (bench/RESULTS.md): these reach Recall@10 0.99 and
      * Recall@100 0.98 against exact search; `chimera tune` finds faster settings for a
      * given target. k_refine is a multiple of k_fullbit because refinement is cheap per
@@ -484,11 +532,11 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
                        "'deleted'); there is nothing to search", (long long)h->ix.n_docs);
     chimera_search_params cp = {0};
     if (params) cp = *params;
-    chimera_search_defaults(k, &cp);
+    chimera_search_params_default(k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
     if (cp.n_probe > h->ix.n_clusters) cp.n_probe = h->ix.n_clusters;
-    if (cp.chunks > 64 || cp.impute < 0 || cp.impute > 2 || cp.probe < 0 || cp.probe > 2)
+    if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: chunks must be 1..64, impute 0..2, probe 0..2");
     if (cp.k_refine > (1u << 24))
@@ -508,7 +556,10 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
     int workers = o.latency_mode ? 1 : threads;
     if (workers > q->n) workers = (int)q->n;
     int be_threads = o.latency_mode ? threads : 1;
-    const char *bname = o.backend ? o.backend : "auto";
+    const char *bname = chimera_backend_name(o.backend);
+    if (!bname)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: backend %d, expected 0..2",
+                       (int)o.backend);
     /* reuse the engine when this call fits it */
     sp_params *em = &h->engine_max;
     if (h->engine && (strcmp(h->engine_backend, bname) != 0 || h->engine_workers != workers ||
@@ -584,8 +635,8 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
 
 /* ---- tuning and profiles ----------------------------------------------------------- */
 
-double chimera_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
-                          uint32_t truth_k, int64_t n_queries, uint32_t k)
+double chimera_results_eval_recall(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                                   uint32_t truth_k, int64_t n_queries, uint32_t k)
 {
     if (!run || !truth || n_queries <= 0 || k == 0) return 0.0;
     return eval_recall_ids(run, run_k, truth, truth_k, n_queries, k);

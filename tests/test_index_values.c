@@ -343,7 +343,7 @@ static void test_pipeline_checks(const fixture *f)
         v.d1_fact = d1;
         v.dB_fact = dB;
         chimera_search_params d = {0};
-        chimera_search_defaults(K, &d); /* what the reference run used */
+        chimera_search_params_default(K, &d); /* what the reference run used */
         sp_params p = {.k = K, .n_probe = d.n_probe, .k_refine = d.k_refine,
                        .k_fullbit = d.k_fullbit, .chunks = d.chunks};
         sp_engine *e;

@@ -148,3 +148,11 @@ int cli_fail(const char *cmd, const chimera_error *err)
     fprintf(stderr, "chimera %s: %s\n", cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
     return 1;
 }
+
+int cli_backend(const char *cmd, const char *name, chimera_backend *out)
+{
+    *out = CHIMERA_BACKEND_AUTO;
+    if (!name || chimera_backend_parse(name, out) == CHIMERA_OK) return 0;
+    fprintf(stderr, "chimera %s: --backend must be cpu, cuda or auto, not '%s'\n", cmd, name);
+    return 2;
+}

@@ -40,6 +40,10 @@ void cli_sigbus_guard(void);
 /* Prints "chimera CMD: message" to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const chimera_error *err);
 
+/* --backend NAME (NULL: auto) into *out; prints a usage message and returns 2 (the exit
+ * code) for an unknown name, else 0. */
+int cli_backend(const char *cmd, const char *name, chimera_backend *out);
+
 int cmd_gen(int argc, char **argv);
 int cmd_exact(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -78,7 +78,7 @@ int cmd_exact(int argc, char **argv)
     chimera_corpus_opts co = {.allow_empty = allow_empty};
     if (chimera_corpus_open(tokens, doclens, ids_path, &co, &c, &err) != CHIMERA_OK)
         return cli_fail("exact", &err);
-    if (chimera_queries_open(queries, qlens, &q, &err) != CHIMERA_OK) {
+    if (chimera_queries_read(queries, qlens, &q, &err) != CHIMERA_OK) {
         chimera_corpus_close(c);
         return cli_fail("exact", &err);
     }
@@ -101,7 +101,7 @@ int cmd_exact(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    if (chimera_trec_write(out, nq, k, ids, scores, "exact", &err) != CHIMERA_OK) {
+    if (chimera_results_write(out, nq, k, ids, scores, "exact", &err) != CHIMERA_OK) {
         rc = cli_fail("exact", &err);
         goto done;
     }

@@ -40,19 +40,19 @@ int cmd_eval(int argc, char **argv)
     int rc = 0;
     if (chimera_run_read(run_path, &run, &err) != CHIMERA_OK ||
         (truth_path && chimera_run_read(truth_path, &truth, &err) != CHIMERA_OK) ||
-        (qrels_path && chimera_qrels_read(qrels_path, &qrels, &err) != CHIMERA_OK)) {
+        (qrels_path && chimera_run_read_qrels(qrels_path, &qrels, &err) != CHIMERA_OK)) {
         rc = cli_fail("eval", &err);
         goto done;
     }
     double rec[16];
     int64_t nq = 0, nqr = 0;
     for (int i = 0; i < nk; i++)
-        if (chimera_eval_recall(run, truth, kv[i], &rec[i], &nq, &err) != CHIMERA_OK) {
+        if (chimera_run_eval_recall(run, truth, kv[i], &rec[i], &nq, &err) != CHIMERA_OK) {
             rc = cli_fail("eval", &err);
             goto done;
         }
     double mrr = 0, ndcg = 0;
-    if (qrels && chimera_eval_qrels(run, qrels, &mrr, &ndcg, &nqr, &err) != CHIMERA_OK) {
+    if (qrels && chimera_run_eval_qrels(run, qrels, &mrr, &ndcg, &nqr, &err) != CHIMERA_OK) {
         rc = cli_fail("eval", &err);
         goto done;
     }

@@ -59,20 +59,16 @@ int cmd_search(int argc, char **argv)
         fprintf(stderr, "chimera search: give the index directory\n");
         return 2;
     }
-    if (strcmp(impute_s, "probe") == 0) sp.impute = 0;
-    else if (strcmp(impute_s, "zero") == 0) sp.impute = 1;
-    else if (strcmp(impute_s, "min") == 0) sp.impute = 2;
-    else {
+    if (chimera_impute_parse(impute_s, &sp.impute) != CHIMERA_OK) {
         fprintf(stderr, "chimera search: --impute must be probe, zero or min\n");
         return 2;
     }
-    if (strcmp(probe_s, "auto") == 0) sp.probe = 0;
-    else if (strcmp(probe_s, "brute") == 0) sp.probe = 1;
-    else if (strcmp(probe_s, "graph") == 0) sp.probe = 2;
-    else {
+    if (chimera_probe_parse(probe_s, &sp.probe) != CHIMERA_OK) {
         fprintf(stderr, "chimera search: --probe must be auto, brute or graph\n");
         return 2;
     }
+    chimera_backend be;
+    if (cli_backend("search", backend, &be)) return 2;
     if (k == 0) {
         fprintf(stderr, "chimera search: -k must be at least 1\n");
         return 2;
@@ -82,7 +78,7 @@ int cmd_search(int argc, char **argv)
     chimera_queries *q = NULL;
     chimera_open_opts oo = {.verify = verify};
     if (chimera_index_open(pos[0], &oo, &ix, &err) != CHIMERA_OK) return cli_fail("search", &err);
-    if (chimera_queries_open(queries, qlens, &q, &err) != CHIMERA_OK) {
+    if (chimera_queries_read(queries, qlens, &q, &err) != CHIMERA_OK) {
         chimera_index_close(ix);
         return cli_fail("search", &err);
     }
@@ -96,7 +92,7 @@ int cmd_search(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = backend};
+    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = be};
     chimera_search_profile prof = {0};
     if (want_recall > 0) {
         chimera_search_params tuned;
@@ -118,7 +114,7 @@ int cmd_search(int argc, char **argv)
         if (!sp.k_fullbit) sp.k_fullbit = tuned.k_fullbit;
         if (!sp.chunks) sp.chunks = tuned.chunks;
     }
-    chimera_search_defaults(k, &sp);
+    chimera_search_params_default(k, &sp);
     /* Warm-up: a few queries first, so the timed run does not pay for the first touch of
      * the mapped index and the engine set-up, which later queries never see. */
     {
@@ -169,7 +165,7 @@ int cmd_search(int argc, char **argv)
         memcpy(total.backend, prof.backend, sizeof total.backend);
     }
     double el = cli_now() - t0;
-    if (out && chimera_trec_write(out, nq, k, ids, scores, "chimera", &err) != CHIMERA_OK) {
+    if (out && chimera_results_write(out, nq, k, ids, scores, "chimera", &err) != CHIMERA_OK) {
         rc = cli_fail("search", &err);
         goto done;
     }

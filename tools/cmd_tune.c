@@ -66,6 +66,8 @@ int cmd_tune(int argc, char **argv)
     int r = cli_parse("tune", "IDX --queries Q.npy --truth T.trec [--target-recall 0.95] [-k 100]",
                       argc, argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
+    chimera_backend be;
+    if (cli_backend("tune", backend, &be)) return 2;
     if (np != 1 || k == 0 || !(target > 0 && target <= 1) ||
         (!queries && !(tokens && doclens)) || (queries && !truth && !(tokens && doclens))) {
         fprintf(stderr, "chimera tune: give IDX and either --queries with --truth, or "
@@ -84,13 +86,13 @@ int cmd_tune(int argc, char **argv)
         rc = cli_fail("tune", &err);
         goto done;
     }
-    if (queries ? chimera_queries_open(queries, NULL, &q, &err)
+    if (queries ? chimera_queries_read(queries, NULL, &q, &err)
                 : chimera_corpus_sample_queries(c, n_pseudo, 32, 17, &q, &err)) {
         rc = cli_fail("tune", &err);
         goto done;
     }
     if ((rc = load_truth("tune", truth, c, q, k, (int)threads, &tids)) != 0) goto done;
-    chimera_search_opts so = {.n_threads = (int)threads, .backend = backend};
+    chimera_search_opts so = {.n_threads = (int)threads, .backend = be};
     chimera_tune_result *res = malloc(sizeof *res);
     if (!res) {
         rc = 1;
@@ -163,6 +165,8 @@ int cmd_bench(int argc, char **argv)
     int r = cli_parse("bench", "IDX --queries Q.npy --truth T.trec [-k 10,100] [--csv F]", argc,
                       argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
+    chimera_backend be;
+    if (cli_backend("bench", backend, &be)) return 2;
     uint32_t kv[4];
     int nk = 0;
     for (const char *p = ks; *p && nk < 4;) {
@@ -191,7 +195,7 @@ int cmd_bench(int argc, char **argv)
     FILE *f = NULL;
     int rc = 0;
     if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK ||
-        chimera_queries_open(queries, NULL, &q, &err) != CHIMERA_OK ||
+        chimera_queries_read(queries, NULL, &q, &err) != CHIMERA_OK ||
         (tokens && chimera_corpus_open(tokens, doclens, NULL, NULL, &c, &err) != CHIMERA_OK)) {
         rc = cli_fail("bench", &err);
         goto done;
@@ -237,7 +241,7 @@ int cmd_bench(int argc, char **argv)
         }
     static const uint32_t probes[] = {4, 8, 16, 32};
     static const uint32_t fmul[] = {1, 2, 4, 8};
-    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = backend};
+    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = be};
     for (int ki = 0; ki < nk; ki++)
         for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; pi++)
             for (size_t fi = 0; fi < sizeof fmul / sizeof fmul[0]; fi++) {
@@ -251,8 +255,8 @@ int cmd_bench(int argc, char **argv)
                     rc = 1;
                     goto done;
                 }
-                chimera_search_defaults(k, &sp);
-                double rec = chimera_recall_ids(ids, k, tids, kmax, nq, k);
+                chimera_search_params_default(k, &sp);
+                double rec = chimera_results_eval_recall(ids, k, tids, kmax, nq, k);
                 qsort(lat, (size_t)nq, sizeof *lat, cmp_d);
                 double mean = 0;
                 for (int64_t i = 0; i < nq; i++) mean += lat[i];

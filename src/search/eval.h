@@ -11,7 +11,7 @@ chimera_status eval_recall(const trec_run *run, const trec_run *truth, uint32_t 
 chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mrr10,
                           double *ndcg10, int64_t *n_queries, chimera_error *err);
 
-/* Recall@k over integer ids (see chimera_recall_ids). */
+/* Recall@k over integer ids (see chimera_results_eval_recall). */
 double eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth, uint32_t truth_k,
                        int64_t n_queries, uint32_t k);
 

@@ -39,7 +39,7 @@ chimera_status tune_backward(tune_eval_fn eval, void *ctx, uint32_t k, double ta
     memset(res, 0, sizeof *res);
     uint32_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint32_t)n_docs;
     chimera_search_params p = {0};
-    chimera_search_defaults(k, &p);
+    chimera_search_params_default(k, &p);
     p.n_probe = n_clusters < 64 ? n_clusters : 64;
     p.k_refine = p.k_refine * 4 < docs ? p.k_refine * 4 : docs;
     if (p.k_refine < k) p.k_refine = k;
