@@ -12,3 +12,9 @@ expect_fail() {
   if "$@" >"$T/out" 2>"$T/err"; then bad "$what: exited 0"; return; fi
   if grep -q -- "$needle" "$T/err"; then ok; else bad "$what: stderr lacks '$needle': $(cat "$T/err")"; fi
 }
+# index_sections: one "name|dtype|shape|device-or-host" line per section of the list in
+# src/index/sections.h, in its order (tests that name sections take them from there).
+index_sections() {
+  sed -n 's/^ *X(\([A-Za-z0-9_]*\), *"\([^"]*\)", *"\([^"]*\)", *IX_\(DEVICE\|HOST\),.*/\1|\2|\3|\4/p' \
+    "${SRC:?source directory}/src/index/sections.h" | sed 's/|DEVICE$/|device/; s/|HOST$/|host/'
+}

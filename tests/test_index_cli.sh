@@ -22,8 +22,7 @@ with open(p, "r+b") as f:
     f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x20]))
 PY
 }
-SECTIONS="rotation centroids graph_adj graph_entry post_off post_tok post_doc c1_codes c1_fact
-d1_codes d1_fact tok_cid dB_codes dB_fact doc_off doc_ids deleted"
+SECTIONS=$(index_sections | cut -d'|' -f1)
 
 # gen -> build -> info -> check
 "$CHIMERA" gen --out "$T/c" --docs 1500 --dim 64 --queries 30 --seed 1 >/dev/null || bad "gen failed"

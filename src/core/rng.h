@@ -51,6 +51,37 @@ static inline uint64_t cm_rng_below(cm_rng *r, uint64_t n)
     return (uint64_t)(((unsigned __int128)cm_rng_next(r) * n) >> 64);
 }
 
+/* Selection sampling (Knuth's algorithm S, TAOCP vol. 2, 3.4.2): `want` of the indices
+ * 0 .. n-1, every subset equally likely, produced in increasing order in one pass with
+ * no n-sized state. Index i is taken when (n - i) u < want - taken for a fresh uniform
+ * u, so exactly one draw is spent per index looked at until `want` are taken: every
+ * sample in the library (training rows, k-means seeds and coarse subsample, graph
+ * pivots and entry points) goes through this one loop and spends its stream alike.
+ *   cm_select s; cm_select_begin(&s, n, want);
+ *   for (int64_t i; (i = cm_select_next(&s, rng)) >= 0;) ... */
+typedef struct cm_select {
+    int64_t n, want, i, taken;
+} cm_select;
+
+static inline void cm_select_begin(cm_select *s, int64_t n, int64_t want)
+{
+    s->n = n;
+    s->want = want;
+    s->i = 0;
+    s->taken = 0;
+}
+
+/* The next index taken, or -1 once `want` are taken (or all n were looked at). */
+static inline int64_t cm_select_next(cm_select *s, cm_rng *r)
+{
+    for (; s->i < s->n && s->taken < s->want; s->i++)
+        if ((double)(s->n - s->i) * cm_rng_uniform(r) < (double)(s->want - s->taken)) {
+            s->taken++;
+            return s->i++;
+        }
+    return -1;
+}
+
 /* Standard normal (Box-Muller; one value per call for simplicity). */
 static inline double cm_rng_gauss(cm_rng *r)
 {

@@ -1,5 +1,8 @@
 /* Index build: sample -> k-means -> assignment -> posting lists + centroid graph ->
- * RaBitQ encoding -> sections (layout in index.h), committed crash-safely by store.
+ * RaBitQ encoding -> sections (index/sections.h), committed crash-safely by store.
+ * Each stage is a function named for it (stage_sample, stage_train, stage_assign,
+ * stage_graph, stage_encode, stage_write) over one build_state that owns every buffer;
+ * ix_build times them and frees the state once.
  *
  * Memory. The token matrix is read through its mapping in blocks and never copied
  * whole; the training sample (at most 64 points per centroid) is the one float32
@@ -108,15 +111,12 @@ static void encode_task(void *ctx, int64_t t, int w)
 
 /* ---- sections ---------------------------------------------------------------------- */
 
-static chimera_status put(store_writer *w, const char *name, const char *dtype, uint32_t ndim,
-                          uint64_t d0, uint64_t d1, const void *data, uint64_t *total,
-                          chimera_error *err)
-{
-    store_type t = {dtype, ndim, {d0, d1, 0, 0}};
-    uint64_t bytes = fmt_dtype_size(dtype) * d0 * (ndim > 1 ? d1 : 1);
-    *total += bytes;
-    return store_writer_add_typed(w, name, &t, data, bytes, err);
-}
+/* One section to write: its shape (the element type comes from the list). */
+typedef struct section_out {
+    uint32_t ndim;
+    uint64_t d0, d1;
+    const void *data;
+} section_out;
 
 static cJSON *build_meta(const data_corpus *c, const ix_build_opts *o, uint32_t dim_pad,
                          uint32_t k, const graph *g, const ivf_postings_stats *ps,
@@ -154,6 +154,234 @@ static cJSON *build_meta(const data_corpus *c, const ix_build_opts *o, uint32_t 
     return m;
 }
 
+/* ---- the stages ------------------------------------------------------------------- */
+
+/* Everything the stages share; build_state_free releases what is set. */
+typedef struct build_state {
+    const data_corpus *c;
+    ix_build_opts o;         /* defaults filled in */
+    ix_build_report *rep;
+    uint32_t k, d, dp;
+    int64_t N;
+    cm_pool *pool;
+    int nw;
+    float **conv, **rot_buf; /* per worker: ROWS_PER_TASK x dim, x dim_pad */
+    float *sample;           /* stage_sample: n_train x dim */
+    int64_t n_train;
+    kmeans_result km;        /* stage_train */
+    ivf_assigner *assigner;  /* stage_assign */
+    uint32_t *assign;        /* N: centroid of each token */
+    ivf_postings post;       /* stage_graph */
+    ivf_postings_stats pst;
+    graph g;
+    quant_rotation *rot;     /* stage_encode */
+    float *c_rot;
+    uint8_t *d1, *dB, *c1;
+    quant_f1 *f1, *cf1;
+    quant_fB *fB;
+    uint32_t *post_doc;
+} build_state;
+
+static chimera_status nomem(chimera_error *err)
+{
+    return cm_fail(err, CHIMERA_ERR_NOMEM, "build: out of memory");
+}
+
+/* The training sample: exactly n_train rows, each kept with probability n_train / N
+ * (cm_select), in order; also the per-worker block buffers the later passes use. */
+static chimera_status stage_sample(build_state *b, chimera_error *err)
+{
+    const uint32_t d = b->d;
+    b->n_train = (int64_t)b->k * TRAIN_POINTS_PER_CENTROID;
+    if (b->n_train > b->N) b->n_train = b->N;
+    b->sample = cm_aligned_alloc(64, (size_t)b->n_train * d * sizeof(float));
+    b->conv = cm_calloc((size_t)b->nw, sizeof *b->conv);
+    b->rot_buf = cm_calloc((size_t)b->nw, sizeof *b->rot_buf);
+    if (!b->sample || !b->conv || !b->rot_buf) return nomem(err);
+    for (int i = 0; i < b->nw; i++) {
+        b->conv[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_TASK * d * sizeof(float));
+        b->rot_buf[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_TASK * b->dp * sizeof(float));
+        if (!b->conv[i] || !b->rot_buf[i]) return nomem(err);
+    }
+    cm_rng r;
+    cm_rng_seed(&r, b->o.seed, 0x5a5a);
+    cm_select sel;
+    cm_select_begin(&sel, b->N, b->n_train);
+    int64_t taken = 0;
+    for (int64_t i; (i = cm_select_next(&sel, &r)) >= 0; taken++) {
+        const float *row = data_corpus_rows(b->c, i, 1, b->conv[0]);
+        memcpy(b->sample + (size_t)taken * d, row, d * sizeof(float));
+    }
+    return CHIMERA_OK;
+}
+
+/* k-means on the sample (flat, or hierarchical for many clusters: cluster/kmeans.h). */
+static chimera_status stage_train(build_state *b, chimera_error *err)
+{
+    kmeans_opts ko = {.seed = b->o.seed ? b->o.seed : 1234, .pool = b->pool,
+                      .progress = b->o.progress, .progress_user = b->o.progress_user,
+                      .max_points_per_centroid = TRAIN_POINTS_PER_CENTROID};
+    return kmeans_train(b->sample, b->n_train, b->d, b->d, b->k, &ko, &b->km, err);
+}
+
+/* Every token to its centroid, and the accuracy of that on the sample. The assigner
+ * parallelises each block over the pool itself, so blocks go one after another. */
+static chimera_status stage_assign(build_state *b, chimera_error *err)
+{
+    ivf_assign_opts ao = {.pool = b->pool};
+    CM_TRY(ivf_assigner_new(b->km.centroids, b->k, b->d, b->km.coarse, b->km.n_coarse,
+                            b->km.child_off, &ao, &b->assigner, err));
+    b->assign = cm_malloc((size_t)b->N * sizeof *b->assign);
+    if (!b->assign) return nomem(err);
+    cm_progress prog;
+    cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "assign", (uint64_t)b->N);
+    pass_ctx p = {.c = b->c, .prog = &prog, .assigner = b->assigner, .assign = b->assign,
+                  .conv = b->conv};
+    int64_t n_tasks = (b->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    for (int64_t t = 0; t < n_tasks; t++) assign_task(&p, t, 0);
+    cm_progress_end(&prog);
+    b->rep->assign_recall =
+        ivf_assign_recall(b->assigner, b->sample, b->n_train, b->d, 20000, b->o.seed + 7);
+    return CHIMERA_OK;
+}
+
+/* The posting lists (and their statistics) and the proximity graph over the centroids. */
+static chimera_status stage_graph(build_state *b, chimera_error *err)
+{
+    CM_TRY(ivf_postings_build(b->assign, b->N, b->k, &b->post, err));
+    if (ivf_postings_stats_get(&b->post, &b->pst) != 0) return nomem(err);
+    graph_build_opts go = {.degree = b->o.graph_degree, .seed = b->o.seed ? b->o.seed : 1234,
+                           .pool = b->pool, .progress = b->o.progress,
+                           .progress_user = b->o.progress_user};
+    return graph_build(b->km.centroids, b->k, b->d, &go, &b->g, err);
+}
+
+/* RaBitQ encoding, doc-major, then the cluster-major copy of the 1-bit plane and the
+ * document of every posting position. */
+static chimera_status stage_encode(build_state *b, chimera_error *err)
+{
+    const uint32_t d = b->d, dp = b->dp, k = b->k;
+    const int64_t N = b->N;
+    CM_TRY(quant_rotation_init(b->rot, d, b->o.seed, err));
+    size_t cb1 = qm_code1_bytes(dp), cbB = qm_codeB_bytes(dp, b->o.bits);
+    b->c_rot = cm_aligned_alloc(64, (size_t)k * dp * sizeof(float));
+    b->d1 = cm_aligned_alloc(64, (size_t)N * cb1);
+    b->dB = cm_aligned_alloc(64, (size_t)N * cbB);
+    b->f1 = cm_malloc((size_t)N * sizeof *b->f1);
+    b->fB = cm_malloc((size_t)N * sizeof *b->fB);
+    b->c1 = cm_aligned_alloc(64, (size_t)N * cb1);
+    b->cf1 = cm_malloc((size_t)N * sizeof *b->cf1);
+    b->post_doc = cm_malloc((size_t)N * sizeof *b->post_doc);
+    if (!b->c_rot || !b->d1 || !b->dB || !b->f1 || !b->fB || !b->c1 || !b->cf1 || !b->post_doc)
+        return nomem(err);
+    quant_rotate_n(b->rot, k, b->km.centroids, d, b->c_rot, dp);
+    cm_progress prog;
+    cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "encode", (uint64_t)N);
+    pass_ctx p = {.c = b->c, .prog = &prog, .assign = b->assign, .rot = b->rot,
+                  .c_rot = b->c_rot, .bits = b->o.bits, .d1 = b->d1, .dB = b->dB, .f1 = b->f1,
+                  .fB = b->fB, .conv = b->conv, .rot_buf = b->rot_buf, .status = CHIMERA_OK};
+    cm_pool_run(b->pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, encode_task, &p);
+    cm_progress_end(&prog);
+    if (p.status != CHIMERA_OK)
+        return cm_fail(err, p.status, "build: encoding failed (%s)",
+                       chimera_status_str(p.status));
+    /* token -> document, then the cluster-major gather */
+    uint32_t *tok_doc = b->post_doc; /* reuse: first token->doc, then position->doc */
+    uint32_t *tmp = cm_malloc((size_t)N * sizeof *tmp);
+    if (!tmp) return nomem(err);
+    const data_corpus *c = b->c;
+    for (int64_t dd = 0; dd < c->n_docs; dd++)
+        for (int64_t t = c->doc_off[dd]; t < c->doc_off[dd + 1]; t++) tmp[t] = (uint32_t)dd;
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t t = b->post.ids[i];
+        memcpy(b->c1 + (size_t)i * cb1, b->d1 + (size_t)t * cb1, cb1);
+        b->cf1[i] = b->f1[t];
+        tok_doc[i] = tmp[t];
+    }
+    cm_free(tmp);
+    return CHIMERA_OK;
+}
+
+/* Every section of the list (index/sections.h), in its order and with its element
+ * type; the shapes and data are filled here by section id. */
+static chimera_status stage_write(build_state *b, store_writer *w, chimera_error *err)
+{
+    const data_corpus *c = b->c;
+    const uint64_t K = b->k, n = (uint64_t)b->N, D = (uint64_t)c->n_docs;
+    const uint64_t cb1 = qm_code1_bytes(b->dp), cbB = qm_codeB_bytes(b->dp, b->o.bits);
+    const uint64_t rbytes = quant_rotation_serialized_size(b->rot);
+    chimera_status s = CHIMERA_ERR_NOMEM;
+    int64_t *doc_ids = cm_malloc((size_t)(c->n_docs + 1) * sizeof *doc_ids);
+    uint8_t *deleted = cm_calloc((size_t)(c->n_docs + 8) / 8, 1);
+    uint8_t *rbuf = cm_malloc(rbytes);
+    if (!doc_ids || !deleted || !rbuf) {
+        s = nomem(err);
+        goto done;
+    }
+    for (int64_t i = 0; i < c->n_docs; i++) doc_ids[i] = data_corpus_id(c, i);
+    quant_rotation_serialize(b->rot, rbuf);
+    const section_out out[IX_N_SECTIONS] = {
+        [IX_SEC_rotation] = {1, rbytes, 0, rbuf},
+        [IX_SEC_centroids] = {2, K, b->d, b->km.centroids},
+        [IX_SEC_graph_adj] = {2, K, b->g.degree, b->g.adj},
+        [IX_SEC_graph_entry] = {1, b->g.n_entry, 0, b->g.entry},
+        [IX_SEC_post_off] = {1, K + 1, 0, b->post.offsets},
+        [IX_SEC_post_tok] = {1, n, 0, b->post.ids},
+        [IX_SEC_post_doc] = {1, n, 0, b->post_doc},
+        [IX_SEC_c1_codes] = {2, n, cb1, b->c1},
+        [IX_SEC_c1_fact] = {2, n, 3, b->cf1},
+        [IX_SEC_d1_codes] = {2, n, cb1, b->d1},
+        [IX_SEC_d1_fact] = {2, n, 3, b->f1},
+        [IX_SEC_tok_cid] = {1, n, 0, b->assign},
+        [IX_SEC_dB_codes] = {2, n, cbB, b->dB},
+        [IX_SEC_dB_fact] = {2, n, sizeof(quant_fB), b->fB},
+        [IX_SEC_doc_off] = {1, D + 1, 0, c->doc_off},
+        [IX_SEC_doc_ids] = {1, D, 0, doc_ids},
+        [IX_SEC_deleted] = {1, (D + 7) / 8, 0, deleted},
+    };
+    uint64_t total = 0;
+    for (int i = 0; i < IX_N_SECTIONS; i++) {
+        const section_out *o = &out[i];
+        store_type t = {ix_sections[i].dtype, o->ndim, {o->d0, o->d1, 0, 0}};
+        uint64_t bytes = fmt_dtype_size(t.dtype) * o->d0 * (o->ndim > 1 ? o->d1 : 1);
+        total += bytes;
+        s = store_writer_add_typed(w, ix_sections[i].name, &t, o->data, bytes, err);
+        if (s != CHIMERA_OK) goto done;
+    }
+    b->rep->bytes_written = total;
+done:
+    cm_free(rbuf);
+    cm_free(doc_ids);
+    cm_free(deleted);
+    return s;
+}
+
+static void build_state_free(build_state *b)
+{
+    if (b->conv)
+        for (int i = 0; i < b->nw; i++) cm_free(b->conv[i]);
+    if (b->rot_buf)
+        for (int i = 0; i < b->nw; i++) cm_free(b->rot_buf[i]);
+    cm_free(b->conv);
+    cm_free(b->rot_buf);
+    cm_free(b->sample);
+    cm_free(b->c_rot);
+    cm_free(b->assign);
+    cm_free(b->post_doc);
+    cm_free(b->d1);
+    cm_free(b->dB);
+    cm_free(b->c1);
+    cm_free(b->f1);
+    cm_free(b->fB);
+    cm_free(b->cf1);
+    cm_free(b->rot);
+    ivf_assigner_free(b->assigner);
+    ivf_postings_free(&b->post);
+    graph_free(&b->g);
+    kmeans_result_free(&b->km);
+    cm_pool_free(b->pool);
+}
+
 /* ---- the build --------------------------------------------------------------------- */
 
 chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_build_opts *opts,
@@ -181,220 +409,51 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: %u clusters for only %lld tokens", k,
                        (long long)c->n_tokens);
     rep->n_clusters = k;
-    const uint32_t d = c->dim, dp = quant_dim_pad(d);
-    const int64_t N = c->n_tokens;
 
     chimera_status s = CHIMERA_OK;
     store_writer *w = NULL;
-    cm_pool *pool = cm_pool_new(o.n_threads);
-    int nw = cm_pool_size(pool);
-    o.n_threads = nw;
-    float *sample = NULL, *c_rot = NULL, **conv = NULL, **rot_buf = NULL;
-    uint32_t *assign = NULL, *post_doc = NULL;
-    uint8_t *d1 = NULL, *dB = NULL, *c1 = NULL, *deleted = NULL;
-    quant_f1 *f1 = NULL, *cf1 = NULL;
-    quant_fB *fB = NULL;
-    int64_t *doc_ids = NULL;
-    kmeans_result km = {0};
-    ivf_assigner *assigner = NULL;
-    ivf_postings post = {0};
-    graph g = {0};
-    quant_rotation *rot = cm_malloc(sizeof *rot);
     cJSON *meta = NULL;
     phase_clock pc = {rep, 0};
-    cm_progress prog;
-    if (!pool || !rot) goto nomem;
+    build_state b = {.c = c, .rep = rep, .k = k, .d = c->dim, .dp = quant_dim_pad(c->dim),
+                     .N = c->n_tokens};
+    b.pool = cm_pool_new(o.n_threads);
+    b.nw = cm_pool_size(b.pool);
+    o.n_threads = b.nw;
+    b.o = o;
+    b.rot = cm_malloc(sizeof *b.rot);
+    if (!b.pool || !b.rot) {
+        s = nomem(err);
+        goto done;
+    }
 
     /* Fail early on an unusable target, before hours of work. */
     store_write_opts wo = {.no_sync = o.no_sync};
     s = store_writer_begin(out_dir, &wo, &w, err);
     if (s != CHIMERA_OK) goto done;
 
-    /* 1. training sample: each row kept with probability n_train / N */
-    phase_start(&pc);
-    int64_t n_train = (int64_t)k * TRAIN_POINTS_PER_CENTROID;
-    if (n_train > N) n_train = N;
-    sample = cm_aligned_alloc(64, (size_t)n_train * d * sizeof(float));
-    conv = cm_calloc((size_t)nw, sizeof *conv);
-    rot_buf = cm_calloc((size_t)nw, sizeof *rot_buf);
-    if (!sample || !conv || !rot_buf) goto nomem;
-    for (int i = 0; i < nw; i++) {
-        conv[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_TASK * d * sizeof(float));
-        rot_buf[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_TASK * dp * sizeof(float));
-        if (!conv[i] || !rot_buf[i]) goto nomem;
-    }
-    {
-        /* Selection sampling (Knuth's algorithm S): exactly n_train rows, in order. */
-        cm_rng r;
-        cm_rng_seed(&r, o.seed, 0x5a5a);
-        int64_t taken = 0;
-        for (int64_t i = 0; i < N && taken < n_train; i++) {
-            if ((double)(N - i) * cm_rng_uniform(&r) < (double)(n_train - taken)) {
-                const float *row = data_corpus_rows(c, i, 1, conv[0]);
-                memcpy(sample + (size_t)taken * d, row, d * sizeof(float));
-                taken++;
-            }
-        }
-    }
-    phase_end(&pc, "sample");
-
-    /* 2. k-means */
-    phase_start(&pc);
-    kmeans_opts ko = {.seed = o.seed ? o.seed : 1234, .pool = pool, .progress = o.progress,
-                      .progress_user = o.progress_user,
-                      .max_points_per_centroid = TRAIN_POINTS_PER_CENTROID};
-    s = kmeans_train(sample, n_train, d, d, k, &ko, &km, err);
-    if (s != CHIMERA_OK) goto done;
-    phase_end(&pc, "kmeans");
-
-    /* 3. assignment of every token, and its accuracy on a sample. The assigner
-     * parallelises each block over the pool itself, so blocks go one after another. */
-    phase_start(&pc);
-    ivf_assign_opts ao = {.pool = pool};
-    s = ivf_assigner_new(km.centroids, k, d, km.coarse, km.n_coarse, km.child_off, &ao,
-                         &assigner, err);
-    if (s != CHIMERA_OK) goto done;
-    assign = cm_malloc((size_t)N * sizeof *assign);
-    if (!assign) goto nomem;
-    {
-        cm_progress_begin(&prog, o.progress, o.progress_user, "assign", (uint64_t)N);
-        pass_ctx p = {.c = c, .prog = &prog, .assigner = assigner, .assign = assign, .conv = conv};
-        int64_t n_tasks = (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
-        for (int64_t t = 0; t < n_tasks; t++) assign_task(&p, t, 0);
-        cm_progress_end(&prog);
-        rep->assign_recall = ivf_assign_recall(assigner, sample, n_train, d, 20000, o.seed + 7);
-    }
-    phase_end(&pc, "assign");
-
-    /* 4. posting lists and the centroid graph */
-    phase_start(&pc);
-    s = ivf_postings_build(assign, N, k, &post, err);
-    if (s != CHIMERA_OK) goto done;
-    ivf_postings_stats pst;
-    if (ivf_postings_stats_get(&post, &pst) != 0) goto nomem;
-    graph_build_opts go = {.degree = o.graph_degree, .seed = o.seed ? o.seed : 1234,
-                           .pool = pool, .progress = o.progress, .progress_user = o.progress_user};
-    s = graph_build(km.centroids, k, d, &go, &g, err);
-    if (s != CHIMERA_OK) goto done;
-    phase_end(&pc, "graph");
-
-    /* 5. RaBitQ encoding, doc-major, then the cluster-major copy of the 1-bit plane */
-    phase_start(&pc);
-    s = quant_rotation_init(rot, d, o.seed, err);
-    if (s != CHIMERA_OK) goto done;
-    size_t cb1 = qm_code1_bytes(dp), cbB = qm_codeB_bytes(dp, o.bits);
-    c_rot = cm_aligned_alloc(64, (size_t)k * dp * sizeof(float));
-    d1 = cm_aligned_alloc(64, (size_t)N * cb1);
-    dB = cm_aligned_alloc(64, (size_t)N * cbB);
-    f1 = cm_malloc((size_t)N * sizeof *f1);
-    fB = cm_malloc((size_t)N * sizeof *fB);
-    c1 = cm_aligned_alloc(64, (size_t)N * cb1);
-    cf1 = cm_malloc((size_t)N * sizeof *cf1);
-    post_doc = cm_malloc((size_t)N * sizeof *post_doc);
-    if (!c_rot || !d1 || !dB || !f1 || !fB || !c1 || !cf1 || !post_doc) goto nomem;
-    quant_rotate_n(rot, k, km.centroids, d, c_rot, dp);
-    {
-        cm_progress_begin(&prog, o.progress, o.progress_user, "encode", (uint64_t)N);
-        pass_ctx p = {.c = c, .prog = &prog, .assign = assign, .rot = rot, .c_rot = c_rot,
-                      .bits = o.bits, .d1 = d1, .dB = dB, .f1 = f1, .fB = fB, .conv = conv,
-                      .rot_buf = rot_buf, .status = CHIMERA_OK};
-        cm_pool_run(pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, encode_task, &p);
-        cm_progress_end(&prog);
-        if (p.status != CHIMERA_OK) {
-            s = cm_fail(err, p.status, "build: encoding failed (%s)", chimera_status_str(p.status));
-            goto done;
-        }
-    }
-    /* token -> document, then the cluster-major gather */
-    {
-        uint32_t *tok_doc = post_doc; /* reuse: first token->doc, then position->doc */
-        uint32_t *tmp = cm_malloc((size_t)N * sizeof *tmp);
-        if (!tmp) goto nomem;
-        for (int64_t dd = 0; dd < c->n_docs; dd++)
-            for (int64_t t = c->doc_off[dd]; t < c->doc_off[dd + 1]; t++) tmp[t] = (uint32_t)dd;
-        for (int64_t i = 0; i < N; i++) {
-            uint32_t t = post.ids[i];
-            memcpy(c1 + (size_t)i * cb1, d1 + (size_t)t * cb1, cb1);
-            cf1[i] = f1[t];
-            tok_doc[i] = tmp[t];
-        }
-        cm_free(tmp);
-    }
-    phase_end(&pc, "encode");
-
-    /* 6. sections */
-    phase_start(&pc);
-    doc_ids = cm_malloc((size_t)(c->n_docs + 1) * sizeof *doc_ids);
-    deleted = cm_calloc((size_t)(c->n_docs + 8) / 8, 1);
-    if (!doc_ids || !deleted) goto nomem;
-    for (int64_t i = 0; i < c->n_docs; i++) doc_ids[i] = data_corpus_id(c, i);
-    {
-        uint8_t *rbuf = cm_malloc(quant_rotation_serialized_size(rot));
-        if (!rbuf) goto nomem;
-        quant_rotation_serialize(rot, rbuf);
-        uint64_t tot = 0, K = k, n = (uint64_t)N, D = (uint64_t)c->n_docs;
-        if ((s = put(w, "rotation", "u8", 1, quant_rotation_serialized_size(rot), 0, rbuf, &tot, err)) ||
-            (s = put(w, "centroids", "f32", 2, K, d, km.centroids, &tot, err)) ||
-            (s = put(w, "graph_adj", "u32", 2, K, g.degree, g.adj, &tot, err)) ||
-            (s = put(w, "graph_entry", "u32", 1, g.n_entry, 0, g.entry, &tot, err)) ||
-            (s = put(w, "post_off", "i64", 1, K + 1, 0, post.offsets, &tot, err)) ||
-            (s = put(w, "post_tok", "u32", 1, n, 0, post.ids, &tot, err)) ||
-            (s = put(w, "post_doc", "u32", 1, n, 0, post_doc, &tot, err)) ||
-            (s = put(w, "c1_codes", "u8", 2, n, cb1, c1, &tot, err)) ||
-            (s = put(w, "c1_fact", "u16", 2, n, 3, cf1, &tot, err)) ||
-            (s = put(w, "d1_codes", "u8", 2, n, cb1, d1, &tot, err)) ||
-            (s = put(w, "d1_fact", "u16", 2, n, 3, f1, &tot, err)) ||
-            (s = put(w, "tok_cid", "u32", 1, n, 0, assign, &tot, err)) ||
-            (s = put(w, "dB_codes", "u8", 2, n, cbB, dB, &tot, err)) ||
-            (s = put(w, "dB_fact", "u8", 2, n, sizeof(quant_fB), fB, &tot, err)) ||
-            (s = put(w, "doc_off", "i64", 1, D + 1, 0, c->doc_off, &tot, err)) ||
-            (s = put(w, "doc_ids", "i64", 1, D, 0, doc_ids, &tot, err)) ||
-            (s = put(w, "deleted", "u8", 1, (D + 7) / 8, 0, deleted, &tot, err))) {
-            cm_free(rbuf);
-            goto done;
-        }
-        cm_free(rbuf);
-        rep->bytes_written = tot;
-    }
-    phase_end(&pc, "write");
+    /* The phase names are the manifest's meta.build.seconds keys (`chimera info`). */
+#define STAGE(name, call)                                                                          do {                                                                                               phase_start(&pc);                                                                              if ((s = (call)) != CHIMERA_OK) goto done;                                                     phase_end(&pc, name);                                                                      } while (0)
+    STAGE("sample", stage_sample(&b, err));
+    STAGE("kmeans", stage_train(&b, err));
+    STAGE("assign", stage_assign(&b, err));
+    STAGE("graph", stage_graph(&b, err));
+    STAGE("encode", stage_encode(&b, err));
+    STAGE("write", stage_write(&b, w, err));
+#undef STAGE
     rep->total_seconds = cm_now() - t_start;
-    meta = build_meta(c, &o, dp, k, &g, &pst, rep);
-    if (!meta) goto nomem;
+    meta = build_meta(c, &o, b.dp, k, &b.g, &b.pst, rep);
+    if (!meta) {
+        s = nomem(err);
+        goto done;
+    }
     cJSON_AddNumberToObject(cJSON_GetObjectItem(meta, "build"), "total_seconds", rep->total_seconds);
     s = store_writer_commit(w, meta, err);
     w = NULL; /* consumed */
     rep->total_seconds = cm_now() - t_start;
     rep->peak_rss = cm_peak_rss_bytes();
-    goto done;
-
-nomem:
-    s = cm_fail(err, CHIMERA_ERR_NOMEM, "build: out of memory");
 done:
     if (w) store_writer_abort(w);
     cJSON_Delete(meta);
-    if (conv)
-        for (int i = 0; i < nw; i++) cm_free(conv[i]);
-    if (rot_buf)
-        for (int i = 0; i < nw; i++) cm_free(rot_buf[i]);
-    cm_free(conv);
-    cm_free(rot_buf);
-    cm_free(sample);
-    cm_free(c_rot);
-    cm_free(assign);
-    cm_free(post_doc);
-    cm_free(d1);
-    cm_free(dB);
-    cm_free(c1);
-    cm_free(f1);
-    cm_free(fB);
-    cm_free(cf1);
-    cm_free(doc_ids);
-    cm_free(deleted);
-    cm_free(rot);
-    ivf_assigner_free(assigner);
-    ivf_postings_free(&post);
-    graph_free(&g);
-    kmeans_result_free(&km);
-    cm_pool_free(pool);
+    build_state_free(&b);
     return s;
 }

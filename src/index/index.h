@@ -1,28 +1,8 @@
 /* A Chimera index: what the build writes and what search reads.
  *
- * Sections (all arrays little-endian, payloads 64-byte aligned in the mapping; K =
- * n_clusters, N = n_tokens, D = n_docs, dp = dim_pad, c1 = dp/8, cB = B-bit code bytes):
- *
- *   rotation    u8   serialised quant_rotation (the index's P)
- *   centroids   f32  [K, dim]        unit centroids of the fine IVF (original space)
- *   graph_adj   u32  [K, degree]     proximity graph over the centroids
- *   graph_entry u32  [n_entry]       its entry points
- *   post_off    i64  [K + 1]         posting list c = positions post_off[c] .. post_off[c+1]
- *   post_tok    u32  [N]             token (doc-major row) at each posting position
- *   post_doc    u32  [N]             document of each posting position
- *   c1_codes    u8   [N, c1]         1-bit planes, cluster-major (posting order)
- *   c1_fact     u16  [N, 3]          their quant_f1 factors
- *   d1_codes    u8   [N, c1]         1-bit planes, doc-major (token order)
- *   d1_fact     u16  [N, 3]          their quant_f1 factors
- *   tok_cid     u32  [N]             centroid of each token (doc-major)
- *   dB_codes    u8   [N, cB]         full B-bit codes, doc-major
- *   dB_fact     u8   [N, 8]          their quant_fB factors
- *   doc_off     i64  [D + 1]         document d = tokens doc_off[d] .. doc_off[d+1]
- *   doc_ids     i64  [D]             user id of each document
- *   deleted     u8   [ceil(D / 8)]   deletion bitmap (bit d % 8 of byte d / 8)
- *
- * Device-resident (the GPU backend uploads them as they are): rotation, centroids,
- * graph_*, post_*, c1_*, d1_*, tok_cid, doc_off, deleted. Host-only: dB_*, doc_ids.
+ * Sections: the list in index/sections.h (name, element type, shape, device or host
+ * residency), written in that order; all arrays little-endian, payloads 64-byte
+ * aligned in the mapping. docs/format.md describes each.
  *
  * The manifest's "meta" holds dims, counts, the build parameters, posting-list
  * statistics and per-phase build times (see build.c). */
@@ -34,6 +14,7 @@
 #include "chimera.h"
 #include "data/corpus.h"
 #include "graph/graph.h"
+#include "index/sections.h"
 #include "index/store.h"
 #include "quant/rabitq.h"
 
@@ -113,7 +94,9 @@ chimera_status ix_check(const ix_index *ix, chimera_error *err);
 /* The manifest-only summary behind `chimera info`. */
 chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error *err);
 
-/* 1 when the GPU backend uploads this section (everything but dB_*, doc_ids). */
+/* 1 when the GPU backend uploads this section (sections.h: IX_DEVICE). A name the list
+ * does not know (a section a newer writer added) counts as device-resident: the
+ * conservative reading of how much GPU memory the index needs. */
 int ix_section_on_device(const char *name);
 
 static inline int ix_is_deleted(const ix_index *ix, int64_t doc)

@@ -10,12 +10,10 @@
 #include "index/index.h"
 #include "core/alloc.h"
 
-/* Sections the GPU backend does not upload: the full-bit codes and their factors, read
- * only by the host's re-scoring, and the user ids, mapped on output. */
 int ix_section_on_device(const char *name)
 {
-    return strcmp(name, "dB_codes") != 0 && strcmp(name, "dB_fact") != 0 &&
-           strcmp(name, "doc_ids") != 0;
+    const ix_section_def *sec = ix_section_find(name);
+    return sec ? sec->on_device : 1;
 }
 
 static double num(const cJSON *o, const char *key)

@@ -43,16 +43,33 @@ static chimera_status meta_u64(const cJSON *meta, const char *key, uint64_t max,
     return CHIMERA_OK;
 }
 
-static chimera_status section(const store *st, const char *name, uint64_t want, const void **p,
-                              chimera_error *err)
+/* Any size: a section whose length is its own (the serialised rotation). */
+#define ANY_SIZE UINT64_MAX
+
+/* Section `def` of sections.h: present unless optional (absent: *p = NULL), of the list's
+ * element type when the manifest records one (the container allows untyped sections),
+ * and exactly `want` bytes. *bytes: its size (0 when absent). */
+static chimera_status section(const store *st, const ix_section_def *def, uint64_t want,
+                              const void **p, uint64_t *bytes, chimera_error *err)
 {
-    uint64_t bytes;
-    if (store_section(st, name, p, &bytes) != CHIMERA_OK)
-        return cm_fail(err, CHIMERA_ERR_CORRUPT, "index: section '%s' is missing", name);
-    if (bytes != want)
+    *p = NULL;
+    *bytes = 0;
+    int64_t i = store_find(st, def->name);
+    if (i < 0) {
+        if (!def->required) return CHIMERA_OK;
+        return cm_fail(err, CHIMERA_ERR_CORRUPT, "index: section '%s' is missing", def->name);
+    }
+    const store_section_desc *sd = store_section_at(st, (uint32_t)i);
+    if (sd->dtype && strcmp(sd->dtype, def->dtype) != 0)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                       "index: section '%s' holds %llu bytes, the meta's counts need %llu", name,
-                       (unsigned long long)bytes, (unsigned long long)want);
+                       "index: section '%s' holds %s elements, the format has %s", def->name,
+                       sd->dtype, def->dtype);
+    if (want != ANY_SIZE && sd->bytes != want)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "index: section '%s' holds %llu bytes, the meta's counts need %llu",
+                       def->name, (unsigned long long)sd->bytes, (unsigned long long)want);
+    *p = sd->data;
+    *bytes = sd->bytes;
     return CHIMERA_OK;
 }
 
@@ -289,42 +306,54 @@ static chimera_status load(ix_index *ix, chimera_error *err)
     ix->degree = (uint32_t)deg;
     ix->n_entry = (uint32_t)ne;
 
-    const void *p;
-    uint64_t rbytes;
-    if (store_section(ix->st, "rotation", &p, &rbytes) != CHIMERA_OK)
-        return cm_fail(err, CHIMERA_ERR_CORRUPT, "index: section 'rotation' is missing");
-    CM_TRY(quant_rotation_deserialize(&ix->rot, p, rbytes, err));
+    /* Every section of the list, with the size the meta's counts imply. */
+    uint64_t c1 = qm_code1_bytes(ix->dim_pad), cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
+    const uint64_t need[IX_N_SECTIONS] = {
+        [IX_SEC_rotation] = ANY_SIZE,
+        [IX_SEC_centroids] = k * dim * 4,
+        [IX_SEC_graph_adj] = k * deg * 4,
+        [IX_SEC_graph_entry] = ne * 4,
+        [IX_SEC_post_off] = (k + 1) * 8,
+        [IX_SEC_post_tok] = nt * 4,
+        [IX_SEC_post_doc] = nt * 4,
+        [IX_SEC_c1_codes] = nt * c1,
+        [IX_SEC_c1_fact] = nt * sizeof(quant_f1),
+        [IX_SEC_d1_codes] = nt * c1,
+        [IX_SEC_d1_fact] = nt * sizeof(quant_f1),
+        [IX_SEC_tok_cid] = nt * 4,
+        [IX_SEC_dB_codes] = nt * cB,
+        [IX_SEC_dB_fact] = nt * sizeof(quant_fB),
+        [IX_SEC_doc_off] = (nd + 1) * 8,
+        [IX_SEC_doc_ids] = nd * 8,
+        [IX_SEC_deleted] = (nd + 7) / 8,
+    };
+    const void *p[IX_N_SECTIONS];
+    uint64_t bytes[IX_N_SECTIONS];
+    for (int i = 0; i < IX_N_SECTIONS; i++)
+        CM_TRY(section(ix->st, &ix_sections[i], need[i], &p[i], &bytes[i], err));
+    CM_TRY(quant_rotation_deserialize(&ix->rot, p[IX_SEC_rotation], bytes[IX_SEC_rotation], err));
     if (ix->rot.dim != ix->dim)
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "index: rotation is for dim %u, the index has %u",
                        ix->rot.dim, ix->dim);
-    uint64_t c1 = qm_code1_bytes(ix->dim_pad), cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
-#define SEC(name, bytes, field)                                                                \
-    do {                                                                                       \
-        CM_TRY(section(ix->st, name, bytes, &p, err));                                         \
-        ix->field = p;                                                                         \
-    } while (0)
-    SEC("centroids", k * dim * 4, centroids);
-    CM_TRY(section(ix->st, "graph_adj", k * deg * 4, &p, err));
-    ix->g.adj = (uint32_t *)p;
-    CM_TRY(section(ix->st, "graph_entry", ne * 4, &p, err));
-    ix->g.entry = (uint32_t *)p;
+    ix->centroids = p[IX_SEC_centroids];
+    ix->g.adj = (uint32_t *)p[IX_SEC_graph_adj];
+    ix->g.entry = (uint32_t *)p[IX_SEC_graph_entry];
     ix->g.n = ix->n_clusters;
     ix->g.degree = ix->degree;
     ix->g.n_entry = ix->n_entry;
-    SEC("post_off", (k + 1) * 8, post_off);
-    SEC("post_tok", nt * 4, post_tok);
-    SEC("post_doc", nt * 4, post_doc);
-    SEC("c1_codes", nt * c1, c1_codes);
-    SEC("c1_fact", nt * sizeof(quant_f1), c1_fact);
-    SEC("d1_codes", nt * c1, d1_codes);
-    SEC("d1_fact", nt * sizeof(quant_f1), d1_fact);
-    SEC("tok_cid", nt * 4, tok_cid);
-    SEC("dB_codes", nt * cB, dB_codes);
-    SEC("dB_fact", nt * sizeof(quant_fB), dB_fact);
-    SEC("doc_off", (nd + 1) * 8, doc_off);
-    SEC("doc_ids", nd * 8, doc_ids);
-    SEC("deleted", (nd + 7) / 8, deleted);
-#undef SEC
+    ix->post_off = p[IX_SEC_post_off];
+    ix->post_tok = p[IX_SEC_post_tok];
+    ix->post_doc = p[IX_SEC_post_doc];
+    ix->c1_codes = p[IX_SEC_c1_codes];
+    ix->c1_fact = p[IX_SEC_c1_fact];
+    ix->d1_codes = p[IX_SEC_d1_codes];
+    ix->d1_fact = p[IX_SEC_d1_fact];
+    ix->tok_cid = p[IX_SEC_tok_cid];
+    ix->dB_codes = p[IX_SEC_dB_codes];
+    ix->dB_fact = p[IX_SEC_dB_fact];
+    ix->doc_off = p[IX_SEC_doc_off];
+    ix->doc_ids = p[IX_SEC_doc_ids];
+    ix->deleted = p[IX_SEC_deleted];
     /* Cheap structural checks: everything search indexes with. */
     CM_TRY(check_offsets(ix->post_off, k, (int64_t)nt, "post_off", err));
     CM_TRY(check_offsets(ix->doc_off, nd, (int64_t)nt, "doc_off", err));

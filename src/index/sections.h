@@ -1,0 +1,68 @@
+/* The sections of a Chimera index, listed once.
+ *
+ * Each X(name, dtype, shape, where, need, content) line is one section, in the order the
+ * build writes them. The list drives the build (order and element types), open
+ * (presence and element type of every section), info (device versus host bytes), the
+ * tests' list of sections, and the table in docs/format.md, which tests/test_format_doc.sh
+ * compares with this list (name, dtype, shape, residency), so the document cannot drift.
+ * Adding a section is one line here, plus the code that fills it (build.c) and reads it
+ * (open.c): both find it by its IX_SEC_<name> index.
+ *
+ *   dtype    element type, as the manifest records it (fmt_dtype_size knows each)
+ *   shape    in the counts of docs/format.md: K = clusters, N = tokens, D = documents,
+ *            c1 = dim_pad / 8, cB = B-bit code bytes
+ *   where    IX_DEVICE: the GPU backend uploads it as it is; IX_HOST: read on the host
+ *            only (full-bit re-scoring, id mapping on output)
+ *   need     IX_REQUIRED: open refuses an index without it; IX_OPTIONAL: absent reads
+ *            as NULL (none yet: the value exists so a later section can be added to
+ *            existing indexes without a format break)
+ *   content  one line for readers of this header; docs/format.md says more */
+#ifndef CHIMERA_INDEX_SECTIONS_H
+#define CHIMERA_INDEX_SECTIONS_H
+
+#define IX_DEVICE 1
+#define IX_HOST 0
+#define IX_REQUIRED 1
+#define IX_OPTIONAL 0
+
+/* clang-format off */
+#define IX_SECTIONS(X)                                                                        \
+    X(rotation,    "u8",  "[bytes]",     IX_DEVICE, IX_REQUIRED, "serialised quant_rotation (the index's P)") \
+    X(centroids,   "f32", "[K, dim]",    IX_DEVICE, IX_REQUIRED, "unit centroids of the fine IVF (original space)") \
+    X(graph_adj,   "u32", "[K, degree]", IX_DEVICE, IX_REQUIRED, "proximity graph over the centroids") \
+    X(graph_entry, "u32", "[n_entry]",   IX_DEVICE, IX_REQUIRED, "its entry points") \
+    X(post_off,    "i64", "[K + 1]",     IX_DEVICE, IX_REQUIRED, "posting list c = positions post_off[c] .. post_off[c+1]") \
+    X(post_tok,    "u32", "[N]",         IX_DEVICE, IX_REQUIRED, "token (doc-major row) at each posting position") \
+    X(post_doc,    "u32", "[N]",         IX_DEVICE, IX_REQUIRED, "document of each posting position") \
+    X(c1_codes,    "u8",  "[N, c1]",     IX_DEVICE, IX_REQUIRED, "1-bit planes, cluster-major (posting order)") \
+    X(c1_fact,     "u16", "[N, 3]",      IX_DEVICE, IX_REQUIRED, "their quant_f1 factors") \
+    X(d1_codes,    "u8",  "[N, c1]",     IX_DEVICE, IX_REQUIRED, "1-bit planes, doc-major (token order)") \
+    X(d1_fact,     "u16", "[N, 3]",      IX_DEVICE, IX_REQUIRED, "their quant_f1 factors") \
+    X(tok_cid,     "u32", "[N]",         IX_DEVICE, IX_REQUIRED, "centroid of each token (doc-major)") \
+    X(dB_codes,    "u8",  "[N, cB]",     IX_HOST,   IX_REQUIRED, "full B-bit codes, doc-major") \
+    X(dB_fact,     "u8",  "[N, 8]",      IX_HOST,   IX_REQUIRED, "their quant_fB factors") \
+    X(doc_off,     "i64", "[D + 1]",     IX_DEVICE, IX_REQUIRED, "document d = tokens doc_off[d] .. doc_off[d+1]") \
+    X(doc_ids,     "i64", "[D]",         IX_HOST,   IX_REQUIRED, "user id of each document") \
+    X(deleted,     "u8",  "[ceil(D/8)]", IX_DEVICE, IX_REQUIRED, "deletion bitmap (bit d % 8 of byte d / 8)")
+/* clang-format on */
+
+/* IX_SEC_rotation, IX_SEC_centroids, ...: a section's position in the list. */
+enum ix_section_id {
+#define IX_SEC_ENUM(name, dtype, shape, where, need, content) IX_SEC_##name,
+    IX_SECTIONS(IX_SEC_ENUM)
+#undef IX_SEC_ENUM
+    IX_N_SECTIONS
+};
+
+typedef struct ix_section_def {
+    const char *name, *dtype, *shape, *content;
+    int on_device, required;
+} ix_section_def;
+
+/* The list as data, indexed by enum ix_section_id (defined in info.c). */
+extern const ix_section_def ix_sections[IX_N_SECTIONS];
+
+/* The entry for `name`, or NULL for a name that is not an index section. */
+const ix_section_def *ix_section_find(const char *name);
+
+#endif
