@@ -76,13 +76,18 @@ static float dot(const float *a, const float *b, uint32_t d)
     return (s0 + s1) + (s2 + s3);
 }
 
-/* Knuth's selection sampling (algorithm S): marks `want` of n indices, in increasing
- * order, with one pass and no n-sized permutation. Writes them to out[want]. */
-static void sample_sorted(int64_t n, int64_t want, cm_rng *rng, int64_t *out)
+/* Copies `want` rows of x, chosen by selection sampling (cm_select) from the stream
+ * (seed, stream), in row order, to out[want x d] (contiguous). */
+static void sample_rows(const float *x, int64_t n, size_t ldx, uint32_t d, int64_t want,
+                        uint64_t seed, uint64_t stream, float *out)
 {
+    cm_rng rng;
+    cm_rng_seed(&rng, seed, stream);
+    cm_select sel;
+    cm_select_begin(&sel, n, want);
     int64_t got = 0;
-    for (int64_t i = 0; i < n && got < want; i++)
-        if ((double)(n - i) * cm_rng_uniform(rng) < (double)(want - got)) out[got++] = i;
+    for (int64_t i; (i = cm_select_next(&sel, &rng)) >= 0; got++)
+        memcpy(out + (size_t)got * d, x + (size_t)i * ldx, sizeof(float) * d);
 }
 
 /* ---- flat Lloyd ------------------------------------------------------------------- */
@@ -96,7 +101,7 @@ typedef struct flat_run {
     uint32_t *assign;   /* n */
     float *ip;          /* n */
     float **tiles;      /* per worker */
-    cm_pool *pool;      /* NULL: serial */
+    cm_pool *pool;      /* NULL: serial (cm_pool_run runs the tasks inline) */
     cm_progress *prog;  /* may be NULL */
     const uint32_t *parent; /* k: coarse parent of each centroid, for sibling splits */
 } flat_run;
@@ -121,10 +126,7 @@ static void assign_task(void *ctx, int64_t task, int worker)
 static void assign_exact(flat_run *f)
 {
     int64_t n_tasks = (f->n + EXACT_ROWS_PER_TASK - 1) / EXACT_ROWS_PER_TASK;
-    if (f->pool && n_tasks > 1)
-        cm_pool_run(f->pool, n_tasks, assign_task, f);
-    else
-        for (int64_t t = 0; t < n_tasks; t++) assign_task(f, t, 0);
+    cm_pool_run(f->pool, n_tasks, assign_task, f);
 }
 
 static double objective(const float *ip, int64_t n)
@@ -225,7 +227,9 @@ static void seed_centroids(flat_run *f, kmeans_init init, cm_rng *rng, int64_t *
         }
         return;
     }
-    sample_sorted(f->n, k, rng, idx_scratch);
+    cm_select sel;
+    cm_select_begin(&sel, f->n, k);
+    for (int64_t i, got = 0; (i = cm_select_next(&sel, rng)) >= 0; got++) idx_scratch[got] = i;
     /* Selection sampling returns sorted indices; shuffle so centroid ids carry no order. */
     for (uint32_t i = k; i > 1; i--) {
         uint32_t j = (uint32_t)cm_rng_below(rng, i);
@@ -379,202 +383,245 @@ static void share_out(const int64_t *size, uint32_t M, int64_t n, uint32_t k, ui
     }
 }
 
+/* The hierarchical run in stages, each a function named for it: hier_coarse trains
+ * the coarse level, hier_group sends every training point to its coarse cluster,
+ * hier_fine shares out and trains the fine clusters per coarse cluster, hier_finetune
+ * refines all of them together. hier_state holds what they pass on; hierarchical()
+ * allocates and frees it. Each stage returns its status with the message set: its
+ * callees' as they gave them, "out of memory" only for its own allocations. */
+typedef struct hier_state {
+    const float *x;
+    int64_t n;
+    size_t ldx;
+    uint32_t d, k, M, n_iter;
+    uint64_t seed;
+    const kmeans_opts *o;
+    float **tiles;
+    kmeans_result *r;
+    float *coarse;        /* M x d */
+    uint32_t *child_off;  /* M + 1: fine clusters of coarse cluster m */
+    uint32_t *cid;        /* n: coarse (then fine) cluster of each point */
+    float *cip;           /* n */
+    int64_t *size;        /* M + 1: members of coarse cluster m, as offsets after grouping */
+    int64_t *members;     /* n: row ids grouped by coarse cluster */
+    uint32_t *parent;     /* k: coarse parent of each fine cluster */
+} hier_state;
+
+static chimera_status hier_nomem(const hier_state *h, chimera_error *err)
+{
+    return cm_fail(err, CHIMERA_ERR_NOMEM, "kmeans: out of memory (k = %u, n = %lld)", h->k,
+                   (long long)h->n);
+}
+
+/* 1. Coarse level on a subsample of at most COARSE_PPC points per coarse cluster. */
+static chimera_status hier_coarse(hier_state *h, chimera_error *err)
+{
+    const kmeans_opts *o = h->o;
+    const uint32_t d = h->d, M = h->M;
+    int64_t nc = h->n;
+    const float *cx = h->x;
+    size_t cld = h->ldx;
+    float *coarse_train = NULL;
+    if ((double)h->n > (double)M * COARSE_PPC) {
+        nc = (int64_t)M * COARSE_PPC;
+        coarse_train = cm_aligned_alloc(64, sizeof(float) * (size_t)nc * d);
+        if (!coarse_train) return hier_nomem(h, err);
+        sample_rows(h->x, h->n, h->ldx, d, nc, h->seed, 0x636f61727365ull, coarse_train);
+        cx = coarse_train;
+        cld = d;
+    }
+    kmeans_init init = o->init;
+    if (init == KMEANS_INIT_AUTO)
+        init = (double)M * nc * d <= PLUSPLUS_MAX_WORK ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM;
+    cm_progress prog;
+    cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans coarse",
+                      (uint64_t)nc * h->n_iter);
+    flat_run f = {cx, nc, cld, d, M, h->coarse, h->cid, h->cip, h->tiles, o->pool, &prog, NULL};
+    uint32_t nt = 0;
+    double obj = 0;
+    chimera_status st = flat_kmeans(&f, init, h->n_iter, h->seed, 0x636f61727365ull, NULL, &nt,
+                                    &h->r->n_empty_repaired, &obj);
+    cm_progress_end(&prog);
+    cm_free(coarse_train);
+    return st == CHIMERA_ERR_NOMEM ? hier_nomem(h, err) : st;
+}
+
+/* 2. Every training point to its coarse cluster (exact: M is small), grouped. */
+static chimera_status hier_group(hier_state *h, chimera_error *err)
+{
+    const uint32_t M = h->M;
+    ivf_assigner *as = NULL;
+    ivf_assign_opts ao = {0, h->o->pool};
+    CM_TRY(ivf_assigner_new(h->coarse, M, h->d, NULL, 0, NULL, &ao, &as, err));
+    ivf_assign(as, h->x, h->n, h->ldx, h->cid, NULL);
+    ivf_assigner_free(as);
+    for (int64_t i = 0; i < h->n; i++) h->size[h->cid[i] + 1]++;
+    for (uint32_t m = 0; m < M; m++) h->size[m + 1] += h->size[m];
+    /* size[] holds offsets now; members[] groups row ids by coarse cluster. */
+    int64_t *pos = cm_malloc(sizeof(int64_t) * (size_t)M);
+    if (!pos) return hier_nomem(h, err);
+    memcpy(pos, h->size, sizeof(int64_t) * M);
+    for (int64_t i = 0; i < h->n; i++) h->members[pos[h->cid[i]]++] = i;
+    cm_free(pos);
+    return CHIMERA_OK;
+}
+
+/* 3. Share out and train the fine clusters, one coarse cluster per task. */
+static chimera_status hier_fine(hier_state *h, chimera_error *err)
+{
+    const uint32_t M = h->M, k = h->k;
+    const kmeans_opts *o = h->o;
+    chimera_status st = CHIMERA_OK;
+    int64_t *cnt = cm_malloc(sizeof(int64_t) * (size_t)M);
+    uint32_t *km = cm_malloc(sizeof(uint32_t) * (size_t)M);
+    uint32_t *order = cm_malloc(sizeof(uint32_t) * (size_t)M);
+    double *obj_sum = cm_calloc(M, sizeof(double));
+    if (!cnt || !km || !order || !obj_sum) {
+        st = hier_nomem(h, err);
+        goto done;
+    }
+    for (uint32_t m = 0; m < M; m++) cnt[m] = h->size[m + 1] - h->size[m];
+    share_out(cnt, M, h->n, k, km);
+    uint32_t *child_off = h->child_off;
+    child_off[0] = 0;
+    for (uint32_t m = 0; m < M; m++) child_off[m + 1] = child_off[m] + km[m];
+    if (child_off[M] != k) {
+        st = cm_fail(err, CHIMERA_ERR_INTERNAL, "kmeans: shared out %u of %u clusters",
+                     child_off[M], k);
+        goto done;
+    }
+    for (uint32_t m = 0; m < M; m++)
+        for (uint32_t j = child_off[m]; j < child_off[m + 1]; j++) h->parent[j] = m;
+    /* Largest first, so the long tasks do not end up last on one worker. */
+    for (uint32_t m = 0; m < M; m++) order[m] = m;
+    for (uint32_t i = 1; i < M; i++) { /* insertion sort is fine: M ~ sqrt(k) */
+        uint32_t v = order[i], j = i;
+        while (j > 0 && (cnt[order[j - 1]] < cnt[v] ||
+                         (cnt[order[j - 1]] == cnt[v] && order[j - 1] > v))) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = v;
+    }
+    cm_progress prog;
+    hier_ctx hc = {h->x, h->ldx, h->d, h->n_iter, h->seed,
+                   o->init == KMEANS_INIT_PLUSPLUS ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM,
+                   h->members, h->size, order, child_off, h->r->centroids, h->tiles, &prog, 0, 0,
+                   obj_sum};
+    cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans fine", (uint64_t)h->n);
+    cm_pool_run(o->pool, M, fine_task, &hc);
+    cm_progress_end(&prog);
+    if (atomic_load(&hc.failed)) {
+        st = hier_nomem(h, err);
+        goto done;
+    }
+    h->r->n_empty_repaired += atomic_load(&hc.repaired);
+    double sum = 0;
+    for (uint32_t m = 0; m < M; m++) sum += obj_sum[m];
+    h->r->objective = sum / (double)h->n;
+done:
+    cm_free(cnt);
+    cm_free(km);
+    cm_free(order);
+    cm_free(obj_sum);
+    return st;
+}
+
+/* 4. Fine-tune over the whole sample with the two-level assignment; the coarse
+ * centroids follow as the normalised sums of their children's members. */
+static chimera_status hier_finetune(hier_state *h, int n_finetune, uint32_t probe,
+                                    chimera_error *err)
+{
+    const uint32_t M = h->M, k = h->k, d = h->d;
+    const kmeans_opts *o = h->o;
+    kmeans_result *r = h->r;
+    ivf_assigner *as = NULL;
+    ivf_assign_opts ao = {probe, o->pool};
+    CM_TRY(ivf_assigner_new(r->centroids, k, d, h->coarse, M, h->child_off, &ao, &as, err));
+    float *sums = cm_aligned_alloc(64, sizeof(float) * (size_t)k * d);
+    int64_t *counts = cm_malloc(sizeof(int64_t) * (size_t)k);
+    if (!sums || !counts) {
+        cm_free(sums);
+        cm_free(counts);
+        ivf_assigner_free(as);
+        return hier_nomem(h, err);
+    }
+    cm_rng rng;
+    cm_rng_seed(&rng, h->seed, 0x74756e65ull);
+    flat_run f = {h->x, h->n, h->ldx, d, k, r->centroids, h->cid, h->cip, h->tiles, o->pool,
+                  NULL, h->parent};
+    cm_progress prog;
+    cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans finetune",
+                      (uint64_t)n_finetune);
+    for (int it = 0; it < n_finetune; it++) {
+        ivf_assign(as, h->x, h->n, h->ldx, h->cid, h->cip);
+        double obj = objective(h->cip, h->n);
+        if (r->n_trace < KMEANS_TRACE_MAX) r->trace[r->n_trace++] = obj;
+        r->objective = obj;
+        r->n_empty_repaired += update(&f, sums, counts, &rng);
+        /* sums[] holds normalised member sums of non-empty clusters; rebuild each
+         * coarse centroid from its children weighted by their counts. */
+        for (uint32_t m = 0; m < M; m++) {
+            float *cc = h->coarse + (size_t)m * d;
+            memset(cc, 0, sizeof(float) * d);
+            for (uint32_t j = h->child_off[m]; j < h->child_off[m + 1]; j++) {
+                const float *cj = r->centroids + (size_t)j * d;
+                float w = (float)counts[j];
+                for (uint32_t t = 0; t < d; t++) cc[t] += w * cj[t];
+            }
+            normalize(cc, d);
+        }
+        cm_progress_add(&prog, 1);
+    }
+    cm_progress_end(&prog);
+    cm_free(sums);
+    cm_free(counts);
+    ivf_assigner_free(as);
+    return CHIMERA_OK;
+}
+
 static chimera_status hierarchical(const float *x, int64_t n, size_t ldx, uint32_t d,
                                    uint32_t k, const kmeans_opts *o, float **tiles,
                                    kmeans_result *r, chimera_error *err)
 {
-    const uint32_t n_iter = o->n_iter ? o->n_iter : DEFAULT_ITER;
-    const uint64_t seed = o->seed ? o->seed : DEFAULT_SEED;
     uint32_t M = o->n_coarse ? o->n_coarse : (uint32_t)(sqrt((double)k) + 0.5);
     if (M < 1) M = 1;
     if (M > k) M = k;
     const int n_finetune = o->n_finetune < 0 ? 0 : o->n_finetune ? o->n_finetune : DEFAULT_FINETUNE;
     const uint32_t probe = o->n_probe_coarse ? o->n_probe_coarse : DEFAULT_PROBE;
-    chimera_status st = CHIMERA_ERR_NOMEM;
-    cm_progress prog;
-
-    float *coarse = cm_aligned_alloc(64, sizeof(float) * (size_t)M * d);
-    uint32_t *child_off = cm_malloc(sizeof(uint32_t) * ((size_t)M + 1));
-    uint32_t *cid = cm_malloc(sizeof(uint32_t) * (size_t)n);
-    float *cip = cm_malloc(sizeof(float) * (size_t)n);
-    int64_t *size = cm_calloc((size_t)M + 1, sizeof(int64_t));
-    int64_t *members = cm_malloc(sizeof(int64_t) * (size_t)n);
-    uint32_t *km = cm_malloc(sizeof(uint32_t) * (size_t)M);
-    uint32_t *order = cm_malloc(sizeof(uint32_t) * (size_t)M);
-    double *obj_sum = cm_calloc(M, sizeof(double));
-    uint32_t *parent = cm_malloc(sizeof(uint32_t) * (size_t)k);
-    float *coarse_train = NULL;
-    int64_t *idx = NULL;
-    ivf_assigner *as = NULL;
-    if (!coarse || !child_off || !cid || !cip || !size || !members || !km || !order ||
-        !obj_sum || !parent)
-        goto fail;
-
-    /* 1. Coarse level on a subsample of at most COARSE_PPC points per coarse cluster. */
-    {
-        int64_t nc = n;
-        const float *cx = x;
-        size_t cld = ldx;
-        if ((double)n > (double)M * COARSE_PPC) {
-            nc = (int64_t)M * COARSE_PPC;
-            idx = cm_malloc(sizeof(int64_t) * (size_t)nc);
-            coarse_train = cm_aligned_alloc(64, sizeof(float) * (size_t)nc * d);
-            if (!idx || !coarse_train) goto fail;
-            cm_rng rng;
-            cm_rng_seed(&rng, seed, 0x636f61727365ull);
-            sample_sorted(n, nc, &rng, idx);
-            for (int64_t i = 0; i < nc; i++)
-                memcpy(coarse_train + (size_t)i * d, x + (size_t)idx[i] * ldx,
-                       sizeof(float) * d);
-            cx = coarse_train;
-            cld = d;
-            cm_free(idx);
-            idx = NULL;
-        }
-        kmeans_init init = o->init;
-        if (init == KMEANS_INIT_AUTO)
-            init = (double)M * nc * d <= PLUSPLUS_MAX_WORK ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM;
-        cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans coarse",
-                          (uint64_t)nc * n_iter);
-        flat_run f = {cx, nc, cld, d, M, coarse, cid, cip, tiles, o->pool, &prog, NULL};
-        uint32_t nt = 0;
-        double obj = 0;
-        st = flat_kmeans(&f, init, n_iter, seed, 0x636f61727365ull, NULL, &nt,
-                         &r->n_empty_repaired, &obj);
-        cm_progress_end(&prog);
-        cm_free(coarse_train);
-        coarse_train = NULL;
-        if (st != CHIMERA_OK) goto fail;
-        st = CHIMERA_ERR_NOMEM;
+    hier_state h = {.x = x, .n = n, .ldx = ldx, .d = d, .k = k, .M = M,
+                    .n_iter = o->n_iter ? o->n_iter : DEFAULT_ITER,
+                    .seed = o->seed ? o->seed : DEFAULT_SEED, .o = o, .tiles = tiles, .r = r};
+    chimera_status st;
+    h.coarse = cm_aligned_alloc(64, sizeof(float) * (size_t)M * d);
+    h.child_off = cm_malloc(sizeof(uint32_t) * ((size_t)M + 1));
+    h.cid = cm_malloc(sizeof(uint32_t) * (size_t)n);
+    h.cip = cm_malloc(sizeof(float) * (size_t)n);
+    h.size = cm_calloc((size_t)M + 1, sizeof(int64_t));
+    h.members = cm_malloc(sizeof(int64_t) * (size_t)n);
+    h.parent = cm_malloc(sizeof(uint32_t) * (size_t)k);
+    if (!h.coarse || !h.child_off || !h.cid || !h.cip || !h.size || !h.members || !h.parent) {
+        st = hier_nomem(&h, err);
+        goto done;
     }
-
-    /* 2. Every training point to its coarse cluster (exact: M is small), grouped. */
-    {
-        ivf_assign_opts ao = {0, o->pool};
-        if (ivf_assigner_new(coarse, M, d, NULL, 0, NULL, &ao, &as, err) != CHIMERA_OK) goto fail;
-        ivf_assign(as, x, n, ldx, cid, NULL);
-        ivf_assigner_free(as);
-        as = NULL;
-        for (int64_t i = 0; i < n; i++) size[cid[i] + 1]++;
-        for (uint32_t m = 0; m < M; m++) size[m + 1] += size[m];
-        /* size[] holds offsets now; members[] groups row ids by coarse cluster. */
-        int64_t *pos = cm_malloc(sizeof(int64_t) * (size_t)M);
-        if (!pos) goto fail;
-        memcpy(pos, size, sizeof(int64_t) * M);
-        for (int64_t i = 0; i < n; i++) members[pos[cid[i]]++] = i;
-        cm_free(pos);
-    }
-
-    /* 3. Share out and train the fine clusters, one coarse cluster per task. */
-    {
-        int64_t *cnt = cm_malloc(sizeof(int64_t) * (size_t)M);
-        if (!cnt) goto fail;
-        for (uint32_t m = 0; m < M; m++) cnt[m] = size[m + 1] - size[m];
-        share_out(cnt, M, n, k, km);
-        child_off[0] = 0;
-        for (uint32_t m = 0; m < M; m++) child_off[m + 1] = child_off[m] + km[m];
-        if (child_off[M] != k) {
-            cm_free(cnt);
-            st = cm_fail(err, CHIMERA_ERR_INTERNAL, "kmeans: shared out %u of %u clusters",
-                         child_off[M], k);
-            goto fail;
-        }
-        for (uint32_t m = 0; m < M; m++)
-            for (uint32_t j = child_off[m]; j < child_off[m + 1]; j++) parent[j] = m;
-        /* Largest first, so the long tasks do not end up last on one worker. */
-        for (uint32_t m = 0; m < M; m++) order[m] = m;
-        for (uint32_t i = 1; i < M; i++) { /* insertion sort is fine: M ~ sqrt(k) */
-            uint32_t v = order[i], j = i;
-            while (j > 0 && (cnt[order[j - 1]] < cnt[v] ||
-                             (cnt[order[j - 1]] == cnt[v] && order[j - 1] > v))) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = v;
-        }
-        cm_free(cnt);
-        hier_ctx h = {x, ldx, d, n_iter, seed,
-                      o->init == KMEANS_INIT_PLUSPLUS ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM,
-                      members, size, order, child_off, r->centroids, tiles, &prog, 0, 0, obj_sum};
-        cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans fine", (uint64_t)n);
-        if (o->pool)
-            cm_pool_run(o->pool, M, fine_task, &h);
-        else
-            for (uint32_t t = 0; t < M; t++) fine_task(&h, t, 0);
-        cm_progress_end(&prog);
-        if (atomic_load(&h.failed)) goto fail;
-        r->n_empty_repaired += atomic_load(&h.repaired);
-        double s = 0;
-        for (uint32_t m = 0; m < M; m++) s += obj_sum[m];
-        r->objective = s / (double)n;
-    }
-
-    /* 4. Fine-tune over the whole sample with the two-level assignment; the coarse
-     * centroids follow as the normalised sums of their children's members. */
-    if (n_finetune > 0) {
-        ivf_assign_opts ao = {probe, o->pool};
-        if (ivf_assigner_new(r->centroids, k, d, coarse, M, child_off, &ao, &as, err) != CHIMERA_OK)
-            goto fail;
-        float *sums = cm_aligned_alloc(64, sizeof(float) * (size_t)k * d);
-        int64_t *counts = cm_malloc(sizeof(int64_t) * (size_t)k);
-        if (!sums || !counts) {
-            cm_free(sums);
-            cm_free(counts);
-            goto fail;
-        }
-        cm_rng rng;
-        cm_rng_seed(&rng, seed, 0x74756e65ull);
-        flat_run f = {x, n, ldx, d, k, r->centroids, cid, cip, tiles, o->pool, NULL, parent};
-        cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans finetune",
-                          (uint64_t)n_finetune);
-        for (int it = 0; it < n_finetune; it++) {
-            ivf_assign(as, x, n, ldx, cid, cip);
-            double obj = objective(cip, n);
-            if (r->n_trace < KMEANS_TRACE_MAX) r->trace[r->n_trace++] = obj;
-            r->objective = obj;
-            r->n_empty_repaired += update(&f, sums, counts, &rng);
-            /* sums[] holds normalised member sums of non-empty clusters; rebuild each
-             * coarse centroid from its children weighted by their counts. */
-            for (uint32_t m = 0; m < M; m++) {
-                float *cc = coarse + (size_t)m * d;
-                memset(cc, 0, sizeof(float) * d);
-                for (uint32_t j = child_off[m]; j < child_off[m + 1]; j++) {
-                    const float *cj = r->centroids + (size_t)j * d;
-                    float w = (float)counts[j];
-                    for (uint32_t t = 0; t < d; t++) cc[t] += w * cj[t];
-                }
-                normalize(cc, d);
-            }
-            cm_progress_add(&prog, 1);
-        }
-        cm_progress_end(&prog);
-        cm_free(sums);
-        cm_free(counts);
-        ivf_assigner_free(as);
-        as = NULL;
-    }
-
+    if ((st = hier_coarse(&h, err)) != CHIMERA_OK) goto done;
+    if ((st = hier_group(&h, err)) != CHIMERA_OK) goto done;
+    if ((st = hier_fine(&h, err)) != CHIMERA_OK) goto done;
+    if (n_finetune > 0 && (st = hier_finetune(&h, n_finetune, probe, err)) != CHIMERA_OK)
+        goto done;
     r->n_coarse = M;
-    r->coarse = coarse;
-    r->child_off = child_off;
-    coarse = NULL;
-    child_off = NULL;
-    st = CHIMERA_OK;
-fail:
-    if (st == CHIMERA_ERR_NOMEM) cm_fail(err, st, "kmeans: out of memory (k = %u, n = %lld)", k, (long long)n);
-    ivf_assigner_free(as);
-    cm_free(coarse_train);
-    cm_free(idx);
-    cm_free(coarse);
-    cm_free(child_off);
-    cm_free(cid);
-    cm_free(cip);
-    cm_free(size);
-    cm_free(members);
-    cm_free(km);
-    cm_free(order);
-    cm_free(obj_sum);
-    cm_free(parent);
+    r->coarse = h.coarse;
+    r->child_off = h.child_off;
+    h.coarse = NULL;
+    h.child_off = NULL;
+done:
+    cm_free(h.coarse);
+    cm_free(h.child_off);
+    cm_free(h.cid);
+    cm_free(h.cip);
+    cm_free(h.size);
+    cm_free(h.members);
+    cm_free(h.parent);
     return st;
 }
 
@@ -613,10 +660,9 @@ chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, u
     if (k == 1) mode = KMEANS_FLAT;
 
     chimera_status st = CHIMERA_ERR_NOMEM;
-    int n_workers = o.pool ? cm_pool_size(o.pool) : 1;
+    int n_workers = cm_pool_size(o.pool);
     float **tiles = cm_calloc((size_t)n_workers, sizeof(float *));
     float *train = NULL;
-    int64_t *idx = NULL;
     uint32_t *as = NULL;
     float *ip = NULL;
     if (!tiles) goto done;
@@ -630,14 +676,9 @@ chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, u
     int64_t nt = n;
     if ((double)n > (double)k * ppc) {
         nt = (int64_t)k * ppc;
-        idx = cm_malloc(sizeof(int64_t) * (size_t)nt);
         train = cm_aligned_alloc(64, sizeof(float) * (size_t)nt * d);
-        if (!idx || !train) goto done;
-        cm_rng rng;
-        cm_rng_seed(&rng, seed, 0x73616d706c65ull);
-        sample_sorted(n, nt, &rng, idx);
-        for (int64_t i = 0; i < nt; i++)
-            memcpy(train + (size_t)i * d, x + (size_t)idx[i] * ldx, sizeof(float) * d);
+        if (!train) goto done;
+        sample_rows(x, n, ldx, d, nt, seed, 0x73616d706c65ull, train);
         tx = train;
         tld = d;
     }
@@ -672,7 +713,6 @@ done:
         for (int w = 0; w < n_workers; w++) cm_free(tiles[w]);
     cm_free(tiles);
     cm_free(train);
-    cm_free(idx);
     cm_free(as);
     cm_free(ip);
     return st;
