@@ -132,7 +132,7 @@ chimera_status ivf_assigner_new(const float *centroids, uint32_t k, uint32_t d,
     a->p = opts && opts->n_probe_coarse ? opts->n_probe_coarse : 8;
     if (a->p > MAX_PROBE_COARSE) a->p = MAX_PROBE_COARSE;
     if (a->n_coarse && a->p > a->n_coarse) a->p = a->n_coarse;
-    a->n_workers = a->pool ? cm_pool_size(a->pool) : 1;
+    a->n_workers = cm_pool_size(a->pool);
     a->ws = cm_malloc(sizeof *a->ws * (size_t)a->n_workers);
     if (!a->ws) goto nomem;
     memset(a->ws, 0, sizeof *a->ws * (size_t)a->n_workers);
@@ -297,11 +297,7 @@ static void run(ivf_assigner *a, const float *x, int64_t n, size_t ldx, uint32_t
     job j = {a, x, n, ldx, ids, ips, exact || !a->n_coarse ? IVF_TILE_ROWS * 4 : HIER_ROWS};
     int64_t n_tasks = (n + j.rows_per_task - 1) / j.rows_per_task;
     cm_task_fn fn = exact || !a->n_coarse ? exact_task : hier_task;
-    if (a->pool && n_tasks > 1) {
-        cm_pool_run(a->pool, n_tasks, fn, &j);
-    } else {
-        for (int64_t t = 0; t < n_tasks; t++) fn(&j, t, 0);
-    }
+    cm_pool_run(a->pool, n_tasks, fn, &j);
 }
 
 void ivf_assign(ivf_assigner *a, const float *x, int64_t n, size_t ldx, uint32_t *ids,

@@ -5,7 +5,10 @@
  * returns when all are done. Tasks are claimed from an atomic counter, so uneven tasks
  * balance themselves. `worker` is in [0, cm_pool_size()) and is how a task finds the
  * scratch buffers preallocated for its thread: nothing in a hot loop allocates.
- * A pool runs one job at a time; calling cm_pool_run from inside a task is a bug. */
+ * A pool runs one job at a time; calling cm_pool_run from inside a task is a bug.
+ * A NULL pool is a pool of one: cm_pool_size(NULL) is 1 and cm_pool_run(NULL, ...) runs
+ * the tasks inline, in order, as worker 0 (so does a one-thread pool, or a job of one
+ * task). Callers with an optional pool therefore call cm_pool_run unconditionally. */
 #ifndef CHIMERA_CORE_POOL_H
 #define CHIMERA_CORE_POOL_H
 

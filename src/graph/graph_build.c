@@ -151,12 +151,12 @@ static void partition_task(void *ctx, int64_t task, int worker)
     cm_progress_add(c->prog, no);
 }
 
-/* Knuth's selection sampling: want of n indices, ascending. */
+/* want of n indices, ascending, by selection sampling (cm_select). */
 static void sample_sorted(uint32_t n, uint32_t want, cm_rng *rng, uint32_t *out)
 {
-    uint32_t got = 0;
-    for (uint32_t i = 0; i < n && got < want; i++)
-        if ((double)(n - i) * cm_rng_uniform(rng) < (double)(want - got)) out[got++] = i;
+    cm_select sel;
+    cm_select_begin(&sel, n, want);
+    for (int64_t i, got = 0; (i = cm_select_next(&sel, rng)) >= 0; got++) out[got] = (uint32_t)i;
 }
 
 /* Partition membership: each node joins the partitions of its `overlap` best pivots;
@@ -477,6 +477,248 @@ void graph_free(graph *g)
     memset(g, 0, sizeof *g);
 }
 
+/* The build in stages, each a function named for it: graph_knn (exact or partitioned
+ * kNN lists, sorted best first), graph_refine (one neighbour-of-neighbour round, after
+ * the partitioned kNN), graph_prune (detour counting and selection), graph_merge
+ * (reverse edges merged in, rows padded), graph_repair (reachability). gb_state holds
+ * what they pass on; graph_build allocates the output and frees the state. Every stage
+ * fails only for want of memory. */
+typedef struct gb_state {
+    const float *v;
+    uint32_t n, d, degree, kin;
+    uint64_t seed;
+    graph_knn_mode mode;
+    const graph_build_opts *o;
+    int n_workers;
+    float **tiles;  /* per worker, TILE_ROWS * TILE_COLS */
+    knn_ctx kc;     /* the kNN lists (id, ip, cnt) */
+    uint32_t *pruned; /* n x degree, INVALID-padded */
+    cm_progress prog;
+} gb_state;
+
+/* Partitioned kNN: partitions, then ROW_PASSES passes over them (see the top comment). */
+static chimera_status knn_partitioned(gb_state *b)
+{
+    const graph_build_opts *o = b->o;
+    knn_ctx *kc = &b->kc;
+    const uint32_t n = b->n;
+    chimera_status st = CHIMERA_ERR_NOMEM;
+    uint32_t *members = NULL, *mem_off = NULL, *top = NULL, *owners = NULL, *own_off = NULL,
+             *order = NULL, P = 0;
+    uint32_t psize = o->partition_size ? o->partition_size : DEFAULT_PART_SIZE;
+    if (psize < b->kin + 1) psize = b->kin + 1;
+    uint32_t overlap = o->partition_overlap ? o->partition_overlap : DEFAULT_OVERLAP;
+    if (overlap > MAX_OVERLAP) overlap = MAX_OVERLAP;
+    if (build_partitions(kc, psize, &overlap, b->seed, &members, &mem_off, &top, &P) !=
+        CHIMERA_OK)
+        goto done;
+    uint32_t passes = ROW_PASSES < overlap ? ROW_PASSES : overlap;
+    owners = cm_malloc(sizeof(uint32_t) * n);
+    own_off = cm_malloc(sizeof(uint32_t) * ((size_t)P + 1));
+    order = cm_malloc(sizeof(uint32_t) * P);
+    if (!owners || !own_off || !order) goto done;
+    kc->members = members;
+    kc->mem_off = mem_off;
+    kc->owners = owners;
+    kc->own_off = own_off;
+    kc->order = order;
+    cm_progress_begin(&b->prog, o->progress, o->progress_user, "graph knn", (uint64_t)n * passes);
+    for (uint32_t r = 0; r < passes; r++) {
+        if (pass_owners(top, n, overlap, r, P, mem_off, owners, own_off, order) != CHIMERA_OK)
+            goto done;
+        kc->dedup = r > 0;
+        cm_pool_run(o->pool, P, partition_task, kc);
+        if (atomic_load(&kc->failed)) goto done;
+    }
+    st = CHIMERA_OK;
+done:
+    kc->members = kc->mem_off = kc->owners = kc->own_off = kc->order = NULL;
+    cm_free(members);
+    cm_free(mem_off);
+    cm_free(top);
+    cm_free(owners);
+    cm_free(own_off);
+    cm_free(order);
+    return st;
+}
+
+/* 1. kNN lists of kin neighbours, each sorted best first and INVALID-padded. */
+static chimera_status graph_knn(gb_state *b)
+{
+    knn_ctx *kc = &b->kc;
+    const uint32_t n = b->n;
+    kc->v = b->v;
+    kc->n = n;
+    kc->d = b->d;
+    kc->kin = b->kin;
+    kc->tiles = b->tiles;
+    kc->prog = &b->prog;
+    kc->id = cm_malloc(sizeof(uint32_t) * (size_t)n * b->kin);
+    kc->ip = cm_malloc(sizeof(float) * (size_t)n * b->kin);
+    kc->cnt = cm_calloc(n, sizeof(uint32_t));
+    if (!kc->id || !kc->ip || !kc->cnt) return CHIMERA_ERR_NOMEM;
+    for (int w = 0; w < b->n_workers; w++) {
+        b->tiles[w] = cm_aligned_alloc(64, sizeof(float) * TILE_ROWS * TILE_COLS);
+        if (!b->tiles[w]) return CHIMERA_ERR_NOMEM;
+    }
+    if (b->mode == GRAPH_KNN_EXACT) {
+        cm_progress_begin(&b->prog, b->o->progress, b->o->progress_user, "graph knn", n);
+        cm_pool_run(b->o->pool, (n + TILE_ROWS - 1) / TILE_ROWS, exact_task, kc);
+    } else {
+        CM_TRY(knn_partitioned(b));
+    }
+    cm_progress_end(&b->prog);
+    cm_pool_run(b->o->pool, (n + 1023) / 1024, sort_task, kc);
+    return CHIMERA_OK;
+}
+
+/* 2. One neighbour-of-neighbour round over the kNN lists; the new lists replace them. */
+static chimera_status graph_refine(gb_state *b)
+{
+    knn_ctx *kc = &b->kc;
+    const uint32_t n = b->n, kin = b->kin;
+    const int n_workers = b->n_workers;
+    refine_ctx rc;
+    memset(&rc, 0, sizeof rc);
+    rc.k = kc;
+    rc.dot = graph_dot_get();
+    rc.prog = &b->prog;
+    rc.nid = cm_malloc(sizeof(uint32_t) * (size_t)n * kin);
+    rc.nip = cm_malloc(sizeof(float) * (size_t)n * kin);
+    rc.ncnt = cm_malloc(sizeof(uint32_t) * n);
+    rc.stamp = cm_calloc((size_t)n_workers, sizeof(uint32_t *));
+    rc.epoch = cm_calloc((size_t)n_workers, sizeof(uint32_t));
+    int ok = rc.nid && rc.nip && rc.ncnt && rc.stamp && rc.epoch;
+    for (int w = 0; ok && w < n_workers; w++) ok = (rc.stamp[w] = cm_calloc(n, sizeof(uint32_t))) != NULL;
+    if (ok) {
+        cm_progress_begin(&b->prog, b->o->progress, b->o->progress_user, "graph knn refine", n);
+        cm_pool_run(b->o->pool, (n + 255) / 256, refine_task, &rc);
+        cm_progress_end(&b->prog);
+        cm_free(kc->id);
+        cm_free(kc->ip);
+        cm_free(kc->cnt);
+        kc->id = rc.nid;
+        kc->ip = rc.nip;
+        kc->cnt = rc.ncnt;
+        rc.nid = NULL;
+        rc.nip = NULL;
+        rc.ncnt = NULL;
+    }
+    for (int w = 0; rc.stamp && w < n_workers; w++) cm_free(rc.stamp[w]);
+    cm_free(rc.stamp);
+    cm_free(rc.epoch);
+    cm_free(rc.nid);
+    cm_free(rc.nip);
+    cm_free(rc.ncnt);
+    return ok ? CHIMERA_OK : CHIMERA_ERR_NOMEM;
+}
+
+/* 3. Detour counting and selection of `degree` edges per node into b->pruned. */
+static chimera_status graph_prune(gb_state *b)
+{
+    const int n_workers = b->n_workers;
+    chimera_status st = CHIMERA_ERR_NOMEM;
+    prune_ctx pc;
+    memset(&pc, 0, sizeof pc);
+    pc.knn = b->kc.id;
+    pc.cnt = b->kc.cnt;
+    pc.n = b->n;
+    pc.kin = b->kin;
+    pc.degree = b->degree;
+    pc.prog = &b->prog;
+    pc.rank = cm_calloc((size_t)n_workers, sizeof(uint8_t *));
+    pc.det = cm_calloc((size_t)n_workers, sizeof(uint32_t *));
+    b->pruned = pc.out = cm_malloc(sizeof(uint32_t) * (size_t)b->n * b->degree);
+    if (!pc.rank || !pc.det || !pc.out) goto done;
+    for (int w = 0; w < n_workers; w++) {
+        pc.rank[w] = cm_calloc(b->n, 1);
+        pc.det[w] = cm_malloc(sizeof(uint32_t) * b->kin);
+        if (!pc.rank[w] || !pc.det[w]) goto done;
+    }
+    cm_progress_begin(&b->prog, b->o->progress, b->o->progress_user, "graph prune", b->n);
+    cm_pool_run(b->o->pool, (b->n + 255) / 256, prune_task, &pc);
+    cm_progress_end(&b->prog);
+    st = CHIMERA_OK;
+done:
+    for (int w = 0; w < n_workers; w++) {
+        if (pc.rank) cm_free(pc.rank[w]);
+        if (pc.det) cm_free(pc.det[w]);
+    }
+    cm_free(pc.rank);
+    cm_free(pc.det);
+    return st;
+}
+
+/* 4. Reverse lists, column-major so low-rank (important) edges reverse first; then
+ * each row is [first degree/2 pruned] + [reverse not yet present] + [rest of pruned],
+ * padded from the kNN list and then with deterministic random nodes. */
+static chimera_status graph_merge(gb_state *b, graph *out)
+{
+    const uint32_t n = b->n, degree = b->degree, kin = b->kin;
+    const uint32_t *pruned = b->pruned;
+    uint32_t *rev = cm_malloc(sizeof(uint32_t) * (size_t)n * degree);
+    uint32_t *rcnt = cm_calloc(n, sizeof(uint32_t));
+    if (!rev || !rcnt) {
+        cm_free(rev);
+        cm_free(rcnt);
+        return CHIMERA_ERR_NOMEM;
+    }
+    for (uint32_t k = 0; k < degree; k++)
+        for (uint32_t s = 0; s < n; s++) {
+            uint32_t t = pruned[(size_t)s * degree + k];
+            if (t != INVALID && rcnt[t] < degree) rev[(size_t)t * degree + rcnt[t]++] = s;
+        }
+    const uint32_t prot = degree / 2;
+    for (uint32_t a = 0; a < n; a++) {
+        uint32_t *row = out->adj + (size_t)a * degree, m = 0;
+        const uint32_t *pr = pruned + (size_t)a * degree;
+        for (uint32_t q = 0; q < prot; q++)
+            if (pr[q] != INVALID) row[m++] = pr[q];
+        for (uint32_t q = 0; q < rcnt[a] && m < degree; q++) {
+            uint32_t v = rev[(size_t)a * degree + q];
+            if (v != a && !row_has(row, m, v)) row[m++] = v;
+        }
+        for (uint32_t q = prot; q < degree && m < degree; q++)
+            if (pr[q] != INVALID && !row_has(row, m, pr[q])) row[m++] = pr[q];
+        for (uint32_t q = 0; q < b->kc.cnt[a] && m < degree; q++) {
+            uint32_t v = b->kc.id[(size_t)a * kin + q];
+            if (!row_has(row, m, v)) row[m++] = v;
+        }
+        if (m < degree) {
+            cm_rng rng;
+            cm_rng_seed(&rng, b->seed, 0x706164ull + a);
+            /* degree <= n - 1, so a free node exists; a short scan from a random start
+             * finds one when rejection sampling would be slow (n close to degree). */
+            while (m < degree) {
+                uint32_t v = (uint32_t)cm_rng_below(&rng, n);
+                for (uint32_t step = 0; step < n && (v == a || row_has(row, m, v)); step++)
+                    v = v + 1 == n ? 0 : v + 1;
+                row[m++] = v;
+            }
+        }
+    }
+    cm_free(rev);
+    cm_free(rcnt);
+    return CHIMERA_OK;
+}
+
+/* 5. Reachability from the entry points (repair() above). */
+static chimera_status graph_repair(gb_state *b, graph *out)
+{
+    uint32_t *queue = cm_malloc(sizeof(uint32_t) * b->n);
+    uint8_t *seen = cm_malloc(b->n), *budget = cm_malloc(b->n);
+    chimera_status st = CHIMERA_ERR_NOMEM;
+    if (queue && seen && budget) {
+        out->n_repair_edges =
+            repair(out, b->v, b->d, b->kc.id, b->kc.cnt, b->kin, seen, queue, budget);
+        st = CHIMERA_OK;
+    }
+    cm_free(queue);
+    cm_free(seen);
+    cm_free(budget);
+    return st;
+}
+
 chimera_status graph_build(const float *vecs, uint32_t n, uint32_t d,
                            const graph_build_opts *opts, graph *out, chimera_error *err)
 {
@@ -497,256 +739,57 @@ chimera_status graph_build(const float *vecs, uint32_t n, uint32_t d,
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "graph: intermediate degree %u > 255", kin);
     if (degree > n - 1) degree = n - 1;
     if (kin > n - 1) kin = n - 1;
-    const uint64_t seed = o.seed ? o.seed : DEFAULT_SEED;
     const uint32_t n_entry = o.n_entry ? (o.n_entry < n ? o.n_entry : n) : (DEFAULT_N_ENTRY < n ? DEFAULT_N_ENTRY : n);
-    graph_knn_mode mode = o.knn;
-    if (mode == GRAPH_KNN_AUTO) mode = n <= EXACT_MAX_N ? GRAPH_KNN_EXACT : GRAPH_KNN_PARTITION;
+    gb_state b = {.v = vecs, .n = n, .d = d, .degree = degree, .kin = kin,
+                  .seed = o.seed ? o.seed : DEFAULT_SEED, .mode = o.knn, .o = &o,
+                  .n_workers = cm_pool_size(o.pool)};
+    if (b.mode == GRAPH_KNN_AUTO) b.mode = n <= EXACT_MAX_N ? GRAPH_KNN_EXACT : GRAPH_KNN_PARTITION;
 
-    const int n_workers = o.pool ? cm_pool_size(o.pool) : 1;
     chimera_status st = CHIMERA_ERR_NOMEM;
-    cm_progress prog;
-    knn_ctx kc;
-    memset(&kc, 0, sizeof kc);
-    prune_ctx pc;
-    memset(&pc, 0, sizeof pc);
-    uint32_t *members = NULL, *mem_off = NULL, *order = NULL, *rev = NULL, *rcnt = NULL;
-    uint32_t *owners = NULL, *own_off = NULL, *top = NULL;
-    uint32_t *queue = NULL;
-    uint8_t *seen = NULL, *budget = NULL;
-    float **tiles = cm_calloc((size_t)n_workers, sizeof(float *));
-    pc.rank = cm_calloc((size_t)n_workers, sizeof(uint8_t *));
-    pc.det = cm_calloc((size_t)n_workers, sizeof(uint32_t *));
+    b.tiles = cm_calloc((size_t)b.n_workers, sizeof(float *));
     out->n = n;
     out->degree = degree;
     out->n_entry = n_entry;
     out->adj = cm_malloc(sizeof(uint32_t) * ((size_t)n * degree + 1));
     out->entry = cm_malloc(sizeof(uint32_t) * n_entry);
-    if (!tiles || !pc.rank || !pc.det || !out->adj || !out->entry) goto done;
+    if (!b.tiles || !out->adj || !out->entry) goto done;
 
     /* Entry points: distinct random nodes. */
     {
         cm_rng rng;
-        cm_rng_seed(&rng, seed, 0x656e747279ull);
+        cm_rng_seed(&rng, b.seed, 0x656e747279ull);
         sample_sorted(n, n_entry, &rng, out->entry);
     }
     if (degree == 0) { /* n == 1 */
         st = CHIMERA_OK;
         goto done;
     }
-
-    /* 1. kNN lists. */
     double t0 = cm_now();
-    kc.v = vecs;
-    kc.n = n;
-    kc.d = d;
-    kc.kin = kin;
-    kc.tiles = tiles;
-    kc.prog = &prog;
-    kc.id = cm_malloc(sizeof(uint32_t) * (size_t)n * kin);
-    kc.ip = cm_malloc(sizeof(float) * (size_t)n * kin);
-    kc.cnt = cm_calloc(n, sizeof(uint32_t));
-    if (!kc.id || !kc.ip || !kc.cnt) goto done;
-    for (int w = 0; w < n_workers; w++) {
-        tiles[w] = cm_aligned_alloc(64, sizeof(float) * TILE_ROWS * TILE_COLS);
-        if (!tiles[w]) goto done;
-    }
-    if (mode == GRAPH_KNN_EXACT) {
-        cm_progress_begin(&prog, o.progress, o.progress_user, "graph knn", n);
-        int64_t nt = (n + TILE_ROWS - 1) / TILE_ROWS;
-        if (o.pool)
-            cm_pool_run(o.pool, nt, exact_task, &kc);
-        else
-            for (int64_t t = 0; t < nt; t++) exact_task(&kc, t, 0);
-    } else {
-        uint32_t P = 0;
-        uint32_t psize = o.partition_size ? o.partition_size : DEFAULT_PART_SIZE;
-        if (psize < kin + 1) psize = kin + 1;
-        uint32_t overlap = o.partition_overlap ? o.partition_overlap : DEFAULT_OVERLAP;
-        if (overlap > MAX_OVERLAP) overlap = MAX_OVERLAP;
-        if (build_partitions(&kc, psize, &overlap, seed, &members, &mem_off, &top, &P) != CHIMERA_OK)
-            goto done;
-        uint32_t passes = ROW_PASSES < overlap ? ROW_PASSES : overlap;
-        owners = cm_malloc(sizeof(uint32_t) * n);
-        own_off = cm_malloc(sizeof(uint32_t) * ((size_t)P + 1));
-        order = cm_malloc(sizeof(uint32_t) * P);
-        if (!owners || !own_off || !order) goto done;
-        kc.members = members;
-        kc.mem_off = mem_off;
-        kc.owners = owners;
-        kc.own_off = own_off;
-        kc.order = order;
-        cm_progress_begin(&prog, o.progress, o.progress_user, "graph knn", (uint64_t)n * passes);
-        for (uint32_t r = 0; r < passes; r++) {
-            if (pass_owners(top, n, overlap, r, P, mem_off, owners, own_off, order) != CHIMERA_OK)
-                goto done;
-            kc.dedup = r > 0;
-            if (o.pool)
-                cm_pool_run(o.pool, P, partition_task, &kc);
-            else
-                for (uint32_t t = 0; t < P; t++) partition_task(&kc, t, 0);
-            if (atomic_load(&kc.failed)) goto done;
-        }
-    }
-    cm_progress_end(&prog);
-    {
-        int64_t nt = (n + 1023) / 1024;
-        if (o.pool)
-            cm_pool_run(o.pool, nt, sort_task, &kc);
-        else
-            for (int64_t t = 0; t < nt; t++) sort_task(&kc, t, 0);
-    }
-    if (mode == GRAPH_KNN_PARTITION) {
-        refine_ctx rc;
-        memset(&rc, 0, sizeof rc);
-        rc.k = &kc;
-        rc.dot = graph_dot_get();
-        rc.prog = &prog;
-        rc.nid = cm_malloc(sizeof(uint32_t) * (size_t)n * kin);
-        rc.nip = cm_malloc(sizeof(float) * (size_t)n * kin);
-        rc.ncnt = cm_malloc(sizeof(uint32_t) * n);
-        rc.stamp = cm_calloc((size_t)n_workers, sizeof(uint32_t *));
-        rc.epoch = cm_calloc((size_t)n_workers, sizeof(uint32_t));
-        int ok = rc.nid && rc.nip && rc.ncnt && rc.stamp && rc.epoch;
-        for (int w = 0; ok && w < n_workers; w++) ok = (rc.stamp[w] = cm_calloc(n, sizeof(uint32_t))) != NULL;
-        if (ok) {
-            cm_progress_begin(&prog, o.progress, o.progress_user, "graph knn refine", n);
-            int64_t nt = (n + 255) / 256;
-            if (o.pool)
-                cm_pool_run(o.pool, nt, refine_task, &rc);
-            else
-                for (int64_t t = 0; t < nt; t++) refine_task(&rc, t, 0);
-            cm_progress_end(&prog);
-            cm_free(kc.id);
-            cm_free(kc.ip);
-            cm_free(kc.cnt);
-            kc.id = rc.nid;
-            kc.ip = rc.nip;
-            kc.cnt = rc.ncnt;
-            rc.nid = NULL;
-            rc.nip = NULL;
-            rc.ncnt = NULL;
-        }
-        for (int w = 0; rc.stamp && w < n_workers; w++) cm_free(rc.stamp[w]);
-        cm_free(rc.stamp);
-        cm_free(rc.epoch);
-        cm_free(rc.nid);
-        cm_free(rc.nip);
-        cm_free(rc.ncnt);
-        if (!ok) goto done;
-    }
-    cm_free(kc.ip);
-    kc.ip = NULL;
+    if ((st = graph_knn(&b)) != CHIMERA_OK) goto done;
+    if (b.mode == GRAPH_KNN_PARTITION && (st = graph_refine(&b)) != CHIMERA_OK) goto done;
+    cm_free(b.kc.ip);
+    b.kc.ip = NULL;
     out->knn_seconds = cm_now() - t0;
-
-    /* 2. Detour counting and selection. */
     t0 = cm_now();
-    pc.knn = kc.id;
-    pc.cnt = kc.cnt;
-    pc.n = n;
-    pc.kin = kin;
-    pc.degree = degree;
-    pc.prog = &prog;
-    pc.out = cm_malloc(sizeof(uint32_t) * (size_t)n * degree);
-    if (!pc.out) goto done;
-    for (int w = 0; w < n_workers; w++) {
-        pc.rank[w] = cm_calloc(n, 1);
-        pc.det[w] = cm_malloc(sizeof(uint32_t) * kin);
-        if (!pc.rank[w] || !pc.det[w]) goto done;
-    }
-    cm_progress_begin(&prog, o.progress, o.progress_user, "graph prune", n);
-    {
-        int64_t nt = (n + 255) / 256;
-        if (o.pool)
-            cm_pool_run(o.pool, nt, prune_task, &pc);
-        else
-            for (int64_t t = 0; t < nt; t++) prune_task(&pc, t, 0);
-    }
-    cm_progress_end(&prog);
-
-    /* 3. Reverse lists, column-major so low-rank (important) edges reverse first. */
-    rev = cm_malloc(sizeof(uint32_t) * (size_t)n * degree);
-    rcnt = cm_calloc(n, sizeof(uint32_t));
-    if (!rev || !rcnt) goto done;
-    for (uint32_t k = 0; k < degree; k++)
-        for (uint32_t s = 0; s < n; s++) {
-            uint32_t t = pc.out[(size_t)s * degree + k];
-            if (t != INVALID && rcnt[t] < degree) rev[(size_t)t * degree + rcnt[t]++] = s;
-        }
-
-    /* 4. Merge: [first degree/2 pruned] + [reverse not yet present] + [rest of pruned],
-     * then padding from the kNN list and deterministic random nodes. */
-    {
-        const uint32_t prot = degree / 2;
-        for (uint32_t a = 0; a < n; a++) {
-            uint32_t *row = out->adj + (size_t)a * degree, m = 0;
-            const uint32_t *pr = pc.out + (size_t)a * degree;
-            for (uint32_t q = 0; q < prot; q++)
-                if (pr[q] != INVALID) row[m++] = pr[q];
-            for (uint32_t q = 0; q < rcnt[a] && m < degree; q++) {
-                uint32_t v = rev[(size_t)a * degree + q];
-                if (v != a && !row_has(row, m, v)) row[m++] = v;
-            }
-            for (uint32_t q = prot; q < degree && m < degree; q++)
-                if (pr[q] != INVALID && !row_has(row, m, pr[q])) row[m++] = pr[q];
-            for (uint32_t q = 0; q < kc.cnt[a] && m < degree; q++) {
-                uint32_t v = kc.id[(size_t)a * kin + q];
-                if (!row_has(row, m, v)) row[m++] = v;
-            }
-            if (m < degree) {
-                cm_rng rng;
-                cm_rng_seed(&rng, seed, 0x706164ull + a);
-                /* degree <= n - 1, so a free node exists; a short scan from a random start
-                 * finds one when rejection sampling would be slow (n close to degree). */
-                while (m < degree) {
-                    uint32_t v = (uint32_t)cm_rng_below(&rng, n);
-                    for (uint32_t step = 0; step < n && (v == a || row_has(row, m, v)); step++)
-                        v = v + 1 == n ? 0 : v + 1;
-                    row[m++] = v;
-                }
-            }
-        }
-    }
-    cm_free(pc.out);
-    pc.out = NULL;
-
-    /* 5. Reachability from the entry points. */
-    queue = cm_malloc(sizeof(uint32_t) * n);
-    seen = cm_malloc(n);
-    budget = cm_malloc(n);
-    if (!queue || !seen || !budget) goto done;
-    out->n_repair_edges = repair(out, vecs, d, kc.id, kc.cnt, kin, seen, queue, budget);
+    if ((st = graph_prune(&b)) != CHIMERA_OK) goto done;
+    if ((st = graph_merge(&b, out)) != CHIMERA_OK) goto done;
+    cm_free(b.pruned);
+    b.pruned = NULL;
+    if ((st = graph_repair(&b, out)) != CHIMERA_OK) goto done;
     out->prune_seconds = cm_now() - t0;
-    st = CHIMERA_OK;
 done:
     if (st != CHIMERA_OK) {
         cm_fail(err, st, "graph: out of memory building over n = %u (degree %u, kNN %u)", n,
                 degree, kin);
         graph_free(out);
     }
-    if (tiles)
-        for (int w = 0; w < n_workers; w++) cm_free(tiles[w]);
-    cm_free(tiles);
-    for (int w = 0; w < n_workers; w++) {
-        if (pc.rank) cm_free(pc.rank[w]);
-        if (pc.det) cm_free(pc.det[w]);
-    }
-    cm_free(pc.rank);
-    cm_free(pc.det);
-    cm_free(pc.out);
-    cm_free(kc.id);
-    cm_free(kc.ip);
-    cm_free(kc.cnt);
-    cm_free(owners);
-    cm_free(top);
-    cm_free(own_off);
-    cm_free(members);
-    cm_free(mem_off);
-    cm_free(order);
-    cm_free(rev);
-    cm_free(rcnt);
-    cm_free(queue);
-    cm_free(seen);
-    cm_free(budget);
+    if (b.tiles)
+        for (int w = 0; w < b.n_workers; w++) cm_free(b.tiles[w]);
+    cm_free(b.tiles);
+    cm_free(b.pruned);
+    cm_free(b.kc.id);
+    cm_free(b.kc.ip);
+    cm_free(b.kc.cnt);
     return st;
 }
 

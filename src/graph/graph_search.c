@@ -230,10 +230,7 @@ void graph_search_batch(graph_searcher *s, cm_pool *pool, const float *q, int64_
     if (k > s->max_k) k = s->max_k;
     batch b = {s, q, nq, ldq, k, ids, ips};
     int64_t nt = (nq + BATCH_CHUNK - 1) / BATCH_CHUNK;
-    if (pool && nt > 1)
-        cm_pool_run(pool, nt, batch_task, &b);
-    else
-        for (int64_t t = 0; t < nt; t++) batch_task(&b, t, 0);
+    cm_pool_run(pool, nt, batch_task, &b);
 }
 
 /* ---- brute force ------------------------------------------------------------------ */
@@ -290,7 +287,7 @@ chimera_status graph_brute_force(const float *vecs, uint32_t n, uint32_t d, cons
                                  uint32_t *ids, float *ips, chimera_error *err)
 {
     if (k == 0 || nq <= 0) return CHIMERA_OK;
-    int nw = pool ? cm_pool_size(pool) : 1;
+    int nw = cm_pool_size(pool);
     bf_ctx c = {vecs, q, n, d, k, nq, ldq, ids, ips, NULL, NULL, NULL};
     chimera_status st = CHIMERA_OK;
     c.tiles = cm_calloc((size_t)nw, sizeof(float *));
@@ -305,10 +302,7 @@ chimera_status graph_brute_force(const float *vecs, uint32_t n, uint32_t d, cons
     }
     {
         int64_t nt = (nq + BF_ROWS - 1) / BF_ROWS;
-        if (pool && nt > 1)
-            cm_pool_run(pool, nt, bf_task, &c);
-        else
-            for (int64_t t = 0; t < nt; t++) bf_task(&c, t, 0);
+        cm_pool_run(pool, nt, bf_task, &c);
     }
     goto done;
 nomem:

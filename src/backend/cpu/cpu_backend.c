@@ -207,9 +207,7 @@ static void centroid_scores(const cpu_ctx *c, const float *q, uint32_t cols, flo
 {
     s_job j = {c, q, cols, S, 2048};
     int64_t n_tasks = (c->r.n_clusters + j.rows_per_task - 1) / j.rows_per_task;
-    if (c->pool) cm_pool_run(c->pool, n_tasks, s_task, &j);
-    else
-        for (int64_t t = 0; t < n_tasks; t++) s_task(&j, t, 0);
+    cm_pool_run(c->pool, n_tasks, s_task, &j);
 }
 
 /* Takes the longest prefix of the n queries whose tokens fit the batch buffer and
