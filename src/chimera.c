@@ -1,7 +1,6 @@
 /* The public API (include/chimera.h): argument checks at the boundary, handle structs,
  * and per-handle messages. Internal modules trust their inputs; this file is where
  * caller mistakes become statuses. */
-#include <math.h>
 #include <string.h>
 
 #include "chimera.h"
@@ -14,6 +13,7 @@
 #include "data/synth.h"
 #include "data/trec.h"
 #include "index/index.h"
+#include "index/profile.h"
 #include "search/eval.h"
 #include "search/exact.h"
 #include "search/pipeline.h"
@@ -706,78 +706,11 @@ chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *q
     chimera_status s;
     if (!t.ids || !t.scores) s = cm_fail(&index->last, CHIMERA_ERR_NOMEM, "tune: out of memory");
     else s = tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters, index->ix.n_docs, res);
-    if (s == CHIMERA_OK) {
-        /* which index was measured, so that saving the profile can refuse another one */
-        res->index_generation = store_generation(index->ix.st);
-        res->index_data_id = store_data_id(index->ix.st);
-    }
+    if (s == CHIMERA_OK) /* which index was measured, so that saving can refuse another one */
+        ix_profile_identity(&index->ix, &res->index_generation, &res->index_data_id);
     cm_free(t.ids);
     cm_free(t.scores);
     return s;
-}
-
-static cJSON *profile_json(uint32_t k, double target, const chimera_tune_result *r)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddNumberToObject(o, "k", k);
-    cJSON_AddNumberToObject(o, "target_recall", target);
-    cJSON_AddNumberToObject(o, "measured_recall", r->recall);
-    cJSON_AddNumberToObject(o, "qps", r->qps);
-    cJSON_AddNumberToObject(o, "reached", r->reached);
-    cJSON_AddNumberToObject(o, "n_probe", r->best.n_probe);
-    cJSON_AddNumberToObject(o, "k_refine", r->best.k_refine);
-    cJSON_AddNumberToObject(o, "k_fullbit", r->best.k_fullbit);
-    cJSON_AddNumberToObject(o, "chunks", r->best.chunks);
-    cJSON_AddNumberToObject(o, "impute", r->best.impute);
-    cJSON_AddNumberToObject(o, "probe", r->best.probe);
-    return o;
-}
-
-static double jnum(const cJSON *o, const char *key)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(it) ? it->valuedouble : -1;
-}
-
-typedef struct profile_edit {
-    const char *dir;
-    uint32_t k;
-    double target;
-    const chimera_tune_result *res;
-} profile_edit;
-
-/* Under the writer lock (store_update_meta): merges the profile into the profiles the
- * index holds now. Merging rather than failing on any change since the tune is what
- * keeps two tunes saving at once from losing one: a meta-only change (another profile)
- * leaves the data the profile was measured on as it was. A change of the data (a
- * rebuild) makes the profile meaningless for this index, so that is refused. */
-static chimera_status profile_merge(cJSON *meta, const store *cur, void *user, chimera_error *err)
-{
-    const profile_edit *e = user;
-    if (e->res->index_data_id && e->res->index_data_id != store_data_id(cur))
-        return cm_fail(err, CHIMERA_ERR_CONFLICT,
-                       "%s was rebuilt since it was tuned (generation %llu then, %llu now, "
-                       "with other data); the profile was not saved: tune the new index",
-                       e->dir, (unsigned long long)e->res->index_generation,
-                       (unsigned long long)store_generation(cur));
-    cJSON *arr = cJSON_GetObjectItemCaseSensitive(meta, "profiles");
-    if (!cJSON_IsArray(arr)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(meta, "profiles");
-        arr = cJSON_AddArrayToObject(meta, "profiles");
-    }
-    /* replace the profile with the same (k, target) */
-    for (int i = cJSON_GetArraySize(arr) - 1; i >= 0; i--) {
-        const cJSON *p = cJSON_GetArrayItem(arr, i);
-        if (jnum(p, "k") == e->k && jnum(p, "target_recall") == e->target)
-            cJSON_DeleteItemFromArray(arr, i);
-    }
-    cJSON *p = profile_json(e->k, e->target, e->res);
-    if (!arr || !p || !cJSON_AddItemToArray(arr, p)) {
-        cJSON_Delete(p);
-        return cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
-    }
-    return CHIMERA_OK;
 }
 
 chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double target_recall,
@@ -785,56 +718,15 @@ chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double ta
 {
     if (!dir || !res || k == 0)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "profile_save: dir, result and k are required");
-    profile_edit e = {dir, k, target_recall, res};
-    return store_update_meta(dir, NULL, profile_merge, &e, err);
+    ix_profile p = {k, target_recall, res->recall, res->qps, res->reached, res->best};
+    return ix_profile_save(dir, &p, res->index_data_id, res->index_generation, err);
 }
 
 chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
                                          double target_recall, chimera_search_params *out)
 {
     if (!index || !out) return CHIMERA_ERR_INVALID_ARG;
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(store_meta(index->ix.st), "profiles");
-    const cJSON *best = NULL, *it;
-    double best_t = 2, best_k = 1e18;
-    cJSON_ArrayForEach(it, arr)
-    {
-        double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
-        if (pk < k || pt < target_recall || jnum(it, "reached") != 1) continue;
-        /* prefer this k, then the smallest target that is enough, then the smallest k */
-        int better = !best || (pk == k && best_k != k) ||
-                     ((pk == k) == (best_k == k) && (pt < best_t || (pt == best_t && pk < best_k)));
-        if (better) {
-            best = it;
-            best_t = pt;
-            best_k = pk;
-        }
-    }
-    if (!best) return CHIMERA_ERR_EMPTY;
-    /* The profile is file content: each value is range-checked as a double before it is
-     * converted, since converting one outside the integer's range (1e300, -5, or the -1
-     * jnum gives for a missing member) is undefined behaviour. The message goes on the
-     * handle, whose last-error record is the one part of it a const call may update. */
-    static const struct {
-        const char *key;
-        double max;
-    } field[] = {{"n_probe", UINT32_MAX}, {"k_refine", UINT32_MAX}, {"k_fullbit", UINT32_MAX},
-                 {"chunks", UINT32_MAX},  {"impute", 2},            {"probe", 2}};
-    double v[6];
-    for (int i = 0; i < 6; i++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(best, field[i].key);
-        v[i] = cJSON_IsNumber(f) ? f->valuedouble : -1;
-        if (!(v[i] >= 0 && v[i] <= field[i].max) || v[i] != floor(v[i]))
-            return cm_fail(&((chimera_index *)index)->last, CHIMERA_ERR_CORRUPT,
-                           "profile (k %g, target %g): '%s' is %s, expected an integer in 0..%.0f",
-                           best_k, best_t, field[i].key, cJSON_IsNumber(f) ? "out of range" : "missing",
-                           field[i].max);
-    }
-    memset(out, 0, sizeof *out);
-    out->n_probe = (uint32_t)v[0];
-    out->k_refine = (uint32_t)v[1];
-    out->k_fullbit = (uint32_t)v[2];
-    out->chunks = (uint32_t)v[3];
-    out->impute = (int)v[4];
-    out->probe = (int)v[5];
-    return CHIMERA_OK;
+    /* the message goes on the handle, whose last-error record is the one part of it a
+     * const call may update */
+    return ix_profile_find(&index->ix, k, target_recall, out, &((chimera_index *)index)->last);
 }

@@ -29,6 +29,16 @@ for mod in "${!allowed[@]}"; do
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\/[^"]*\)".*/\1/p' "$f")
   done
 done
+# The manifest's JSON is the container's business: outside src/index/, no source file
+# includes cJSON or the container header (index/store.h, store_impl.h) that exposes it;
+# other modules reach index data through index.h and its typed functions.
+for f in $(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -not -path 'src/index/*'); do
+  while IFS= read -r inc; do
+    case "$inc" in
+      cJSON.h|index/store.h|index/store_impl.h) echo "$f includes \"$inc\": cJSON and the store are private to src/index/"; bad=1 ;;
+    esac
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]\([^">]*\)[">].*/\1/p' "$f")
+done
 for f in tools/*.c tools/*.h python/*.c; do
   [ -f "$f" ] || continue
   while IFS= read -r inc; do

@@ -56,6 +56,7 @@
 #include "data/synth.h"
 #include "index/format.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "index/store_impl.h"
 #include "core/alloc.h"
 

@@ -34,6 +34,7 @@
 #include "data/corpus.h"
 #include "data/synth.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "quant/rabitq.h"
 #include "tmpdir.h"
 #include "core/alloc.h"

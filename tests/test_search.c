@@ -35,6 +35,7 @@
 #include "data/corpus.h"
 #include "data/synth.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "search/exact.h"
 #include "search/pipeline.h"
 #include "tmpdir.h"

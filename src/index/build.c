@@ -33,6 +33,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "core/alloc.h"
 
 #define ROWS_PER_TASK 4096

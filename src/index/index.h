@@ -15,8 +15,11 @@
 #include "data/corpus.h"
 #include "graph/graph.h"
 #include "index/sections.h"
-#include "index/store.h"
 #include "quant/rabitq.h"
+
+/* The container (index/store.h) stays private to src/index/: its manifest is cJSON, which
+ * no other module sees. */
+typedef struct store store;
 
 #define IX_MAX_PHASES 8
 

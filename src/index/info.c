@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "core/alloc.h"
 
 int ix_section_on_device(const char *name)

@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "core/alloc.h"
 
 static chimera_status meta_u64(const cJSON *meta, const char *key, uint64_t max, uint64_t *v,

@@ -1,0 +1,137 @@
+/* Tuned search profiles in the manifest (profile.h). The profile is file content, so
+ * reading it is as careful as reading any other part of an index: every value is
+ * range-checked as a double before it is converted. Saving goes through the writer
+ * protocol of store.h, whose edit callback merges the profile into what the index holds
+ * at the moment the lock is taken. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "index/profile.h"
+#include "index/store.h"
+
+/* The members in file order (kept from the first format that stored profiles, so
+ * manifests written before and after read the same). */
+static cJSON *profile_json(const ix_profile *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddNumberToObject(o, "k", p->k);
+    cJSON_AddNumberToObject(o, "target_recall", p->target_recall);
+    cJSON_AddNumberToObject(o, "measured_recall", p->measured_recall);
+    cJSON_AddNumberToObject(o, "qps", p->qps);
+    cJSON_AddNumberToObject(o, "reached", p->reached);
+    cJSON_AddNumberToObject(o, "n_probe", p->params.n_probe);
+    cJSON_AddNumberToObject(o, "k_refine", p->params.k_refine);
+    cJSON_AddNumberToObject(o, "k_fullbit", p->params.k_fullbit);
+    cJSON_AddNumberToObject(o, "chunks", p->params.chunks);
+    cJSON_AddNumberToObject(o, "impute", p->params.impute);
+    cJSON_AddNumberToObject(o, "probe", p->params.probe);
+    return o;
+}
+
+/* A number member, or -1 when it is missing or not a number. */
+static double jnum(const cJSON *o, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : -1;
+}
+
+void ix_profile_identity(const ix_index *ix, uint64_t *generation, uint64_t *data_id)
+{
+    *generation = store_generation(ix->st);
+    *data_id = store_data_id(ix->st);
+}
+
+typedef struct profile_edit {
+    const char *dir;
+    const ix_profile *p;
+    uint64_t data_id, generation;
+} profile_edit;
+
+/* Under the writer lock (store_update_meta): merges the profile into the profiles the
+ * index holds now. Merging rather than failing on any change since the tune is what
+ * keeps two tunes saving at once from losing one: a meta-only change (another profile)
+ * leaves the data the profile was measured on as it was. A change of the data (a
+ * rebuild) makes the profile meaningless for this index, so that is refused. */
+static chimera_status profile_merge(cJSON *meta, const store *cur, void *user, chimera_error *err)
+{
+    const profile_edit *e = user;
+    if (e->data_id && e->data_id != store_data_id(cur))
+        return cm_fail(err, CHIMERA_ERR_CONFLICT,
+                       "%s was rebuilt since it was tuned (generation %llu then, %llu now, "
+                       "with other data); the profile was not saved: tune the new index",
+                       e->dir, (unsigned long long)e->generation,
+                       (unsigned long long)store_generation(cur));
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(meta, "profiles");
+    if (!cJSON_IsArray(arr)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, "profiles");
+        arr = cJSON_AddArrayToObject(meta, "profiles");
+    }
+    /* replace the profile with the same (k, target) */
+    for (int i = cJSON_GetArraySize(arr) - 1; i >= 0; i--) {
+        const cJSON *p = cJSON_GetArrayItem(arr, i);
+        if (jnum(p, "k") == e->p->k && jnum(p, "target_recall") == e->p->target_recall)
+            cJSON_DeleteItemFromArray(arr, i);
+    }
+    cJSON *p = profile_json(e->p);
+    if (!arr || !p || !cJSON_AddItemToArray(arr, p)) {
+        cJSON_Delete(p);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "profile_save: out of memory");
+    }
+    return CHIMERA_OK;
+}
+
+chimera_status ix_profile_save(const char *dir, const ix_profile *p, uint64_t data_id,
+                               uint64_t generation, chimera_error *err)
+{
+    profile_edit e = {dir, p, data_id, generation};
+    return store_update_meta(dir, NULL, profile_merge, &e, err);
+}
+
+chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
+                               chimera_search_params *out, chimera_error *err)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(store_meta(ix->st), "profiles");
+    const cJSON *best = NULL, *it;
+    double best_t = 2, best_k = 1e18;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
+        if (pk < k || pt < target_recall || jnum(it, "reached") != 1) continue;
+        /* prefer this k, then the smallest target that is enough, then the smallest k */
+        int better = !best || (pk == k && best_k != k) ||
+                     ((pk == k) == (best_k == k) && (pt < best_t || (pt == best_t && pk < best_k)));
+        if (better) {
+            best = it;
+            best_t = pt;
+            best_k = pk;
+        }
+    }
+    if (!best) return CHIMERA_ERR_EMPTY;
+    /* Converting a double outside the integer's range (1e300, -5, or the -1 jnum gives
+     * for a missing member) is undefined behaviour, hence the checks first. */
+    static const struct {
+        const char *key;
+        double max;
+    } field[] = {{"n_probe", UINT32_MAX}, {"k_refine", UINT32_MAX}, {"k_fullbit", UINT32_MAX},
+                 {"chunks", UINT32_MAX},  {"impute", 2},            {"probe", 2}};
+    double v[6];
+    for (int i = 0; i < 6; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(best, field[i].key);
+        v[i] = cJSON_IsNumber(f) ? f->valuedouble : -1;
+        if (!(v[i] >= 0 && v[i] <= field[i].max) || v[i] != floor(v[i]))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): '%s' is %s, expected an integer in 0..%.0f",
+                           best_k, best_t, field[i].key, cJSON_IsNumber(f) ? "out of range" : "missing",
+                           field[i].max);
+    }
+    memset(out, 0, sizeof *out);
+    out->n_probe = (uint32_t)v[0];
+    out->k_refine = (uint32_t)v[1];
+    out->k_fullbit = (uint32_t)v[2];
+    out->chunks = (uint32_t)v[3];
+    out->impute = (int)v[4];
+    out->probe = (int)v[5];
+    return CHIMERA_OK;
+}
