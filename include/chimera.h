@@ -29,7 +29,7 @@
  *   int64_t n = chimera_queries_count(queries);
  *   int64_t *ids = malloc(n * 10 * sizeof *ids);     // query i's r-th hit: ids[i*10 + r]
  *   float *scores = malloc(n * 10 * sizeof *scores);
- *   if (chimera_index_search(index, queries, 10, NULL, NULL, ids, scores, NULL) == 0)
+ *   if (chimera_index_search(index, queries, 10, NULL, NULL, ids, scores, NULL, &err) == 0)
  *       printf("query 0: document %lld\n", (long long)ids[0]);
  *   free(ids), free(scores);
  * done:
@@ -64,17 +64,17 @@
  *   - Outputs are caller-owned arrays of the documented size; unused result slots are
  *     padded with id -1 and score -INFINITY. The library keeps no pointer to them after
  *     the call returns.
- *   - Returned strings are static (names, versions), or point into a handle
- *     (`..._errmsg`: valid until the next call on that handle or its close).
+ *   - Returned strings are static (names, versions); messages come back in the
+ *     caller's chimera_error, never kept on a handle.
  *   - Memory-mapped files (a corpus's tokens, an index's sections) stay mapped until
  *     the handle's close; see chimera_mapping_describe for what a truncated file does.
  *
  * Threads
  *   Distinct handles are always independent. Per handle:
- *   - chimera_index: after open, immutable; chimera_index_search may be called from any
- *     number of threads at once, each call with its own outputs. chimera_index_check,
- *     _tune and _profile_get leave their message on the handle: at most one of these
- *     at a time per handle (searches may run alongside).
+ *   - chimera_index: after open, immutable; chimera_index_search, _tune, _check and
+ *     _profile_get may be called from any number of threads at once, each call with its
+ *     own outputs and chimera_error (search state is pooled inside the handle: see
+ *     chimera_index_search).
  *   - chimera_corpus: after open, immutable; chimera_exact_search may be called from any
  *     number of threads at once, and so may index builds reading it.
  *   - chimera_queries, chimera_run: immutable after creation; every function on them
@@ -107,7 +107,10 @@
  *   - Every fallible function returns chimera_status: CHIMERA_OK (0) or a negative code.
  *   - Constructors take `T **out` and set *out = NULL on failure; their optional
  *     `chimera_error *err` receives a message naming what was wrong.
- *   - Methods on a handle keep their last message on the handle (`..._errmsg`).
+ *   - Methods on a handle (search, exact search, check, tune, profile_get) take an
+ *     optional `chimera_error *err` last, like constructors: errors are per call, never
+ *     kept on a handle, so calls on one handle from several threads cannot see each
+ *     other's messages.
  *   - Names are chimera_<object>_<verb> (chimera_index_open, chimera_run_eval_recall);
  *     accessors are chimera_<object>_<property> (chimera_index_dim). new/free are for
  *     in-memory objects, open/close for mapped files, read/write for whole files.
@@ -326,8 +329,6 @@ CHIMERA_API chimera_status chimera_corpus_wrap(const float *tokens, int64_t n_to
 CHIMERA_API int64_t chimera_corpus_n_docs(const chimera_corpus *corpus);
 CHIMERA_API int64_t chimera_corpus_n_tokens(const chimera_corpus *corpus);
 CHIMERA_API uint32_t chimera_corpus_dim(const chimera_corpus *corpus);
-/* The last error message of a call on this corpus ("" if none). */
-CHIMERA_API const char *chimera_corpus_errmsg(const chimera_corpus *corpus);
 /* Unmaps and frees the corpus (NULL is a no-op); no call may be in flight on it. An index
  * built from it does not need it. */
 CHIMERA_API void chimera_corpus_close(chimera_corpus *corpus);
@@ -380,12 +381,14 @@ CHIMERA_API void chimera_exact_opts_default(chimera_exact_opts *opts);
 /* Exact Chamfer top-k of every query over the whole corpus, by blocked sgemm over the
  * (memory-mapped) token matrix: ids[i*k + r] and scores[i*k + r] are query i's r-th best
  * document (user id) and its score, best first; ties go to the earlier document.
+ * Thread-safe: any number of threads may search one corpus at once (each call has its
+ * own threads and scratch; the corpus is only read).
+ * @param err  optional; receives this call's error (code and message)
  * @return CHIMERA_OK, _INVALID_ARG (k == 0), _DIM (query dim differs), _NOMEM, _VALUE
- *         (a float16 token overflows); message on the corpus. */
-CHIMERA_API chimera_status chimera_exact_search(chimera_corpus *corpus,
-                                                const chimera_queries *queries, uint32_t k,
-                                                const chimera_exact_opts *opts, int64_t *ids,
-                                                float *scores);
+ *         (a float16 token overflows). */
+CHIMERA_API chimera_status chimera_exact_search(const chimera_corpus *corpus, const chimera_queries *queries,
+                                    uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
+                                    float *scores, chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Index: build, open, inspect                                                        */
@@ -453,20 +456,18 @@ CHIMERA_API void chimera_open_opts_default(chimera_open_opts *opts);
 CHIMERA_API chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts,
                                               chimera_index **out, chimera_error *err);
 /* Unmaps and frees the index and whatever search state it holds (worker threads, device
- * memory); NULL is a no-op. No call may be in flight on it. */
+ * memory) and its pooled search sessions; NULL is a no-op. No call may be in flight on it. */
 CHIMERA_API void chimera_index_close(chimera_index *index);
-/* The message of the last failed call on this index ("" if none). */
-CHIMERA_API const char *chimera_index_errmsg(const chimera_index *index);
 
 /* The deep consistency check (`chimera check`): every checksum, then every token in
  * exactly one posting list, lists consistent with documents and centroids, the two
  * copies of the 1-bit codes and factors equal, every B-bit code within the index's bits
  * and agreeing with its 1-bit plane, every centroid and factor finite and within the
  * range RaBitQ allows, user ids >= 0 and unique, a valid graph whose every node is
- * reachable. The message (chimera_index_errmsg) names the section.
+ * reachable. The message (in err, optional) names the section. Thread-safe.
  * @return CHIMERA_OK, _CORRUPT, _EMPTY (a consistent index whose documents are all
  *         deleted: every search would fail with _EMPTY), _NOMEM. */
-CHIMERA_API chimera_status chimera_index_check(chimera_index *index);
+CHIMERA_API chimera_status chimera_index_check(const chimera_index *index, chimera_error *err);
 
 CHIMERA_API int64_t chimera_index_n_docs(const chimera_index *index);
 CHIMERA_API uint32_t chimera_index_dim(const chimera_index *index);
@@ -555,12 +556,27 @@ typedef struct chimera_search_profile {
  *         _EMPTY (every document of the index is deleted), _CORRUPT (a score came out
  *         NaN or infinite, or a factor it needed is: the message names the section; no
  *         result is returned for a damaged index), _DEVICE, _UNSUPPORTED (backend),
- *         _NOMEM; message on the index. */
-CHIMERA_API chimera_status chimera_index_search(chimera_index *index,
-                                                const chimera_queries *queries, uint32_t k,
-                                                const chimera_search_params *params,
-                                                const chimera_search_opts *opts, int64_t *ids,
-                                                float *scores, chimera_search_profile *profile);
+ *         _NOMEM; err (optional) receives this call's message.
+ *
+ * Concurrency: any number of threads may call this on one index at once, each with
+ * its own k, params, opts, outputs, profile and err; every call's results are the same
+ * as if it ran alone. An opened index never changes; what a search needs to write (the
+ * backend's scratch and upload, its worker threads: a "session") is pooled inside the
+ * handle. A call takes an idle session that fits its backend, thread count and sizes,
+ * or makes one, and returns it when done, so a single-threaded caller reuses one
+ * session (its first call pays the set-up, a device upload included) and T concurrent
+ * callers end up with T sessions, kept until close. Pooled rather than a searcher
+ * object the caller creates and passes: the call stays one handle and one function,
+ * with no per-thread bookkeeping for the caller, and the cost of concurrency falls only
+ * on programs that use it. Each session runs its own threads (opts->n_threads), so T
+ * callers with n_threads = 0 start T x CPUs threads: give concurrent callers a share
+ * each (n_threads = 1 for a server thread per request). On CUDA every session holds its
+ * own copy of the index's device sections. */
+CHIMERA_API chimera_status chimera_index_search(const chimera_index *index, const chimera_queries *queries,
+                                    uint32_t k, const chimera_search_params *params,
+                                    const chimera_search_opts *opts, int64_t *ids,
+                                    float *scores, chimera_search_profile *profile,
+                                    chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Tuning for a target recall                                                         */
@@ -586,12 +602,12 @@ typedef struct chimera_tune_result {
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
  * from chimera_exact_search), then shrink k_refine, then n_probe, keeping the target.
- * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error. */
-CHIMERA_API chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *queries,
-                                              const int64_t *truth_ids, uint32_t truth_k,
-                                              uint32_t k, double target_recall,
-                                              const chimera_search_opts *opts,
-                                              chimera_tune_result *res);
+ * Thread-safe, as chimera_index_search (it is a series of searches).
+ * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error (in err). */
+CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,
+                                  const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
+                                  double target_recall, const chimera_search_opts *opts,
+                                  chimera_tune_result *res, chimera_error *err);
 
 /* Stores `res` in the index at `dir` as the profile for (k, target_recall), replacing one
  * with the same key; the manifest is rewritten atomically (sections untouched). It is a
@@ -607,11 +623,12 @@ CHIMERA_API chimera_status chimera_index_profile_save(const char *dir, uint32_t 
                                                       chimera_error *err);
 
 /* The stored profile for top-k whose target is the smallest >= target_recall (any k'
- * >= k qualifies when no profile has this k). @return CHIMERA_OK, _EMPTY (none), or
- * _CORRUPT (that profile holds a missing or out-of-range value; message on the handle). */
+ * >= k qualifies when no profile has this k). Thread-safe. @return CHIMERA_OK, _EMPTY
+ * (none; no message), or _CORRUPT (that profile holds a missing or out-of-range value;
+ * message in err, optional). */
 CHIMERA_API chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
-                                                     double target_recall,
-                                                     chimera_search_params *p);
+                                         double target_recall, chimera_search_params *p,
+                                         chimera_error *err);
 
 /* Recall@k of result ids [n x run_k] against exact ids [n x truth_k] (as the paper:
  * |R ∩ R'| / k per query, averaged; -1 entries are padding). 0 for NULL arrays, n <= 0

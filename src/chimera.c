@@ -1,6 +1,9 @@
 /* The public API (include/chimera.h): argument checks at the boundary, handle structs,
- * and per-handle messages. Internal modules trust their inputs; this file is where
- * caller mistakes become statuses. */
+ * and the translation between public and internal types. Internal modules trust their
+ * inputs; this file is where caller mistakes become statuses. Errors go to the caller's
+ * chimera_error of each call, never into a handle: handles are read-only after open, so
+ * one may be used from many threads at once (search scheduling and its per-call scratch
+ * live in search/session.c, profile storage in index/profile.c). */
 #include <string.h>
 
 #include "chimera.h"
@@ -17,15 +20,12 @@
 #include "search/eval.h"
 #include "search/exact.h"
 #include "search/pipeline.h"
+#include "search/session.h"
 #include "search/tune.h"
-#include "core/clock.h"
-#include "core/cpu.h"
-#include "core/pool.h"
 #include "core/alloc.h"
 
 struct chimera_corpus {
     data_corpus c;
-    chimera_error last; /* the last error of a call on this handle */
 };
 
 struct chimera_queries {
@@ -38,16 +38,17 @@ struct chimera_run {
 
 struct chimera_index {
     ix_index ix;
-    chimera_error last;
-    /* The search engine of the last call, kept while calls fit its configuration, so a
-     * device upload happens once per index and configuration, not per call. */
-    sp_engine *engine;
-    sp_params engine_max;
-    uint32_t engine_m;
-    int engine_workers, engine_threads;
-    char engine_backend[16];
-    cm_pool *pool;
+    /* Per-search scratch (engines and their threads), pooled: the one part of the handle
+     * a search changes, behind its own lock (search/session.h). */
+    sp_sessions *sessions;
 };
+
+/* Methods take an optional `err`: point a NULL one at a scratch record so the rest of
+ * the call can write it unconditionally, and start from a clear one. */
+#define ERR_OPTIONAL(err)                                                                      \
+    chimera_error err##_scratch_;                                                              \
+    if (!(err)) (err) = &err##_scratch_;                                                       \
+    cm_error_clear(err)
 
 /* n_threads of an options struct: 0 (one per CPU) to CHIMERA_MAX_THREADS. */
 static chimera_status check_threads(int n_threads, const char *what, chimera_error *err)
@@ -200,7 +201,6 @@ chimera_status chimera_corpus_wrap(const float *tokens, int64_t n_tokens, uint32
 int64_t chimera_corpus_n_docs(const chimera_corpus *c) { return c ? c->c.n_docs : 0; }
 int64_t chimera_corpus_n_tokens(const chimera_corpus *c) { return c ? c->c.n_tokens : 0; }
 uint32_t chimera_corpus_dim(const chimera_corpus *c) { return c ? c->c.dim : 0; }
-const char *chimera_corpus_errmsg(const chimera_corpus *c) { return c ? c->last.msg : ""; }
 
 void chimera_corpus_close(chimera_corpus *c)
 {
@@ -280,20 +280,19 @@ void chimera_queries_free(chimera_queries *q)
 
 /* ---- exact search ------------------------------------------------------------------ */
 
-chimera_status chimera_exact_search(chimera_corpus *corpus, const chimera_queries *queries,
+chimera_status chimera_exact_search(const chimera_corpus *corpus, const chimera_queries *queries,
                                     uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
-                                    float *scores)
+                                    float *scores, chimera_error *err)
 {
-    if (!corpus) return CHIMERA_ERR_INVALID_ARG;
-    cm_error_clear(&corpus->last);
-    if (!queries || !ids || !scores)
-        return cm_fail(&corpus->last, CHIMERA_ERR_INVALID_ARG,
-                       "exact_search: queries, ids and scores are required");
+    ERR_OPTIONAL(err);
+    if (!corpus || !queries || !ids || !scores)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "exact_search: corpus, queries, ids and scores are required");
     chimera_exact_opts o = {0};
     if (opts) o = *opts;
-    CM_TRY(check_threads(o.n_threads, "exact_search", &corpus->last));
+    CM_TRY(check_threads(o.n_threads, "exact_search", err));
     return exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress, o.progress_user, ids,
-                        scores, &corpus->last);
+                        scores, err);
 }
 
 /* ---- runs and evaluation ----------------------------------------------------------- */
@@ -420,6 +419,12 @@ chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts
         cm_free(h);
         return s;
     }
+    s = sp_sessions_new(&h->ix, &h->sessions, err);
+    if (s != CHIMERA_OK) {
+        ix_close(&h->ix);
+        cm_free(h);
+        return s;
+    }
     *out = h;
     return CHIMERA_OK;
 }
@@ -427,19 +432,16 @@ chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts
 void chimera_index_close(chimera_index *index)
 {
     if (!index) return;
-    sp_engine_free(index->engine);
-    cm_pool_free(index->pool);
+    sp_sessions_free(index->sessions);
     ix_close(&index->ix);
     cm_free(index);
 }
 
-const char *chimera_index_errmsg(const chimera_index *index) { return index ? index->last.msg : ""; }
-
-chimera_status chimera_index_check(chimera_index *index)
+chimera_status chimera_index_check(const chimera_index *index, chimera_error *err)
 {
-    if (!index) return CHIMERA_ERR_INVALID_ARG;
-    cm_error_clear(&index->last);
-    return ix_check(&index->ix, &index->last);
+    ERR_OPTIONAL(err);
+    if (!index) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_check: index is NULL");
+    return ix_check(&index->ix, err);
 }
 
 int64_t chimera_index_n_docs(const chimera_index *index) { return index ? index->ix.n_docs : 0; }
@@ -468,59 +470,16 @@ void chimera_search_params_default(uint32_t k, chimera_search_params *p)
     if (!p->chunks) p->chunks = 4;
 }
 
-typedef struct search_job {
-    chimera_index *h;
-    const data_queries *q;
-    const sp_params *p;
-    int64_t *ids;
-    float *scores;
-    double *latency;
-    sp_stats *stats; /* per worker */
-    chimera_status *status; /* per worker */
-    chimera_error *errs;    /* per worker */
-    int64_t block;          /* queries per task */
-} search_job;
-
-/* Queries per task in throughput mode: the backend may compute shared work for the
- * queries of one task at once (sp_prefetch). */
-#define SEARCH_BLOCK 16
-
-static void search_task(void *ctx, int64_t t, int w)
-{
-    search_job *j = ctx;
-    const data_queries *q = j->q;
-    int64_t i0 = t * j->block, i1 = i0 + j->block < q->n ? i0 + j->block : q->n;
-    for (int64_t i = i0; i < i1 && j->status[w] == CHIMERA_OK;) {
-        const float *qs[SEARCH_BLOCK];
-        uint32_t ms[SEARCH_BLOCK], taken = 0;
-        uint32_t nb = (uint32_t)(i1 - i);
-        for (uint32_t b = 0; b < nb; b++) {
-            qs[b] = q->tokens + q->off[i + b] * q->dim;
-            ms[b] = (uint32_t)(q->off[i + b + 1] - q->off[i + b]);
-        }
-        double t0 = cm_now();
-        j->status[w] = sp_prefetch(j->h->engine, w, qs, ms, nb, &taken, &j->stats[w], &j->errs[w]);
-        if (taken == 0) taken = 1;
-        for (uint32_t b = 0; b < taken && j->status[w] == CHIMERA_OK; b++, i++) {
-            j->status[w] = sp_search(j->h->engine, w, qs[b], ms[b], j->p, j->ids + i * j->p->k,
-                                     j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
-            /* the first query of a batch waited for the whole batch's shared work */
-            if (j->latency) j->latency[i] = cm_now() - t0;
-            t0 = cm_now();
-        }
-    }
-}
-
-chimera_status chimera_index_search(chimera_index *h, const chimera_queries *queries,
+chimera_status chimera_index_search(const chimera_index *h, const chimera_queries *queries,
                                     uint32_t k, const chimera_search_params *params,
                                     const chimera_search_opts *opts, int64_t *ids,
-                                    float *scores, chimera_search_profile *profile)
+                                    float *scores, chimera_search_profile *profile,
+                                    chimera_error *err)
 {
-    if (!h) return CHIMERA_ERR_INVALID_ARG;
-    chimera_error *err = &h->last;
-    cm_error_clear(err);
-    if (!queries || !ids || !scores || k == 0)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: queries, ids, scores and k > 0 are required");
+    ERR_OPTIONAL(err);
+    if (!h || !queries || !ids || !scores || k == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: index, queries, ids, scores and k > 0 are required");
     const data_queries *q = &queries->q;
     if (q->dim != h->ix.dim)
         return cm_fail(err, CHIMERA_ERR_DIM, "search: queries have dimension %u, the index %u",
@@ -552,85 +511,12 @@ chimera_status chimera_index_search(chimera_index *h, const chimera_queries *que
     chimera_search_opts o = {0};
     if (opts) o = *opts;
     CM_TRY(check_threads(o.n_threads, "search", err));
-    int threads = o.n_threads > 0 ? o.n_threads : cm_cpu_count();
-    int workers = o.latency_mode ? 1 : threads;
-    if (workers > q->n) workers = (int)q->n;
-    int be_threads = o.latency_mode ? threads : 1;
     const char *bname = chimera_backend_name(o.backend);
     if (!bname)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: backend %d, expected 0..2",
                        (int)o.backend);
-    /* reuse the engine when this call fits it */
-    sp_params *em = &h->engine_max;
-    if (h->engine && (strcmp(h->engine_backend, bname) != 0 || h->engine_workers != workers ||
-                      h->engine_threads != be_threads || max_m > h->engine_m || k > em->k ||
-                      p.n_probe > em->n_probe || p.k_refine > em->k_refine ||
-                      p.k_fullbit > em->k_fullbit)) {
-        sp_engine_free(h->engine);
-        h->engine = NULL;
-    }
-    if (!h->engine) {
-        sp_params mx = p;
-        CM_TRY(sp_engine_new(&h->ix, bname, workers, be_threads, &mx, max_m, &h->engine, err));
-        h->engine_max = mx;
-        h->engine_m = max_m;
-        h->engine_workers = workers;
-        h->engine_threads = be_threads;
-        snprintf(h->engine_backend, sizeof h->engine_backend, "%s", bname);
-    }
-    if (!h->pool || cm_pool_size(h->pool) != workers) {
-        cm_pool_free(h->pool);
-        h->pool = cm_pool_new(workers);
-        if (!h->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "search: cannot start threads");
-    }
-    sp_stats *stats = cm_calloc((size_t)workers, sizeof *stats);
-    chimera_status *status = cm_calloc((size_t)workers, sizeof *status);
-    chimera_error *errs = cm_calloc((size_t)workers, sizeof *errs);
-    if (!stats || !status || !errs) {
-        cm_free(stats);
-        cm_free(status);
-        cm_free(errs);
-        return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
-    }
-    /* blocks small enough that every worker gets several (uneven queries balance) */
-    int64_t block = o.latency_mode ? 1 : q->n / (4 * (int64_t)workers);
-    if (block > SEARCH_BLOCK) block = SEARCH_BLOCK;
-    if (block < 1) block = 1;
-    search_job j = {h, q, &p, ids, scores, profile ? profile->latency : NULL, stats, status, errs,
-                    block};
-    double t0 = cm_now();
-    cm_pool_run(h->pool, (q->n + block - 1) / block, search_task, &j);
-    double el = cm_now() - t0;
-    chimera_status s = CHIMERA_OK;
-    for (int w = 0; w < workers; w++)
-        if (status[w] != CHIMERA_OK && s == CHIMERA_OK) {
-            s = status[w];
-            *err = errs[w];
-        }
-    if (profile) {
-        double *lat = profile->latency;
-        memset(profile, 0, sizeof *profile);
-        profile->latency = lat;
-        profile->seconds = el;
-        for (int w = 0; w < workers; w++) {
-            profile->t_generate += stats[w].t_generate;
-            profile->t_refine += stats[w].t_refine;
-            profile->t_score1 += stats[w].t_score1;
-            profile->t_fullbit += stats[w].t_fullbit;
-            profile->t_fullbit_wait += stats[w].t_fullbit_wait;
-            profile->tokens_refined += stats[w].tokens_refined;
-            profile->docs_touched += stats[w].docs_touched;
-            profile->n_refined += stats[w].n_refined;
-            profile->n_fullbit += stats[w].n_fullbit;
-            profile->bytes_up += stats[w].bytes_up;
-            profile->bytes_down += stats[w].bytes_down;
-        }
-        snprintf(profile->backend, sizeof profile->backend, "%s", sp_engine_backend(h->engine));
-    }
-    cm_free(stats);
-    cm_free(status);
-    cm_free(errs);
-    return s;
+    sp_run_opts ro = {bname, o.n_threads > 0 ? o.n_threads : cm_cpu_count(), o.latency_mode};
+    return sp_sessions_search(h->sessions, q, &p, max_m, &ro, ids, scores, profile, err);
 }
 
 /* ---- tuning and profiles ----------------------------------------------------------- */
@@ -669,13 +555,14 @@ chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64
 }
 
 typedef struct tune_ctx {
-    chimera_index *h;
+    const chimera_index *h;
     const chimera_queries *q;
     const int64_t *truth;
     uint32_t truth_k, k;
     const chimera_search_opts *opts;
     int64_t *ids;
     float *scores;
+    chimera_error *err;
 } tune_ctx;
 
 static chimera_status tune_eval(void *vctx, const chimera_search_params *p, double *recall,
@@ -683,28 +570,29 @@ static chimera_status tune_eval(void *vctx, const chimera_search_params *p, doub
 {
     tune_ctx *t = vctx;
     chimera_search_profile prof = {0};
-    CM_TRY(chimera_index_search(t->h, t->q, t->k, p, t->opts, t->ids, t->scores, &prof));
+    CM_TRY(chimera_index_search(t->h, t->q, t->k, p, t->opts, t->ids, t->scores, &prof, t->err));
     *recall = eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
     *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
     return CHIMERA_OK;
 }
 
-chimera_status chimera_index_tune(chimera_index *index, const chimera_queries *queries,
+chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,
                                   const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
                                   double target_recall, const chimera_search_opts *opts,
-                                  chimera_tune_result *res)
+                                  chimera_tune_result *res, chimera_error *err)
 {
-    if (!index) return CHIMERA_ERR_INVALID_ARG;
-    cm_error_clear(&index->last);
-    if (!queries || !truth_ids || !res || k == 0 || truth_k < k || !(target_recall > 0) ||
-        target_recall > 1)
-        return cm_fail(&index->last, CHIMERA_ERR_INVALID_ARG,
-                       "tune: needs queries, truth with >= k results each, k > 0 and a target in (0, 1]");
+    ERR_OPTIONAL(err);
+    if (!index || !queries || !truth_ids || !res || k == 0 || truth_k < k ||
+        !(target_recall > 0) || target_recall > 1)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "tune: needs an index, queries, truth with >= k results each, k > 0 and a "
+                       "target in (0, 1]");
     int64_t n = queries->q.n;
     tune_ctx t = {index, queries, truth_ids, truth_k, k, opts,
-                  cm_malloc((size_t)n * k * sizeof(int64_t)), cm_malloc((size_t)n * k * sizeof(float))};
+                  cm_malloc((size_t)n * k * sizeof(int64_t)), cm_malloc((size_t)n * k * sizeof(float)),
+                  err};
     chimera_status s;
-    if (!t.ids || !t.scores) s = cm_fail(&index->last, CHIMERA_ERR_NOMEM, "tune: out of memory");
+    if (!t.ids || !t.scores) s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
     else s = tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters, index->ix.n_docs, res);
     if (s == CHIMERA_OK) /* which index was measured, so that saving can refuse another one */
         ix_profile_identity(&index->ix, &res->index_generation, &res->index_data_id);
@@ -723,10 +611,11 @@ chimera_status chimera_index_profile_save(const char *dir, uint32_t k, double ta
 }
 
 chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
-                                         double target_recall, chimera_search_params *out)
+                                         double target_recall, chimera_search_params *out,
+                                         chimera_error *err)
 {
-    if (!index || !out) return CHIMERA_ERR_INVALID_ARG;
-    /* the message goes on the handle, whose last-error record is the one part of it a
-     * const call may update */
-    return ix_profile_find(&index->ix, k, target_recall, out, &((chimera_index *)index)->last);
+    ERR_OPTIONAL(err);
+    if (!index || !out)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "profile_get: index and out are required");
+    return ix_profile_find(&index->ix, k, target_recall, out, err);
 }

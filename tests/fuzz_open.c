@@ -291,8 +291,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     last_open = st;
     last_check = CHIMERA_ERR_INTERNAL; /* not run */
     if (st == CHIMERA_OK && !(flags & 16)) {
-        st = chimera_index_check(ix);
-        require(st, chimera_index_errmsg(ix), "chimera_index_check");
+        st = chimera_index_check(ix, &err);
+        require(st, err.msg, "chimera_index_check");
         last_check = st;
     }
     chimera_index_close(ix);

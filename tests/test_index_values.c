@@ -69,11 +69,11 @@ static int fixture_make(fixture *f, const char *name, uint32_t bits, uint64_t se
         chimera_index *ix;
         CHECK_OK(chimera_index_open(f->dir, &oo, &ix, &err), &err);
         if (!ix) return 0;
-        CHECK_OK(chimera_index_check(ix), NULL);
+        CHECK_OK(chimera_index_check(ix, &err), &err);
         int64_t ids2[NQ * K];
         float sc2[NQ * K];
         CHECK_OK(chimera_index_search(ix, f->q, K, NULL, NULL, verify ? ids2 : f->ids,
-                                      verify ? sc2 : f->scores, NULL), NULL);
+                                      verify ? sc2 : f->scores, NULL, &err), &err);
         if (verify)
             CHECK(memcmp(ids2, f->ids, sizeof ids2) == 0 &&
                   memcmp(sc2, f->scores, sizeof sc2) == 0);
@@ -238,25 +238,26 @@ static void run_case(const fixture *f, const tamper *t)
     }
     CHECKF(s == CHIMERA_OK, "%s: open gave %s: %s", t->what, chimera_status_str(s), err.msg);
     if (s != CHIMERA_OK) return;
-    chimera_status cs = chimera_index_check(ix);
-    CHECKF(cs == t->check && strstr(chimera_index_errmsg(ix), t->needle),
+    chimera_error cerr, serr;
+    chimera_status cs = chimera_index_check(ix, &cerr);
+    CHECKF(cs == t->check && strstr(cerr.msg, t->needle),
            "%s: check gave %s: %s (expected %s naming '%s')", t->what, chimera_status_str(cs),
-           chimera_index_errmsg(ix), chimera_status_str(t->check), t->needle);
+           cerr.msg, chimera_status_str(t->check), t->needle);
     /* search: an error naming the section, or exactly the healthy answer */
     int64_t ids[NQ * K];
     float sc[NQ * K];
-    s = chimera_index_search(ix, f->q, K, NULL, NULL, ids, sc, NULL);
+    s = chimera_index_search(ix, f->q, K, NULL, NULL, ids, sc, NULL, &serr);
     if (s == CHIMERA_OK)
         CHECKF(memcmp(ids, f->ids, sizeof ids) == 0 && memcmp(sc, f->scores, sizeof sc) == 0,
                "%s: search succeeded with results that differ from the healthy index's",
                t->what);
     else
         CHECKF((s == CHIMERA_ERR_CORRUPT || s == CHIMERA_ERR_EMPTY) &&
-                   strstr(chimera_index_errmsg(ix), "section '"),
+                   strstr(serr.msg, "section '"),
                "%s: search gave %s: %s", t->what, chimera_status_str(s),
-               chimera_index_errmsg(ix));
+               serr.msg);
     printf("  %-30s open ok, check %s, search %s%s%s\n", t->what, chimera_status_str(cs),
-           chimera_status_str(s), s ? ": " : "", s ? chimera_index_errmsg(ix) : "");
+           chimera_status_str(s), s ? ": " : "", s ? serr.msg : "");
     chimera_index_close(ix);
 }
 

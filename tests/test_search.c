@@ -537,8 +537,8 @@ static void test_batched(const bench *b, chimera_index *ix)
     chimera_search_opts through = {.n_threads = 2}, one = {.n_threads = 1, .latency_mode = 1};
     int bad = 0;
     if (q) {
-        CHECK_OK(chimera_index_search(ix, q, 10, NULL, &through, ia, sa, NULL), NULL);
-        CHECK_OK(chimera_index_search(ix, q, 10, NULL, &one, ib, sb, NULL), NULL);
+        CHECK_OK(chimera_index_search(ix, q, 10, NULL, &through, ia, sa, NULL, &err), &err);
+        CHECK_OK(chimera_index_search(ix, q, 10, NULL, &one, ib, sb, NULL, &err), &err);
         for (size_t r = 0; r < n; r++) {
             if (fabsf(sa[r] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
             else if (ia[r] != ib[r]) {
@@ -591,7 +591,7 @@ static void test_profile_values(const char *dir)
     chimera_search_params p;
     CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
     if (h) {
-        CHECK_OK(chimera_index_profile_get(h, 10, 0.9, &p), NULL);
+        CHECK_OK(chimera_index_profile_get(h, 10, 0.9, &p, &err), &err);
         CHECK(p.n_probe == 8 && p.k_refine == 100 && p.k_fullbit == 20 && p.chunks == 2 &&
               p.impute == 1 && p.probe == 2);
         chimera_index_close(h);
@@ -614,12 +614,12 @@ static void test_profile_values(const char *dir)
         h = NULL;
         CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
         if (!h) continue;
-        chimera_status s = chimera_index_profile_get(h, 10, 0.9, &p);
+        chimera_status s = chimera_index_profile_get(h, 10, 0.9, &p, &err);
         char want[64];
         snprintf(want, sizeof want, "'%s'", cases[i].key);
-        CHECKF(s == CHIMERA_ERR_CORRUPT && strstr(chimera_index_errmsg(h), want),
+        CHECKF(s == CHIMERA_ERR_CORRUPT && strstr(err.msg, want),
                "profile with %s = %g: %s: %s", cases[i].key, cases[i].value,
-               chimera_status_str(s), chimera_index_errmsg(h));
+               chimera_status_str(s), err.msg);
         chimera_index_close(h);
         CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, &res, &err), &err); /* restore */
     }
@@ -645,12 +645,12 @@ static void test_public_api(const bench *b)
     for (int i = 0; i < 16; i++) tok32[i * 32] = 1.0f;
     CHECK_OK(chimera_queries_new(tok32, 2, 32, NULL, 8, &q32, &err), &err);
     if (!ix || !q || !q32) goto done;
-    CHECK_OK(chimera_index_check(ix), NULL);
+    CHECK_OK(chimera_index_check(ix, &err), &err);
     int64_t nq = chimera_queries_count(q);
     int64_t *ids = cm_malloc((size_t)nq * 10 * sizeof *ids), *truth = cm_malloc((size_t)nq * 10 * sizeof *truth);
     float *sc = cm_malloc((size_t)nq * 10 * sizeof *sc);
-    CHECK_OK(chimera_exact_search(c, q, 10, NULL, truth, sc), NULL);
-    CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL), NULL);
+    CHECK_OK(chimera_exact_search(c, q, 10, NULL, truth, sc, &err), &err);
+    CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL, &err), &err);
     double hit = 0;
     for (int64_t i = 0; i < nq; i++)
         for (int r = 0; r < 10; r++)
@@ -660,37 +660,35 @@ static void test_public_api(const bench *b)
     CHECKF(rec >= 0.9, "public API: Recall@10 %.3f", rec);
     /* wrong dimension */
     for (int i = 0; i < 20; i++) ids[i] = 12345;
-    chimera_status s = chimera_index_search(ix, q32, 10, NULL, NULL, ids, sc, NULL);
+    chimera_status s = chimera_index_search(ix, q32, 10, NULL, NULL, ids, sc, NULL, &err);
     char want[64];
     snprintf(want, sizeof want, "the index %u", b->s.dim);
-    CHECKF(s == CHIMERA_ERR_DIM && strstr(chimera_index_errmsg(ix), "dimension 32") &&
-               strstr(chimera_index_errmsg(ix), want),
-           "wrong dimension: %s: %s", chimera_status_str(s), chimera_index_errmsg(ix));
+    CHECKF(s == CHIMERA_ERR_DIM && strstr(err.msg, "dimension 32") && strstr(err.msg, want),
+           "wrong dimension: %s: %s", chimera_status_str(s), err.msg);
     CHECK(ids[0] == 12345 && ids[19] == 12345);
     /* k = 0, too many chunks, bad modes */
-    s = chimera_index_search(ix, q, 0, NULL, NULL, ids, sc, NULL);
-    CHECKF(s == CHIMERA_ERR_INVALID_ARG && chimera_index_errmsg(ix)[0], "k = 0: %s",
+    s = chimera_index_search(ix, q, 0, NULL, NULL, ids, sc, NULL, &err);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && err.msg[0], "k = 0: %s",
            chimera_status_str(s));
     chimera_search_params bad = {.chunks = 65};
-    s = chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL);
+    s = chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL, NULL);
     CHECKF(s == CHIMERA_ERR_INVALID_ARG, "chunks 65: %s", chimera_status_str(s));
     bad = (chimera_search_params){.impute = 3};
-    CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
+    CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL, NULL) == CHIMERA_ERR_INVALID_ARG);
     bad = (chimera_search_params){.probe = -1};
-    CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
+    CHECK(chimera_index_search(ix, q, 10, &bad, NULL, ids, sc, NULL, NULL) == CHIMERA_ERR_INVALID_ARG);
     /* thread counts outside 0..CHIMERA_MAX_THREADS, and a graph degree the graph build
      * cannot take, are refused at the boundary naming the value */
     chimera_search_opts many = {.n_threads = CHIMERA_MAX_THREADS + 1};
-    s = chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL);
-    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(chimera_index_errmsg(ix), "n_threads 1025"),
-           "search with 1025 threads: %s: %s", chimera_status_str(s), chimera_index_errmsg(ix));
+    s = chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL, &err);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "n_threads 1025"),
+           "search with 1025 threads: %s: %s", chimera_status_str(s), err.msg);
     many.n_threads = -2;
-    CHECK(chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL) == CHIMERA_ERR_INVALID_ARG);
+    CHECK(chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL, NULL) == CHIMERA_ERR_INVALID_ARG);
     chimera_exact_opts eo = {.n_threads = 100000};
-    s = chimera_exact_search(c, q, 10, &eo, truth, sc);
-    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(chimera_corpus_errmsg(c), "n_threads 100000"),
-           "exact search with 100000 threads: %s: %s", chimera_status_str(s),
-           chimera_corpus_errmsg(c));
+    s = chimera_exact_search(c, q, 10, &eo, truth, sc, &err);
+    CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "n_threads 100000"),
+           "exact search with 100000 threads: %s: %s", chimera_status_str(s), err.msg);
     char dir2[512];
     test_path(dir2, sizeof dir2, "api-refused");
     chimera_build_opts bt = {.n_clusters = 16, .n_threads = 5000, .no_sync = 1};
@@ -703,7 +701,7 @@ static void test_public_api(const bench *b)
            "build with degree 128: %s: %s", chimera_status_str(s), err.msg);
     test_profile_values(dir);
     /* the handle still works after the errors */
-    CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL), NULL);
+    CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL, &err), &err);
     test_batched(b, ix);
     cm_free(ids);
     cm_free(truth);

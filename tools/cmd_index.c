@@ -122,9 +122,9 @@ int cmd_check(int argc, char **argv)
     chimera_index *ix;
     double t0 = cli_now();
     if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("check", &err);
-    chimera_status s = chimera_index_check(ix);
+    chimera_status s = chimera_index_check(ix, &err);
     if (s != CHIMERA_OK) {
-        fprintf(stderr, "chimera check: %s: %s\n", pos[0], chimera_index_errmsg(ix));
+        fprintf(stderr, "chimera check: %s: %s\n", pos[0], err.msg);
         chimera_index_close(ix);
         return 1;
     }

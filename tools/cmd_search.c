@@ -96,9 +96,9 @@ int cmd_search(int argc, char **argv)
     chimera_search_profile prof = {0};
     if (want_recall > 0) {
         chimera_search_params tuned;
-        chimera_status ps = chimera_index_profile_get(ix, k, want_recall, &tuned);
+        chimera_status ps = chimera_index_profile_get(ix, k, want_recall, &tuned, &err);
         if (ps == CHIMERA_ERR_CORRUPT) {
-            fprintf(stderr, "chimera search: %s: %s\n", pos[0], chimera_index_errmsg(ix));
+            fprintf(stderr, "chimera search: %s: %s\n", pos[0], err.msg);
             rc = 1;
             goto done;
         }
@@ -125,10 +125,10 @@ int cmd_search(int argc, char **argv)
             rc = cli_fail("search", &err);
             goto done;
         }
-        chimera_status s = chimera_index_search(ix, w, k, &sp, &so, ids, scores, &wp);
+        chimera_status s = chimera_index_search(ix, w, k, &sp, &so, ids, scores, &wp, &err);
         chimera_queries_free(w);
         if (s != CHIMERA_OK) {
-            fprintf(stderr, "chimera search: %s\n", chimera_index_errmsg(ix));
+            fprintf(stderr, "chimera search: %s\n", err.msg);
             rc = 1;
             goto done;
         }
@@ -144,10 +144,10 @@ int cmd_search(int argc, char **argv)
             goto done;
         }
         prof.latency = lat + b0;
-        chimera_status s = chimera_index_search(ix, sl, k, &sp, &so, ids + b0 * k, scores + b0 * k, &prof);
+        chimera_status s = chimera_index_search(ix, sl, k, &sp, &so, ids + b0 * k, scores + b0 * k, &prof, &err);
         chimera_queries_free(sl);
         if (s != CHIMERA_OK) {
-            fprintf(stderr, "chimera search: %s\n", chimera_index_errmsg(ix));
+            fprintf(stderr, "chimera search: %s\n", err.msg);
             rc = 1;
             goto done;
         }

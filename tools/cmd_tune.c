@@ -31,8 +31,8 @@ static int load_truth(const char *cmd, const char *truth_path, chimera_corpus *c
         chimera_run_free(run);
     } else {
         chimera_exact_opts eo = {.n_threads = threads, .progress = cli_progress};
-        if (chimera_exact_search(c, q, k, &eo, ids, sc) != CHIMERA_OK) {
-            fprintf(stderr, "chimera %s: %s\n", cmd, chimera_corpus_errmsg(c));
+        if (chimera_exact_search(c, q, k, &eo, ids, sc, &err) != CHIMERA_OK) {
+            fprintf(stderr, "chimera %s: %s\n", cmd, err.msg);
             free(ids);
             free(sc);
             return 1;
@@ -98,8 +98,8 @@ int cmd_tune(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    if (chimera_index_tune(ix, q, tids, k, k, target, &so, res) != CHIMERA_OK) {
-        fprintf(stderr, "chimera tune: %s\n", chimera_index_errmsg(ix));
+    if (chimera_index_tune(ix, q, tids, k, k, target, &so, res, &err) != CHIMERA_OK) {
+        fprintf(stderr, "chimera tune: %s\n", err.msg);
         free(res);
         rc = 1;
         goto done;
@@ -185,7 +185,7 @@ int cmd_bench(int argc, char **argv)
     }
     uint32_t kmax = 0;
     for (int i = 0; i < nk; i++) kmax = kv[i] > kmax ? kv[i] : kmax;
-    chimera_error err;
+    chimera_error err = {0};
     chimera_index *ix = NULL;
     chimera_queries *q = NULL;
     chimera_corpus *c = NULL;
@@ -207,13 +207,13 @@ int cmd_bench(int argc, char **argv)
         float *esc = malloc((size_t)nq * kmax * sizeof *esc);
         chimera_exact_opts eo = {.n_threads = (int)threads, .progress = cli_progress};
         double t0 = cli_now();
-        chimera_status s = eids && esc ? chimera_exact_search(c, q, kmax, &eo, eids, esc)
+        chimera_status s = eids && esc ? chimera_exact_search(c, q, kmax, &eo, eids, esc, &err)
                                        : CHIMERA_ERR_NOMEM;
         exact_qps = (double)nq / (cli_now() - t0);
         free(esc);
         if (s != CHIMERA_OK) {
             free(eids);
-            fprintf(stderr, "chimera bench: exact search failed: %s\n", chimera_corpus_errmsg(c));
+            fprintf(stderr, "chimera bench: exact search failed: %s\n", err.msg);
             rc = 1;
             goto done;
         }
@@ -250,8 +250,8 @@ int cmd_bench(int argc, char **argv)
                 sp.k_fullbit = k * fmul[fi] > 20 ? k * fmul[fi] : 20;
                 sp.k_refine = sp.k_fullbit * 5;
                 chimera_search_profile prof = {.latency = lat};
-                if (chimera_index_search(ix, q, k, &sp, &so, ids, sc, &prof) != CHIMERA_OK) {
-                    fprintf(stderr, "chimera bench: %s\n", chimera_index_errmsg(ix));
+                if (chimera_index_search(ix, q, k, &sp, &so, ids, sc, &prof, &err) != CHIMERA_OK) {
+                    fprintf(stderr, "chimera bench: %s\n", err.msg);
                     rc = 1;
                     goto done;
                 }
