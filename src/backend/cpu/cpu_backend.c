@@ -23,6 +23,7 @@
  * are split over a pool. Scratch is allocated at upload for the configured maxima; the
  * M table grows on demand (rarely, amortised), never per query. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -83,7 +84,10 @@ typedef struct cpu_ctx {
     const quant_kernels *kt;
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
-    graph_searcher *gs;  /* built on first graph probe request */
+    graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
+                            of one engine probe concurrently, and the first two graph
+                            probes would otherwise both build it (one leaked) */
+    pthread_mutex_t gs_mu;
     int64_t max_list;
 } cpu_ctx;
 
@@ -117,6 +121,7 @@ static void cpu_free(void *vctx)
         }
     cm_free(c->w);
     graph_searcher_free(c->gs);
+    pthread_mutex_destroy(&c->gs_mu);
     cm_pool_free(c->pool);
     cm_free(c);
 }
@@ -289,11 +294,16 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
                        c->cfg.max_probe);
     if (n_probe > K) n_probe = K;
     if (mode == BE_PROBE_GRAPH) {
+        /* a lock per graph-probed query: uncontended it costs far less than the probe */
+        pthread_mutex_lock(&c->gs_mu);
+        chimera_status s = CHIMERA_OK;
         if (!c->gs) {
             graph_search_params gp = {0};
-            CM_TRY(graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe,
-                                      c->cfg.n_workers, &c->gs, err));
+            s = graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe,
+                                   c->cfg.n_workers, &c->gs, err);
         }
+        pthread_mutex_unlock(&c->gs_mu);
+        CM_TRY(s);
         for (uint32_t j = 0; j < m; j++)
             graph_search(c->gs, worker, w->q + (size_t)j * c->r.dim, n_probe,
                          w->probe_cid + (size_t)j * n_probe, w->probe_qc + (size_t)j * n_probe);
@@ -502,6 +512,10 @@ chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)
 {
     cpu_ctx *c = cm_calloc(1, sizeof *c);
     if (!c) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
+    if (pthread_mutex_init(&c->gs_mu, NULL) != 0) {
+        cm_free(c);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot create a lock");
+    }
     out->iface = &cpu_iface;
     out->ctx = c;
     out->name = "cpu";
