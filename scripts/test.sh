@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs every test twice: a RelWithDebInfo build (asserts on) and an
 # AddressSanitizer + UndefinedBehaviorSanitizer build; then, with clang, a third time
-# under clang's sanitizers, and the index-open fuzz target under libFuzzer for
-# FUZZ_SECONDS (default 60). Installs missing dependencies.
+# under clang's sanitizers; then the concurrency tests under ThreadSanitizer; and the
+# index-open fuzz target under libFuzzer for FUZZ_SECONDS (default 60). Installs
+# missing dependencies.
 #
 # With no arguments this is the full run (the README's test command and CI's). Options
 # narrow it (tests/README.md):
@@ -12,10 +13,11 @@
 #   --fast                only the plain build (build-test/), no sanitizer or fuzz pass
 #   -j N                  parallel build and test jobs (default: nproc)
 #   -- ARGS...            further arguments for ctest
-# The fuzz pass runs in a full run, or when the fuzz label is asked for (-L fuzz).
+# The fuzz pass runs in a full run, or when the fuzz label is asked for (-L fuzz); the
+# ThreadSanitizer pass only in a full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { sed -n '7,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '/^# With no arguments/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 jobs=$(nproc)
 fast=0
 filter=()
@@ -68,6 +70,19 @@ for cfg in "${passes[@]}"; do
   (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" ${filter[@]+"${filter[@]}"} \
     ${extra[@]+"${extra[@]}"})
 done
+# ThreadSanitizer pass over the concurrency tests only (ctest -R): one index searched,
+# and one corpus exact-searched, from many threads at once (tests/test_concurrent.c).
+# A separate build because TSan cannot be combined with ASan; CUDA off, since TSan
+# does not see into the driver. OpenBLAS is uninstrumented and the library pins it to
+# one thread, so no suppressions are needed; halt_on_error makes any report fail.
+if [ $fast = 0 ] && [ ${#filter[@]} -eq 0 ]; then
+  echo "== build-tsan (ThreadSanitizer, concurrency tests)"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF \
+    -DCHIMERA_SANITIZE=thread -DCHIMERA_CUDA=OFF >/dev/null
+  cmake --build build-tsan -j"$jobs" --target test_concurrent
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --output-on-failure -R '^test_concurrent$')
+fi
 # The index-open fuzz target (tests/fuzz_open.c): only the fuzz executables are built,
 # with the library instrumented for libFuzzer; ctest runs the standalone driver and, when
 # libFuzzer is there, fuzz_open for FUZZ_SECONDS.
