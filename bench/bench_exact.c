@@ -76,10 +76,10 @@ int main(int argc, char **argv)
     printf("%-34s %10.1f %10.1f\n", "512 x 4096 x 128 (exact's shape)", sk1, ska);
 
     chimera_synth_opts o = {.n_docs = n_docs, .dim = 128, .n_queries = nq, .seed = 1};
-    synth_corpus s;
+    data_synth_corpus s;
     chimera_error err;
     double t0 = cm_now();
-    if (synth_generate(&o, &s, &err) != CHIMERA_OK) {
+    if (data_synth_generate(&o, &s, &err) != CHIMERA_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -100,7 +100,7 @@ int main(int argc, char **argv)
     int counts[2] = {1, cm_pool_size(all)};
     for (int i = 0; i < (counts[1] > 1 ? 2 : 1); i++) {
         t0 = cm_now();
-        if (exact_search(&c, &q, 100, counts[i], NULL, NULL, ids, sc, &err) != CHIMERA_OK) {
+        if (sp_exact_search(&c, &q, 100, counts[i], NULL, NULL, ids, sc, &err) != CHIMERA_OK) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
     cm_free(sc);
     data_queries_free(&q);
     data_corpus_free(&c);
-    synth_free(&s);
+    data_synth_free(&s);
     cm_pool_free(one);
     cm_pool_free(all);
     return 0;

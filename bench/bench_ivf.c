@@ -179,16 +179,16 @@ int main(int argc, char **argv)
     double cpu_start = cpu_now(), wall_start = cm_now();
 
     float *cent = x;
-    kmeans_result km;
+    ivf_kmeans_result km;
     memset(&km, 0, sizeof km);
     if (!centroids_only) {
-        kmeans_opts ko = {0};
+        ivf_kmeans_opts ko = {0};
         ko.mode = KMEANS_HIERARCHICAL;
         ko.pool = pool;
         ko.progress = progress;
         t0 = cm_now();
         double c0 = cpu_now();
-        if (kmeans_train(x, n, d, d, K, &ko, &km, &err) != CHIMERA_OK) {
+        if (ivf_kmeans_train(x, n, d, d, K, &ko, &km, &err) != CHIMERA_OK) {
             fprintf(stderr, "kmeans: %s\n", err.msg);
             return 1;
         }
@@ -291,7 +291,7 @@ int main(int argc, char **argv)
     free(bip);
     free(q);
     graph_free(&g);
-    kmeans_result_free(&km);
+    ivf_kmeans_result_free(&km);
     free(x);
     cm_pool_free(pool);
     return 0;

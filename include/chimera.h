@@ -39,7 +39,7 @@
  *
  * Objects and their life cycles
  *   chimera_corpus   chimera_corpus_open (maps a .npy token matrix) or _wrap (borrows
- *                    caller arrays) → chimera_index_build, chimera_exact_search,
+ *                    caller arrays) → chimera_index_build, chimera_corpus_search,
  *                    chimera_corpus_sample_queries → chimera_corpus_close.
  *   chimera_queries  chimera_queries_read (.npy file), _new (caller arrays), _slice, or
  *                    chimera_corpus_sample_queries → any search → chimera_queries_free.
@@ -75,7 +75,7 @@
  *     _profile_get may be called from any number of threads at once, each call with its
  *     own outputs and chimera_error (search state is pooled inside the handle: see
  *     chimera_index_search).
- *   - chimera_corpus: after open, immutable; chimera_exact_search may be called from any
+ *   - chimera_corpus: after open, immutable; chimera_corpus_search may be called from any
  *     number of threads at once, and so may index builds reading it.
  *   - chimera_queries, chimera_run: immutable after creation; every function on them
  *     takes a const handle and may run from any number of threads.
@@ -386,9 +386,10 @@ CHIMERA_API void chimera_exact_opts_default(chimera_exact_opts *opts);
  * @param err  optional; receives this call's error (code and message)
  * @return CHIMERA_OK, _INVALID_ARG (k == 0), _DIM (query dim differs), _NOMEM, _VALUE
  *         (a float16 token overflows). */
-CHIMERA_API chimera_status chimera_exact_search(const chimera_corpus *corpus, const chimera_queries *queries,
-                                    uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
-                                    float *scores, chimera_error *err);
+CHIMERA_API chimera_status chimera_corpus_search(const chimera_corpus *corpus,
+                                                 const chimera_queries *queries, uint32_t k,
+                                                 const chimera_exact_opts *opts, int64_t *ids,
+                                                 float *scores, chimera_error *err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Index: build, open, inspect                                                        */
@@ -601,7 +602,7 @@ typedef struct chimera_tune_result {
 
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
- * from chimera_exact_search), then shrink k_refine, then n_probe, keeping the target.
+ * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target.
  * Thread-safe, as chimera_index_search (it is a series of searches).
  * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error (in err). */
 CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,

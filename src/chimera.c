@@ -33,7 +33,7 @@ struct chimera_queries {
 };
 
 struct chimera_run {
-    trec_run r;
+    data_trec_run r;
 };
 
 struct chimera_index {
@@ -280,19 +280,19 @@ void chimera_queries_free(chimera_queries *q)
 
 /* ---- exact search ------------------------------------------------------------------ */
 
-chimera_status chimera_exact_search(const chimera_corpus *corpus, const chimera_queries *queries,
-                                    uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
-                                    float *scores, chimera_error *err)
+chimera_status chimera_corpus_search(const chimera_corpus *corpus, const chimera_queries *queries,
+                                     uint32_t k, const chimera_exact_opts *opts, int64_t *ids,
+                                     float *scores, chimera_error *err)
 {
     ERR_OPTIONAL(err);
     if (!corpus || !queries || !ids || !scores)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "exact_search: corpus, queries, ids and scores are required");
+                       "chimera_corpus_search: corpus, queries, ids and scores are required");
     chimera_exact_opts o = {0};
     if (opts) o = *opts;
-    CM_TRY(check_threads(o.n_threads, "exact_search", err));
-    return exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress, o.progress_user, ids,
-                        scores, err);
+    CM_TRY(check_threads(o.n_threads, "exact search", err));
+    return sp_exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress, o.progress_user,
+                           ids, scores, err);
 }
 
 /* ---- runs and evaluation ----------------------------------------------------------- */
@@ -303,7 +303,7 @@ chimera_status chimera_results_write(const char *path, int64_t n_queries, uint32
 {
     if (!path || !ids || !scores || n_queries < 0)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "results_write: path, ids and scores are required");
-    return trec_write(path, n_queries, k, ids, scores, tag ? tag : "chimera", err);
+    return data_trec_write(path, n_queries, k, ids, scores, tag ? tag : "chimera", err);
 }
 
 static chimera_status run_read(const char *path, int is_qrels, chimera_run **out,
@@ -314,7 +314,7 @@ static chimera_status run_read(const char *path, int is_qrels, chimera_run **out
     if (!path) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "run_read: path is NULL");
     chimera_run *h = cm_calloc(1, sizeof *h);
     if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "run: out of memory");
-    chimera_status s = trec_read(path, is_qrels, &h->r, err);
+    chimera_status s = data_trec_read(path, is_qrels, &h->r, err);
     if (s != CHIMERA_OK) {
         cm_free(h);
         return s;
@@ -338,7 +338,7 @@ int64_t chimera_run_n_queries(const chimera_run *run) { return run ? run->r.n_q 
 void chimera_run_free(chimera_run *run)
 {
     if (!run) return;
-    trec_free(&run->r);
+    data_trec_free(&run->r);
     cm_free(run);
 }
 
@@ -347,8 +347,9 @@ chimera_status chimera_run_eval_recall(const chimera_run *run, const chimera_run
                                        chimera_error *err)
 {
     if (!run || !truth || !recall || run->r.is_qrels || truth->r.is_qrels)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "eval_recall: needs two runs and an output");
-    return eval_recall(&run->r, &truth->r, k, recall, n_queries, err);
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "chimera_run_eval_recall: needs two runs and an output");
+    return sp_eval_recall(&run->r, &truth->r, k, recall, n_queries, err);
 }
 
 chimera_status chimera_run_eval_qrels(const chimera_run *run, const chimera_run *qrels,
@@ -356,8 +357,9 @@ chimera_status chimera_run_eval_qrels(const chimera_run *run, const chimera_run 
                                       chimera_error *err)
 {
     if (!run || !qrels || !mrr10 || !ndcg10 || run->r.is_qrels || !qrels->r.is_qrels)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "eval_qrels: needs a run, qrels and outputs");
-    return eval_qrels(&run->r, &qrels->r, mrr10, ndcg10, n_queries, err);
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "chimera_run_eval_qrels: needs a run, qrels and outputs");
+    return sp_eval_qrels(&run->r, &qrels->r, mrr10, ndcg10, n_queries, err);
 }
 
 /* ---- synthetic corpora ------------------------------------------------------------- */
@@ -365,8 +367,9 @@ chimera_status chimera_run_eval_qrels(const chimera_run *run, const chimera_run 
 chimera_status chimera_synth_write(const char *out_dir, const chimera_synth_opts *opts,
                                    chimera_error *err)
 {
-    if (!out_dir) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth_write: out_dir is NULL");
-    return synth_write(out_dir, opts, err);
+    if (!out_dir)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "chimera_synth_write: out_dir is NULL");
+    return data_synth_write(out_dir, opts, err);
 }
 
 /* ---- index ------------------------------------------------------------------------- */
@@ -525,7 +528,7 @@ double chimera_results_eval_recall(const int64_t *run, uint32_t run_k, const int
                                    uint32_t truth_k, int64_t n_queries, uint32_t k)
 {
     if (!run || !truth || n_queries <= 0 || k == 0) return 0.0;
-    return eval_recall_ids(run, run_k, truth, truth_k, n_queries, k);
+    return sp_eval_recall_ids(run, run_k, truth, truth_k, n_queries, k);
 }
 
 chimera_status chimera_run_topk_ids(const chimera_run *run, int64_t n_queries, uint32_t k,
@@ -533,7 +536,7 @@ chimera_status chimera_run_topk_ids(const chimera_run *run, int64_t n_queries, u
 {
     if (!run || !ids || n_queries < 0 || k == 0)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "run_topk_ids: run, ids and k > 0 are required");
-    return eval_run_ids(&run->r, n_queries, k, ids, err);
+    return sp_eval_run_ids(&run->r, n_queries, k, ids, err);
 }
 
 chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
@@ -554,7 +557,7 @@ chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64
     return CHIMERA_OK;
 }
 
-typedef struct tune_ctx {
+typedef struct sp_tune_ctx {
     const chimera_index *h;
     const chimera_queries *q;
     const int64_t *truth;
@@ -563,15 +566,15 @@ typedef struct tune_ctx {
     int64_t *ids;
     float *scores;
     chimera_error *err;
-} tune_ctx;
+} sp_tune_ctx;
 
 static chimera_status tune_eval(void *vctx, const chimera_search_params *p, double *recall,
                                 double *qps)
 {
-    tune_ctx *t = vctx;
+    sp_tune_ctx *t = vctx;
     chimera_search_profile prof = {0};
     CM_TRY(chimera_index_search(t->h, t->q, t->k, p, t->opts, t->ids, t->scores, &prof, t->err));
-    *recall = eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
+    *recall = sp_eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
     *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
     return CHIMERA_OK;
 }
@@ -588,12 +591,20 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
                        "tune: needs an index, queries, truth with >= k results each, k > 0 and a "
                        "target in (0, 1]");
     int64_t n = queries->q.n;
-    tune_ctx t = {index, queries, truth_ids, truth_k, k, opts,
-                  cm_malloc((size_t)n * k * sizeof(int64_t)), cm_malloc((size_t)n * k * sizeof(float)),
-                  err};
+    sp_tune_ctx t = {index,
+                     queries,
+                     truth_ids,
+                     truth_k,
+                     k,
+                     opts,
+                     cm_malloc((size_t)n * k * sizeof(int64_t)),
+                     cm_malloc((size_t)n * k * sizeof(float)),
+                     err};
     chimera_status s;
     if (!t.ids || !t.scores) s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
-    else s = tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters, index->ix.n_docs, res);
+    else
+        s = sp_tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters,
+                             index->ix.n_docs, res);
     if (s == CHIMERA_OK) /* which index was measured, so that saving can refuse another one */
         ix_profile_identity(&index->ix, &res->index_generation, &res->index_data_id);
     cm_free(t.ids);

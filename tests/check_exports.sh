@@ -33,12 +33,11 @@ if ! diff -u "$tmp/header" "$tmp/exported" >"$tmp/diff"; then
 fi
 echo "exports: $(wc -l <"$tmp/exported") symbols exported, $(wc -l <"$tmp/header") functions declared"
 
-# Module prefixes: the table in docs/architecture.md, rows
-# "| `module/` | `prefix_` | `older_` ... |" (the older prefixes are accepted until renamed).
+# Module prefixes: the table in docs/architecture.md, rows "| `module/` | `prefix_` |".
 declare -A prefixes=()
-while IFS='|' read -r _ mod pre older _; do
+while IFS='|' read -r _ mod pre _; do
   mod=$(echo "$mod" | tr -d ' `'); mod=${mod%/}
-  pre=$(echo "$pre $older" | grep -oE '`[a-z0-9_]+_`' | tr -d '`' | tr '\n' ' ')
+  pre=$(echo "$pre" | grep -oE '`[a-z0-9_]+_`' | head -1 | tr -d '`')
   [ -n "$mod" ] && [ -n "$pre" ] && prefixes[$mod]=$pre
 done < <(sed -n '/^## Symbol prefixes/,/^## /p' "$root/docs/architecture.md" | grep '^| `')
 if [ ${#prefixes[@]} = 0 ]; then

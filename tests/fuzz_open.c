@@ -183,7 +183,7 @@ static char *fix_manifest(const uint8_t *text, size_t n, uint8_t flags, const fs
             const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bytes");
             int resized = !cJSON_IsNumber(b) || b->valuedouble != (double)s[i].bytes;
             char hex[17];
-            fmt_hex_format(hex, XXH3_64bits(s[i].payload, s[i].bytes));
+            ix_fmt_hex_format(hex, XXH3_64bits(s[i].payload, s[i].bytes));
             cJSON_DeleteItemFromObjectCaseSensitive(e, "bytes");
             cJSON_DeleteItemFromObjectCaseSensitive(e, "xxh3");
             cJSON_AddNumberToObject(e, "bytes", (double)s[i].bytes);
@@ -200,8 +200,8 @@ static char *fix_manifest(const uint8_t *text, size_t n, uint8_t flags, const fs
         cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
         uint64_t digest;
         char hex[17];
-        if (store_manifest_digest(root, &digest) == 0) {
-            fmt_hex_format(hex, digest);
+        if (ix_store_manifest_digest(root, &digest) == 0) {
+            ix_fmt_hex_format(hex, digest);
             cJSON_AddStringToObject(root, "manifest_xxh3", hex);
         }
     }
@@ -267,9 +267,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t hdr[FMT_HEADER_BYTES];
         if (s->raw_header) {
             memcpy(hdr, s->raw_header, sizeof hdr);
-            if (!(s->hflags & 2)) fmt_put_u32(hdr + 60, (uint32_t)XXH3_64bits(hdr, 60));
+            if (!(s->hflags & 2)) ix_fmt_put_u32(hdr + 60, (uint32_t)XXH3_64bits(hdr, 60));
         } else {
-            fmt_header_encode(hdr, s->name, s->bytes, XXH3_64bits(s->payload, s->bytes));
+            ix_fmt_header_encode(hdr, s->name, s->bytes, XXH3_64bits(s->payload, s->bytes));
         }
         char file[FMT_NAME_BYTES + 8];
         memcpy(file, s->name, FMT_NAME_BYTES); /* NUL-terminated: at most 23 characters */
@@ -325,7 +325,7 @@ static void put_u8(buf *b, uint8_t v) { put(b, &v, 1); }
 static void put_u32(buf *b, uint32_t v)
 {
     uint8_t q[4];
-    fmt_put_u32(q, v);
+    ix_fmt_put_u32(q, v);
     put(b, q, 4);
 }
 
@@ -392,12 +392,12 @@ static int make_seeds(buf *seeds, int max)
         chimera_synth_opts so = {.n_docs = shape[i].docs, .dim = shape[i].dim, .n_queries = 1,
                                  .seed = 11 + i, .min_len = shape[i].min_len,
                                  .max_len = shape[i].max_len};
-        synth_corpus sc;
+        data_synth_corpus sc;
         data_corpus c;
         chimera_error err;
         char dir[300];
         snprintf(dir, sizeof dir, "%s.seed", scratch);
-        if (synth_generate(&so, &sc, &err) != CHIMERA_OK) {
+        if (data_synth_generate(&so, &sc, &err) != CHIMERA_OK) {
             fprintf(stderr, "seed %zu: %s\n", i, err.msg);
             return -1;
         }
@@ -409,7 +409,7 @@ static int make_seeds(buf *seeds, int max)
             s = ix_build(&c, dir, &bo, NULL, &err);
             data_corpus_free(&c);
         }
-        synth_free(&sc);
+        data_synth_free(&sc);
         if (s != CHIMERA_OK) {
             fprintf(stderr, "seed %zu: %s\n", i, err.msg);
             return -1;

@@ -149,7 +149,7 @@ static void *exact_thread(void *arg)
     for (int r = 0; r < ROUNDS; r++) {
         chimera_error err;
         memset(&err, 0x5a, sizeof err);
-        chimera_status s = chimera_exact_search(f->corpus, f->q, ec->k, &eo, ids, sc, &err);
+        chimera_status s = chimera_corpus_search(f->corpus, f->q, ec->k, &eo, ids, sc, &err);
         if (s != CHIMERA_OK) {
             note(w, &w->failures, "exact search failed", w->id, &err);
             continue;
@@ -159,7 +159,7 @@ static void *exact_thread(void *arg)
             memcmp(sc, f->exact_sc[w->id], n * sizeof *sc) != 0)
             note(w, &w->mismatches, "exact results differ from the single-threaded run", w->id, &err);
         chimera_error bad;
-        s = chimera_exact_search(f->corpus, f->q_bad, ec->k, &eo, ids, sc, &bad);
+        s = chimera_corpus_search(f->corpus, f->q_bad, ec->k, &eo, ids, sc, &bad);
         if (s != CHIMERA_ERR_DIM || !strstr(bad.msg, "dimension 32"))
             note(w, &w->failures, "wrong-dimension exact search not reported as such", w->id, &bad);
     }
@@ -195,8 +195,8 @@ static int references(fixture *f, const char *dir)
         f->exact_sc[t] = cm_malloc(n * sizeof(float));
         if (!f->exact_ids[t] || !f->exact_sc[t]) return 0;
         chimera_exact_opts eo = {.n_threads = exact_configs[t].n_threads};
-        chimera_status s = chimera_exact_search(f->corpus, f->q, exact_configs[t].k, &eo,
-                                                f->exact_ids[t], f->exact_sc[t], &err);
+        chimera_status s = chimera_corpus_search(f->corpus, f->q, exact_configs[t].k, &eo,
+                                                 f->exact_ids[t], f->exact_sc[t], &err);
         CHECK_OK(s, &err);
         ok = ok && s == CHIMERA_OK;
     }
@@ -208,11 +208,11 @@ int main(void)
     chimera_error err;
     fixture f;
     memset(&f, 0, sizeof f);
-    synth_corpus s;
+    data_synth_corpus s;
     memset(&s, 0, sizeof s);
     chimera_synth_opts so = {.n_docs = 600, .dim = 64, .n_queries = 32, .query_len = 8,
                              .seed = 11, .min_len = 8, .max_len = 64, .vocab = 4000, .n_topics = 40};
-    CHECK_OK(synth_generate(&so, &s, &err), &err);
+    CHECK_OK(data_synth_generate(&so, &s, &err), &err);
     CHECK_OK(chimera_corpus_wrap(s.tokens, s.n_tokens, s.dim, s.doclens, s.n_docs, NULL, NULL,
                                  &f.corpus, &err), &err);
     CHECK_OK(chimera_queries_new(s.queries, s.n_queries, s.dim, NULL, s.query_len, &f.q, &err), &err);
@@ -280,6 +280,6 @@ done:
     chimera_queries_free(f.q_bad);
     chimera_corpus_close(f.corpus);
     cm_free(tok32);
-    synth_free(&s);
+    data_synth_free(&s);
     return check_report();
 }

@@ -49,7 +49,7 @@
 #define KR 100
 
 typedef struct fix {
-    synth_corpus s;
+    data_synth_corpus s;
     data_corpus c;
     ix_index ix;
     uint8_t *deleted;
@@ -62,7 +62,7 @@ static int fix_make(fix *f, uint32_t dim, const char *name)
     memset(f, 0, sizeof *f);
     chimera_synth_opts o = {.n_docs = 800, .dim = dim, .n_queries = 6, .query_len = M,
                             .seed = 7, .min_len = 8, .max_len = 60};
-    if (synth_generate(&o, &f->s, &err) != CHIMERA_OK ||
+    if (data_synth_generate(&o, &f->s, &err) != CHIMERA_OK ||
         data_corpus_wrap(&f->c, f->s.tokens, f->s.n_tokens, f->s.dim, f->s.doclens, f->s.n_docs,
                          NULL, NULL, &err) != CHIMERA_OK) {
         fprintf(stderr, "fixture: %s\n", err.msg);
@@ -95,7 +95,7 @@ static void fix_free(fix *f)
 {
     ix_close(&f->ix);
     data_corpus_free(&f->c);
-    synth_free(&f->s);
+    data_synth_free(&f->s);
     cm_free(f->deleted);
 }
 

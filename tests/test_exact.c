@@ -70,7 +70,7 @@ static void fixture_free(fixture *f)
     cm_free(f->qlens);
 }
 
-/* Compares exact_search with the naive scores for every query. */
+/* Compares sp_exact_search with the naive scores for every query. */
 static void compare(const data_corpus *c, const data_queries *q, uint32_t k, int threads,
                     const char *what)
 {
@@ -78,8 +78,8 @@ static void compare(const data_corpus *c, const data_queries *q, uint32_t k, int
     float *sc = cm_malloc((size_t)q->n * k * sizeof *sc);
     double *naive = cm_malloc((size_t)q->n * c->n_docs * sizeof *naive);
     chimera_error err;
-    CHECK_OK(exact_search(c, q, k, threads, NULL, NULL, ids, sc, &err), &err);
-    exact_scores_naive(c, q, naive);
+    CHECK_OK(sp_exact_search(c, q, k, threads, NULL, NULL, ids, sc, &err), &err);
+    sp_exact_scores_naive(c, q, naive);
     int64_t n_valid = 0;
     for (int64_t d = 0; d < c->n_docs; d++) n_valid += c->doc_off[d + 1] > c->doc_off[d];
     int bad = 0;
@@ -139,9 +139,9 @@ static void test_random_shapes(void)
 static void test_synthetic(void)
 {
     chimera_synth_opts o = {.n_docs = 300, .dim = 128, .n_queries = 20, .seed = 5};
-    synth_corpus s;
+    data_synth_corpus s;
     chimera_error err;
-    CHECK_OK(synth_generate(&o, &s, &err), &err);
+    CHECK_OK(data_synth_generate(&o, &s, &err), &err);
     data_corpus c;
     data_queries q;
     CHECK_OK(data_corpus_wrap(&c, s.tokens, s.n_tokens, s.dim, s.doclens, s.n_docs, NULL, NULL, &err), &err);
@@ -149,7 +149,7 @@ static void test_synthetic(void)
     compare(&c, &q, 50, 2, "synthetic");
     data_queries_free(&q);
     data_corpus_free(&c);
-    synth_free(&s);
+    data_synth_free(&s);
 }
 
 static void test_edges(void)
@@ -171,9 +171,10 @@ static void test_edges(void)
     CHECK_OK(data_queries_new(&q2, f.q, 1, 16, NULL, 2, &err), &err);
     int64_t oi[4];
     float os[4];
-    CHECK_STATUS(exact_search(&c, &q2, 4, 1, NULL, NULL, oi, os, &err), CHIMERA_ERR_DIM, &err);
+    CHECK_STATUS(sp_exact_search(&c, &q2, 4, 1, NULL, NULL, oi, os, &err), CHIMERA_ERR_DIM, &err);
     CHECK(strstr(err.msg, "dimension 16") != NULL);
-    CHECK_STATUS(exact_search(&c, &q, 0, 1, NULL, NULL, oi, os, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(sp_exact_search(&c, &q, 0, 1, NULL, NULL, oi, os, &err), CHIMERA_ERR_INVALID_ARG,
+                 &err);
     data_queries_free(&q2);
     data_queries_free(&q);
     data_corpus_free(&c);
@@ -193,7 +194,7 @@ static void test_edges(void)
     CHECK_OK(data_queries_new(&q, tok, 1, 8, NULL, 2, &err), &err);
     int64_t ti[4];
     float ts[4];
-    CHECK_OK(exact_search(&c, &q, 4, 2, NULL, NULL, ti, ts, &err), &err);
+    CHECK_OK(sp_exact_search(&c, &q, 4, 2, NULL, NULL, ti, ts, &err), &err);
     CHECK(ti[0] == 0 && ti[1] == 1 && ti[2] == 2 && ti[3] == 3);
     CHECK(ts[0] == ts[3]);
     data_queries_free(&q);

@@ -45,7 +45,7 @@
 /* ---- fixtures ---------------------------------------------------------------------- */
 
 typedef struct fixture {
-    synth_corpus s;
+    data_synth_corpus s;
     int64_t *ids;
     data_corpus c;
 } fixture;
@@ -58,8 +58,8 @@ static void fixture_make(fixture *f, int64_t n_docs, uint32_t dim, uint32_t min_
     chimera_synth_opts o = {.n_docs = n_docs, .dim = dim, .n_queries = 1, .seed = seed,
                             .min_len = min_len, .max_len = max_len};
     chimera_error err;
-    if (synth_generate(&o, &f->s, &err) != CHIMERA_OK) {
-        fprintf(stderr, "synth_generate: %s\n", err.msg);
+    if (data_synth_generate(&o, &f->s, &err) != CHIMERA_OK) {
+        fprintf(stderr, "data_synth_generate: %s\n", err.msg);
         exit(2);
     }
     f->ids = cm_malloc((size_t)n_docs * sizeof *f->ids);
@@ -75,7 +75,7 @@ static void fixture_free(fixture *f)
 {
     data_corpus_free(&f->c);
     cm_free(f->ids);
-    synth_free(&f->s);
+    data_synth_free(&f->s);
 }
 
 static chimera_status build(const data_corpus *c, const char *dir, uint32_t bits, uint32_t k,
@@ -149,8 +149,8 @@ static int same_sections(const char *a, const char *b, const char **diff)
     for (size_t i = 0; i < N_SECTIONS && same; i++) {
         const void *p, *q;
         uint64_t np, nq;
-        if (store_section(x.st, ix_sections[i].name, &p, &np) != CHIMERA_OK ||
-            store_section(y.st, ix_sections[i].name, &q, &nq) != CHIMERA_OK || np != nq ||
+        if (ix_store_section(x.st, ix_sections[i].name, &p, &np) != CHIMERA_OK ||
+            ix_store_section(y.st, ix_sections[i].name, &q, &nq) != CHIMERA_OK || np != nq ||
             memcmp(p, q, np) != 0) {
             same = 0;
             *diff = ix_sections[i].name;
@@ -454,17 +454,17 @@ static chimera_status rewrite(const char *src, const char *dst, const char *key,
                               const char *section, edit_fn edit, chimera_error *err)
 {
     store *st;
-    CM_TRY(store_open(src, 1, &st, err));
-    store_write_opts wo = {.no_sync = 1};
-    store_writer *w;
-    chimera_status s = store_writer_begin(dst, &wo, &w, err);
+    CM_TRY(ix_store_open(src, 1, &st, err));
+    ix_store_write_opts wo = {.no_sync = 1};
+    ix_store_writer *w;
+    chimera_status s = ix_store_writer_begin(dst, &wo, &w, err);
     if (s != CHIMERA_OK) {
-        store_close(st);
+        ix_store_close(st);
         return s;
     }
-    for (uint32_t i = 0; i < store_n_sections(st) && s == CHIMERA_OK; i++) {
-        const store_section_desc *sd = store_section_at(st, i);
-        store_type t = {sd->dtype, sd->ndim, {0}};
+    for (uint32_t i = 0; i < ix_store_n_sections(st) && s == CHIMERA_OK; i++) {
+        const ix_store_section_desc *sd = ix_store_section_at(st, i);
+        ix_store_type t = {sd->dtype, sd->ndim, {0}};
         memcpy(t.shape, sd->shape, sizeof t.shape);
         const void *data = sd->data;
         void *copy = NULL;
@@ -474,15 +474,17 @@ static chimera_status rewrite(const char *src, const char *dst, const char *key,
             edit(copy, sd->bytes);
             data = copy;
         }
-        s = store_writer_add_typed(w, sd->name, sd->dtype ? &t : NULL, data, sd->bytes, err);
+        s = ix_store_writer_add_typed(w, sd->name, sd->dtype ? &t : NULL, data, sd->bytes, err);
         cm_free(copy);
     }
-    cJSON *meta = cJSON_Duplicate(store_meta(st), 1);
+    cJSON *meta = cJSON_Duplicate(ix_store_meta(st), 1);
     if (key) cJSON_SetNumberValue(cJSON_GetObjectItem(meta, key), value);
-    if (s == CHIMERA_OK) s = store_writer_commit(w, meta, err);
-    else store_writer_abort(w);
+    if (s == CHIMERA_OK)
+        s = ix_store_writer_commit(w, meta, err);
+    else
+        ix_store_writer_abort(w);
     cJSON_Delete(meta);
-    store_close(st);
+    ix_store_close(st);
     return s;
 }
 
@@ -518,12 +520,12 @@ static void test_meta_disagrees(const char *dir)
         ix_close(&ix);
     }
     store *st;
-    CHECK_OK(store_open(dir, 0, &st, &err), &err);
-    const cJSON *m = store_meta(st);
+    CHECK_OK(ix_store_open(dir, 0, &st, &err), &err);
+    const cJSON *m = ix_store_meta(st);
     double nd = cJSON_GetObjectItem(m, "n_docs")->valuedouble;
     double nt = cJSON_GetObjectItem(m, "n_tokens")->valuedouble;
     double k = cJSON_GetObjectItem(m, "n_clusters")->valuedouble;
-    store_close(st);
+    ix_store_close(st);
     struct {
         const char *key;
         double value;

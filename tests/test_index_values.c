@@ -30,7 +30,7 @@
 #define K 10
 
 typedef struct fixture {
-    synth_corpus s;
+    data_synth_corpus s;
     chimera_corpus *c;
     chimera_queries *q;
     char dir[512];
@@ -45,7 +45,7 @@ static int fixture_make(fixture *f, const char *name, uint32_t bits, uint64_t se
     chimera_error err;
     chimera_synth_opts o = {.n_docs = 300, .dim = 64, .n_queries = NQ, .seed = seed,
                             .min_len = 6, .max_len = 30, .query_len = 8};
-    if (synth_generate(&o, &f->s, &err) != CHIMERA_OK) {
+    if (data_synth_generate(&o, &f->s, &err) != CHIMERA_OK) {
         fprintf(stderr, "synth: %s\n", err.msg);
         exit(2);
     }
@@ -86,7 +86,7 @@ static void fixture_free(fixture *f)
 {
     chimera_queries_free(f->q);
     chimera_corpus_close(f->c);
-    synth_free(&f->s);
+    data_synth_free(&f->s);
 }
 
 /* ---- rewriting with valid checksums -------------------------------------------------- */
@@ -107,17 +107,17 @@ static chimera_status rewrite(const char *src, const char *dst, const tamper *t,
                               const fixture *f, chimera_error *err)
 {
     store *st;
-    CM_TRY(store_open(src, 1, &st, err));
-    store_write_opts wo = {.no_sync = 1};
-    store_writer *w;
-    chimera_status s = store_writer_begin(dst, &wo, &w, err);
+    CM_TRY(ix_store_open(src, 1, &st, err));
+    ix_store_write_opts wo = {.no_sync = 1};
+    ix_store_writer *w;
+    chimera_status s = ix_store_writer_begin(dst, &wo, &w, err);
     if (s != CHIMERA_OK) {
-        store_close(st);
+        ix_store_close(st);
         return s;
     }
-    for (uint32_t i = 0; i < store_n_sections(st) && s == CHIMERA_OK; i++) {
-        const store_section_desc *sd = store_section_at(st, i);
-        store_type ty = {sd->dtype, sd->ndim, {0}};
+    for (uint32_t i = 0; i < ix_store_n_sections(st) && s == CHIMERA_OK; i++) {
+        const ix_store_section_desc *sd = ix_store_section_at(st, i);
+        ix_store_type ty = {sd->dtype, sd->ndim, {0}};
         memcpy(ty.shape, sd->shape, sizeof ty.shape);
         const void *data = sd->data;
         void *copy = NULL;
@@ -127,16 +127,18 @@ static chimera_status rewrite(const char *src, const char *dst, const tamper *t,
             t->edit(copy, sd->bytes, f);
             data = copy;
         }
-        s = store_writer_add_typed(w, sd->name, sd->dtype ? &ty : NULL, data, sd->bytes, err);
+        s = ix_store_writer_add_typed(w, sd->name, sd->dtype ? &ty : NULL, data, sd->bytes, err);
         cm_free(copy);
     }
-    cJSON *meta = cJSON_Duplicate(store_meta(st), 1);
+    cJSON *meta = cJSON_Duplicate(ix_store_meta(st), 1);
     if (t->key && isnan(t->value)) cJSON_DeleteItemFromObjectCaseSensitive(meta, t->key);
     else if (t->key) cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(meta, t->key), t->value);
-    if (s == CHIMERA_OK) s = store_writer_commit(w, meta, err);
-    else store_writer_abort(w);
+    if (s == CHIMERA_OK)
+        s = ix_store_writer_commit(w, meta, err);
+    else
+        ix_store_writer_abort(w);
     cJSON_Delete(meta);
-    store_close(st);
+    ix_store_close(st);
     return s;
 }
 

@@ -90,14 +90,14 @@ static void test_flat_monotone(cm_pool *pool)
     const int64_t n = 20000;
     const uint32_t d = 37, k = 64;
     float *x = clustered(n, d, 40, 0.08, 11);
-    kmeans_opts o = {0};
+    ivf_kmeans_opts o = {0};
     o.mode = KMEANS_FLAT;
     o.n_iter = 15;
     o.init = KMEANS_INIT_RANDOM; /* random seeding leaves more for Lloyd to improve */
     o.pool = pool;
-    kmeans_result r;
+    ivf_kmeans_result r;
     chimera_error err;
-    CHECK_OK(kmeans_train(x, n, d, d, k, &o, &r, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &r, &err), &err);
     CHECK(r.n_trace == 15);
     int mono = 1;
     for (uint32_t i = 1; i < r.n_trace; i++)
@@ -113,17 +113,17 @@ static void test_flat_monotone(cm_pool *pool)
     CHECK(r.coarse == NULL && r.n_coarse == 0);
 
     /* Same seed, no pool: bit-identical. */
-    kmeans_result r2;
+    ivf_kmeans_result r2;
     o.pool = NULL;
-    CHECK_OK(kmeans_train(x, n, d, d, k, &o, &r2, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &r2, &err), &err);
     CHECK(memcmp(r.centroids, r2.centroids, sizeof(float) * k * d) == 0);
-    kmeans_result_free(&r2);
+    ivf_kmeans_result_free(&r2);
     /* A different seed gives different centroids (the seed is used). */
     o.seed = 99;
-    CHECK_OK(kmeans_train(x, n, d, d, k, &o, &r2, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &r2, &err), &err);
     CHECK(memcmp(r.centroids, r2.centroids, sizeof(float) * k * d) != 0);
-    kmeans_result_free(&r2);
-    kmeans_result_free(&r);
+    ivf_kmeans_result_free(&r2);
+    ivf_kmeans_result_free(&r);
     free(x);
 }
 
@@ -132,22 +132,22 @@ static void test_hierarchical(cm_pool *pool)
     const int64_t n = 60000;
     const uint32_t d = 32, k = 1024;
     float *x = clustered(n, d, 300, 0.12, 12);
-    kmeans_opts o = {0};
+    ivf_kmeans_opts o = {0};
     o.pool = pool;
     o.mode = KMEANS_FLAT;
-    kmeans_result flat, hier;
+    ivf_kmeans_result flat, hier;
     chimera_error err;
-    CHECK_OK(kmeans_train(x, n, d, d, k, &o, &flat, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &flat, &err), &err);
     o.mode = KMEANS_HIERARCHICAL;
-    CHECK_OK(kmeans_train(x, n, d, d, k, &o, &hier, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &hier, &err), &err);
     CHECK(hier.n_coarse == 32);
     {
-        kmeans_result serial;
+        ivf_kmeans_result serial;
         o.pool = NULL;
-        CHECK_OK(kmeans_train(x, n, d, d, k, &o, &serial, &err), &err);
+        CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &serial, &err), &err);
         CHECK(memcmp(serial.centroids, hier.centroids, sizeof(float) * k * d) == 0);
         CHECK(memcmp(serial.child_off, hier.child_off, sizeof(uint32_t) * (hier.n_coarse + 1)) == 0);
-        kmeans_result_free(&serial);
+        ivf_kmeans_result_free(&serial);
         o.pool = pool;
     }
     CHECK(hier.child_off && hier.child_off[0] == 0 && hier.child_off[hier.n_coarse] == k);
@@ -193,32 +193,32 @@ static void test_hierarchical(cm_pool *pool)
     ivf_assigner_free(ex);
     ivf_assigner_free(all);
     ivf_assigner_free(def);
-    kmeans_result_free(&flat);
-    kmeans_result_free(&hier);
+    ivf_kmeans_result_free(&flat);
+    ivf_kmeans_result_free(&hier);
     free(x);
 }
 
 static void test_degenerate(cm_pool *pool)
 {
     chimera_error err;
-    kmeans_result r;
-    kmeans_opts o = {0};
+    ivf_kmeans_result r;
+    ivf_kmeans_opts o = {0};
     o.pool = pool;
     const uint32_t d = 13;
     float *x = clustered(500, d, 5, 0.1, 13);
     /* k > n: error, nothing allocated. */
-    CHECK_STATUS(kmeans_train(x, 10, d, d, 11, &o, &r, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ivf_kmeans_train(x, 10, d, d, 11, &o, &r, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECK(r.centroids == NULL);
     CHECK(strstr(err.msg, "at least") != NULL);
-    CHECK_STATUS(kmeans_train(x, 10, d, d, 0, &o, &r, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ivf_kmeans_train(x, 10, d, d, 0, &o, &r, &err), CHIMERA_ERR_INVALID_ARG, &err);
     /* k == n: every point its own cluster, objective ~ 0. */
-    CHECK_OK(kmeans_train(x, 50, d, d, 50, &o, &r, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, 50, d, d, 50, &o, &r, &err), &err);
     CHECK(exact_objective(x, 50, d, r.centroids, 50) < 1e-5);
-    kmeans_result_free(&r);
+    ivf_kmeans_result_free(&r);
     /* k == 1: the normalised mean (of all points: lift the sample cap of 64 per
      * centroid, which would otherwise train on 64 of the 500). */
     o.max_points_per_centroid = 1000;
-    CHECK_OK(kmeans_train(x, 500, d, d, 1, &o, &r, &err), &err);
+    CHECK_OK(ivf_kmeans_train(x, 500, d, d, 1, &o, &r, &err), &err);
     CHECK(r.n_train == 500);
     o.max_points_per_centroid = 0;
     double mean[13] = {0}, s = 0;
@@ -231,30 +231,30 @@ static void test_degenerate(cm_pool *pool)
         if (diff > maxdiff) maxdiff = diff;
     }
     CHECKF(maxdiff < 1e-5, "k=1 centroid differs from the mean by %g", maxdiff);
-    kmeans_result_free(&r);
+    ivf_kmeans_result_free(&r);
     /* Duplicates: 400 points that are 8 distinct vectors, 20 clusters, both modes. */
     float *dup = malloc(sizeof(float) * 400 * d);
     for (int i = 0; i < 400; i++) memcpy(dup + i * d, x + (i % 8) * d, sizeof(float) * d);
     for (int mode = KMEANS_FLAT; mode <= KMEANS_HIERARCHICAL; mode++) {
-        o.mode = (kmeans_mode)mode;
-        CHECK_OK(kmeans_train(dup, 400, d, d, 20, &o, &r, &err), &err);
+        o.mode = (ivf_kmeans_mode)mode;
+        CHECK_OK(ivf_kmeans_train(dup, 400, d, d, 20, &o, &r, &err), &err);
         int finite = 1;
         for (uint32_t i = 0; i < 20 * d; i++) finite &= isfinite(r.centroids[i]);
         CHECK(finite);
         CHECK(unit_rows(r.centroids, 20, d));
         CHECKF(exact_objective(dup, 400, d, r.centroids, 20) < 1e-5, "mode %d", mode);
-        kmeans_result_free(&r);
+        ivf_kmeans_result_free(&r);
     }
     /* Row stride larger than d (a view into wider rows). */
     o.mode = KMEANS_FLAT;
     float *wide = calloc(500 * 16, sizeof(float));
     for (int i = 0; i < 500; i++) memcpy(wide + i * 16, x + i * d, sizeof(float) * d);
-    kmeans_result a, b;
-    CHECK_OK(kmeans_train(x, 500, d, d, 7, &o, &a, &err), &err);
-    CHECK_OK(kmeans_train(wide, 500, d, 16, 7, &o, &b, &err), &err);
+    ivf_kmeans_result a, b;
+    CHECK_OK(ivf_kmeans_train(x, 500, d, d, 7, &o, &a, &err), &err);
+    CHECK_OK(ivf_kmeans_train(wide, 500, d, 16, 7, &o, &b, &err), &err);
     CHECK(memcmp(a.centroids, b.centroids, sizeof(float) * 7 * d) == 0);
-    kmeans_result_free(&a);
-    kmeans_result_free(&b);
+    ivf_kmeans_result_free(&a);
+    ivf_kmeans_result_free(&b);
     free(wide);
     free(dup);
     free(x);
@@ -346,18 +346,18 @@ static void test_alloc_failures(void)
     int flat_ok = 0, hier_ok = 0, failures = 0, bad = 0;
     for (int64_t fail = 0; fail < 400 && !(flat_ok && hier_ok); fail++) {
         for (int mode = KMEANS_FLAT; mode <= KMEANS_HIERARCHICAL; mode++) {
-            kmeans_opts o = {0};
-            o.mode = (kmeans_mode)mode;
+            ivf_kmeans_opts o = {0};
+            o.mode = (ivf_kmeans_mode)mode;
             o.n_iter = 3;
             o.n_coarse = 6;
-            kmeans_result r;
+            ivf_kmeans_result r;
             chimera_error err;
             cm_alloc_fail_after(fail);
-            chimera_status st = kmeans_train(x, 3000, d, d, 40, &o, &r, &err);
+            chimera_status st = ivf_kmeans_train(x, 3000, d, d, 40, &o, &r, &err);
             cm_alloc_fail_after(-1);
             if (st == CHIMERA_OK) {
                 if (mode == KMEANS_FLAT) flat_ok = 1; else hier_ok = 1;
-                kmeans_result_free(&r);
+                ivf_kmeans_result_free(&r);
             } else if (st == CHIMERA_ERR_NOMEM && r.centroids == NULL) {
                 failures++;
             } else {

@@ -91,18 +91,18 @@ static void fill(uint8_t *p, uint32_t n, uint64_t seed, int sec)
 
 /* A small index: two sections derived from seed, meta {"seed": seed}. With `hold`, the
  * writer is left open (sections written, not committed) in *hold. */
-static chimera_status write_small(const char *dir, uint64_t seed, const store_write_opts *opts,
-                                  store_writer **hold, chimera_error *err)
+static chimera_status write_small(const char *dir, uint64_t seed, const ix_store_write_opts *opts,
+                                  ix_store_writer **hold, chimera_error *err)
 {
-    store_writer *w;
-    chimera_status s = store_writer_begin(dir, opts, &w, err);
+    ix_store_writer *w;
+    chimera_status s = ix_store_writer_begin(dir, opts, &w, err);
     if (s != CHIMERA_OK) return s;
     uint8_t a[SEC_A], b[SEC_B];
     fill(a, SEC_A, seed, 0);
     fill(b, SEC_B, seed, 1);
-    if ((s = store_writer_add(w, "a", a, SEC_A, err)) != CHIMERA_OK ||
-        (s = store_writer_add(w, "b", b, SEC_B, err)) != CHIMERA_OK) {
-        store_writer_abort(w);
+    if ((s = ix_store_writer_add(w, "a", a, SEC_A, err)) != CHIMERA_OK ||
+        (s = ix_store_writer_add(w, "b", b, SEC_B, err)) != CHIMERA_OK) {
+        ix_store_writer_abort(w);
         return s;
     }
     if (hold) {
@@ -111,14 +111,14 @@ static chimera_status write_small(const char *dir, uint64_t seed, const store_wr
     }
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddNumberToObject(meta, "seed", (double)seed);
-    s = store_writer_commit(w, meta, err);
+    s = ix_store_writer_commit(w, meta, err);
     cJSON_Delete(meta);
     return s;
 }
 
 static double meta_num(const store *st, const char *key)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(store_meta(st), key);
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(ix_store_meta(st), key);
     return cJSON_IsNumber(it) ? it->valuedouble : -1;
 }
 
@@ -132,18 +132,19 @@ static int whole(const store *st)
     const void *p;
     uint64_t n;
     fill(want, SEC_A, (uint64_t)sd, 0);
-    if (store_section(st, "a", &p, &n) != CHIMERA_OK || n != SEC_A || memcmp(p, want, n)) return 0;
+    if (ix_store_section(st, "a", &p, &n) != CHIMERA_OK || n != SEC_A || memcmp(p, want, n))
+        return 0;
     fill(want, SEC_B, (uint64_t)sd, 1);
-    return store_section(st, "b", &p, &n) == CHIMERA_OK && n == SEC_B && memcmp(p, want, n) == 0;
+    return ix_store_section(st, "b", &p, &n) == CHIMERA_OK && n == SEC_B && memcmp(p, want, n) == 0;
 }
 
 static uint64_t generation_of(const char *dir)
 {
     store *st;
     chimera_error err;
-    if (store_info(dir, &st, &err) != CHIMERA_OK) return UINT64_MAX;
-    uint64_t g = store_generation(st);
-    store_close(st);
+    if (ix_store_info(dir, &st, &err) != CHIMERA_OK) return UINT64_MAX;
+    uint64_t g = ix_store_generation(st);
+    ix_store_close(st);
     return g;
 }
 
@@ -151,13 +152,13 @@ static int n_profiles(const char *dir)
 {
     store *st;
     chimera_error err;
-    if (store_info(dir, &st, &err) != CHIMERA_OK) return -1;
-    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(store_meta(st), "profiles"));
-    store_close(st);
+    if (ix_store_info(dir, &st, &err) != CHIMERA_OK) return -1;
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(ix_store_meta(st), "profiles"));
+    ix_store_close(st);
     return n;
 }
 
-/* An edit for store_update_meta: sets meta.note = *(int *)user. */
+/* An edit for ix_store_update_meta: sets meta.note = *(int *)user. */
 static chimera_status set_note(cJSON *meta, const store *cur, void *user, chimera_error *err)
 {
     (void)cur;
@@ -170,9 +171,9 @@ static double note_of(const char *dir)
 {
     store *st;
     chimera_error err;
-    if (store_info(dir, &st, &err) != CHIMERA_OK) return -2;
+    if (ix_store_info(dir, &st, &err) != CHIMERA_OK) return -2;
     double v = meta_num(st, "note");
-    store_close(st);
+    ix_store_close(st);
     return v;
 }
 
@@ -212,29 +213,29 @@ static void test_held_lock(void)
     fflush(NULL);
     pid_t holder = fork();
     if (holder == 0) {
-        store_lock *l;
+        ix_store_lock *l;
         chimera_error cerr;
-        if (store_lock_acquire(dir, -1, &l, &cerr) != CHIMERA_OK) _exit(1);
+        if (ix_store_lock_acquire(dir, -1, &l, &cerr) != CHIMERA_OK) _exit(1);
         send1(up[1]);
         recv1(down[0]); /* hold until told */
-        store_lock_release(l);
+        ix_store_lock_release(l);
         _exit(0);
     }
     CHECK(recv1(up[0]));
 
     char pidstr[32];
     snprintf(pidstr, sizeof pidstr, "(pid %ld)", (long)holder);
-    store_lock *l = NULL;
-    CHECK_STATUS(store_lock_acquire(dir, -1, &l, &err), CHIMERA_ERR_BUSY, &err);
+    ix_store_lock *l = NULL;
+    CHECK_STATUS(ix_store_lock_acquire(dir, -1, &l, &err), CHIMERA_ERR_BUSY, &err);
     CHECK(l == NULL);
     CHECKF(strstr(err.msg, "is being changed by another process") && strstr(err.msg, pidstr),
            "%s", err.msg);
-    CHECK_STATUS(store_lock_acquire(dir, 30, &l, &err), CHIMERA_ERR_BUSY, &err);
+    CHECK_STATUS(ix_store_lock_acquire(dir, 30, &l, &err), CHIMERA_ERR_BUSY, &err);
     int note = 5;
-    store_update_opts uo = {.lock_timeout_ms = 30};
-    CHECK_STATUS(store_update_meta(dir, &uo, set_note, &note, &err), CHIMERA_ERR_BUSY, &err);
+    ix_store_update_opts uo = {.lock_timeout_ms = 30};
+    CHECK_STATUS(ix_store_update_meta(dir, &uo, set_note, &note, &err), CHIMERA_ERR_BUSY, &err);
     CHECKF(strstr(err.msg, pidstr) != NULL, "%s", err.msg);
-    store_write_opts wo = {.lock_timeout_ms = 30, .no_sync = 1};
+    ix_store_write_opts wo = {.lock_timeout_ms = 30, .no_sync = 1};
     CHECK_STATUS(write_small(dir, 2, &wo, NULL, &err), CHIMERA_ERR_BUSY, &err);
     CHECK(count_prefixed("held.", 0) == 0); /* the refused build left nothing */
     CHECK(note_of(dir) == -1);
@@ -246,7 +247,7 @@ static void test_held_lock(void)
     if (waiter == 0) {
         chimera_error cerr;
         int v = 7;
-        _exit(store_update_meta(dir, NULL, set_note, &v, &cerr) == CHIMERA_OK ? 0 : 1);
+        _exit(ix_store_update_meta(dir, NULL, set_note, &v, &cerr) == CHIMERA_OK ? 0 : 1);
     }
     usleep(100 * 1000);
     int status;
@@ -258,8 +259,8 @@ static void test_held_lock(void)
     CHECK(note_of(dir) == 7);
     CHECK(generation_of(dir) == 2);
     /* and it is free again */
-    CHECK_OK(store_lock_acquire(dir, -1, &l, &err), &err);
-    store_lock_release(l);
+    CHECK_OK(ix_store_lock_acquire(dir, -1, &l, &err), &err);
+    ix_store_lock_release(l);
     close(up[0]);
     close(up[1]);
     close(down[0]);
@@ -296,12 +297,12 @@ static void test_killed_holder(void)
     if (child == 0) {
         /* an unfinished build (its directory claimed), then the lock, then what a meta
          * update and the rename-aside fallback would have left at that moment */
-        store_writer *w = NULL;
+        ix_store_writer *w = NULL;
         chimera_error cerr;
-        store_write_opts ns = {.no_sync = 1};
+        ix_store_write_opts ns = {.no_sync = 1};
         if (write_small(dir, 4, &ns, &w, &cerr) != CHIMERA_OK) _exit(1);
-        store_lock *l;
-        if (store_lock_acquire(dir, -1, &l, &cerr) != CHIMERA_OK) _exit(1);
+        ix_store_lock *l;
+        if (ix_store_lock_acquire(dir, -1, &l, &cerr) != CHIMERA_OK) _exit(1);
         char q[800];
         snprintf(q, sizeof q, "%s/%s.tmp-Ab12Cd", dir, FMT_MANIFEST_NAME);
         FILE *g = fopen(q, "w");
@@ -326,16 +327,16 @@ static void test_killed_holder(void)
     CHECK(count_prefixed("dead.tmp-", 0) == 3); /* the killed build's, and two not ours */
     CHECK(count_prefixed("dead.old-", 0) == 1);
     /* the kernel released the lock: no wait at all */
-    store_lock *l = NULL;
-    CHECK_OK(store_lock_acquire(dir, -1, &l, &err), &err);
-    store_lock_release(l);
+    ix_store_lock *l = NULL;
+    CHECK_OK(ix_store_lock_acquire(dir, -1, &l, &err), &err);
+    ix_store_lock_release(l);
     /* the index still opens, and a build replaces it despite the manifest temporary
      * (before, such a leftover made every build refuse); the leftovers are gone */
     store *st = NULL;
-    CHECK_OK(store_open(dir, 1, &st, &err), &err);
+    CHECK_OK(ix_store_open(dir, 1, &st, &err), &err);
     if (st) CHECK(whole(st) && meta_num(st, "seed") == 3);
-    store_close(st);
-    store_write_opts ns = {.no_sync = 1, .lock_timeout_ms = -1};
+    ix_store_close(st);
+    ix_store_write_opts ns = {.no_sync = 1, .lock_timeout_ms = -1};
     CHECK_OK(write_small(dir, 5, &ns, NULL, &err), &err);
     CHECK(!exists(mtmp));
     CHECK(count_prefixed("dead.old-", 0) == 0);
@@ -355,7 +356,7 @@ static void test_killed_holder(void)
     f = fopen(mtmp, "w");
     if (f) fclose(f);
     int note = 1;
-    CHECK_OK(store_update_meta(dir, NULL, set_note, &note, &err), &err);
+    CHECK_OK(ix_store_update_meta(dir, NULL, set_note, &note, &err), &err);
     CHECK(!exists(mtmp));
     CHECK(generation_of(dir) == 3);
 
@@ -365,15 +366,15 @@ static void test_killed_holder(void)
     fflush(NULL);
     pid_t builder = fork();
     if (builder == 0) {
-        store_writer *w = NULL;
+        ix_store_writer *w = NULL;
         chimera_error cerr;
-        store_write_opts o = {.no_sync = 1};
+        ix_store_write_opts o = {.no_sync = 1};
         if (write_small(dir, 6, &o, &w, &cerr) != CHIMERA_OK) _exit(1);
         send1(ready[1]);
         recv1(go[0]);
         cJSON *meta = cJSON_CreateObject();
         cJSON_AddNumberToObject(meta, "seed", 6);
-        chimera_status s = store_writer_commit(w, meta, &cerr);
+        chimera_status s = ix_store_writer_commit(w, meta, &cerr);
         cJSON_Delete(meta);
         _exit(s == CHIMERA_OK ? 0 : 1);
     }
@@ -384,9 +385,9 @@ static void test_killed_holder(void)
     CHECK(generation_of(dir) == 4);
     send1(go[1]);
     CHECK(exited_ok(builder));
-    CHECK_OK(store_open(dir, 1, &st, &err), &err);
-    if (st) CHECK(whole(st) && meta_num(st, "seed") == 6 && store_generation(st) == 5);
-    store_close(st);
+    CHECK_OK(ix_store_open(dir, 1, &st, &err), &err);
+    if (st) CHECK(whole(st) && meta_num(st, "seed") == 6 && ix_store_generation(st) == 5);
+    ix_store_close(st);
     CHECK(count_prefixed("dead.tmp-", 0) == 2);
     close(go[0]);
     close(go[1]);
@@ -410,14 +411,14 @@ static void make_legacy(const char *dir)
     snprintf(mp, sizeof mp, "%s/%s", dir, FMT_MANIFEST_NAME);
     cJSON *root = NULL;
     chimera_error err;
-    if (store_manifest_load(mp, &root, NULL, &err) != CHIMERA_OK) return;
+    if (ix_store_manifest_load(mp, &root, NULL, &err) != CHIMERA_OK) return;
     cJSON_DeleteItemFromObjectCaseSensitive(root, "generation");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
     cJSON_ReplaceItemInObjectCaseSensitive(root, "format_minor", cJSON_CreateNumber(0));
     uint64_t d;
     char hex[17];
-    store_manifest_digest(root, &d);
-    fmt_hex_format(hex, d);
+    ix_store_manifest_digest(root, &d);
+    ix_fmt_hex_format(hex, d);
     cJSON_AddStringToObject(root, "manifest_xxh3", hex);
     char *text = cJSON_Print(root);
     FILE *f = fopen(mp, "w");
@@ -432,33 +433,33 @@ static void test_generations(void)
     char dir[600];
     path_of(dir, sizeof dir, "gen");
     chimera_error err = {0};
-    store_write_opts ns = {.no_sync = 1};
+    ix_store_write_opts ns = {.no_sync = 1};
     CHECK_OK(write_small(dir, 10, &ns, NULL, &err), &err);
     CHECK(generation_of(dir) == 1);
     CHECK_OK(write_small(dir, 11, &ns, NULL, &err), &err); /* a rebuild continues */
     CHECK(generation_of(dir) == 2);
     int note = 1;
-    CHECK_OK(store_update_meta(dir, NULL, set_note, &note, &err), &err);
+    CHECK_OK(ix_store_update_meta(dir, NULL, set_note, &note, &err), &err);
     CHECK(generation_of(dir) == 3);
 
     /* meta update: compare-and-swap */
-    store_update_opts uo = {.check_generation = 1, .expect_generation = 3};
+    ix_store_update_opts uo = {.check_generation = 1, .expect_generation = 3};
     note = 2;
-    CHECK_OK(store_update_meta(dir, &uo, set_note, &note, &err), &err);
+    CHECK_OK(ix_store_update_meta(dir, &uo, set_note, &note, &err), &err);
     CHECK(generation_of(dir) == 4 && note_of(dir) == 2);
     note = 3;
-    CHECK_STATUS(store_update_meta(dir, &uo, set_note, &note, &err), CHIMERA_ERR_CONFLICT, &err);
+    CHECK_STATUS(ix_store_update_meta(dir, &uo, set_note, &note, &err), CHIMERA_ERR_CONFLICT, &err);
     CHECKF(strstr(err.msg, "generation 4, expected 3") != NULL, "%s", err.msg);
     CHECK(generation_of(dir) == 4 && note_of(dir) == 2);
 
     /* build: compare-and-swap at commit; a conflict replaces nothing and leaves nothing */
-    store_write_opts cas = {.no_sync = 1, .check_generation = 1, .expect_generation = 3};
+    ix_store_write_opts cas = {.no_sync = 1, .check_generation = 1, .expect_generation = 3};
     CHECK_STATUS(write_small(dir, 12, &cas, NULL, &err), CHIMERA_ERR_CONFLICT, &err);
     CHECK(count_prefixed("gen.", 0) == 0);
     store *st = NULL;
-    CHECK_OK(store_open(dir, 1, &st, &err), &err);
-    if (st) CHECK(whole(st) && meta_num(st, "seed") == 11 && store_generation(st) == 4);
-    store_close(st);
+    CHECK_OK(ix_store_open(dir, 1, &st, &err), &err);
+    if (st) CHECK(whole(st) && meta_num(st, "seed") == 11 && ix_store_generation(st) == 4);
+    ix_store_close(st);
     cas.expect_generation = 4;
     CHECK_OK(write_small(dir, 12, &cas, NULL, &err), &err);
     CHECK(generation_of(dir) == 5);
@@ -476,33 +477,33 @@ static void test_generations(void)
     /* an index from format 1.0 (no generation) reads as 0; its first update makes it 1
      * and raises its minor */
     make_legacy(dir);
-    CHECK_OK(store_info(dir, &st, &err), &err);
+    CHECK_OK(ix_store_info(dir, &st, &err), &err);
     uint32_t major = 0, minor = 9;
     if (st) {
-        store_format_version(st, &major, &minor);
-        CHECK(store_generation(st) == 0 && minor == 0);
-        store_close(st);
+        ix_store_format_version(st, &major, &minor);
+        CHECK(ix_store_generation(st) == 0 && minor == 0);
+        ix_store_close(st);
     }
     note = 4;
-    CHECK_OK(store_update_meta(dir, NULL, set_note, &note, &err), &err);
-    CHECK_OK(store_open(dir, 1, &st, &err), &err);
+    CHECK_OK(ix_store_update_meta(dir, NULL, set_note, &note, &err), &err);
+    CHECK_OK(ix_store_open(dir, 1, &st, &err), &err);
     if (st) {
-        store_format_version(st, &major, &minor);
-        CHECK(store_generation(st) == 1 && minor == FMT_VERSION_MINOR && whole(st));
-        store_close(st);
+        ix_store_format_version(st, &major, &minor);
+        CHECK(ix_store_generation(st) == 1 && minor == FMT_VERSION_MINOR && whole(st));
+        ix_store_close(st);
     }
     /* and a malformed generation is corruption, reported as such */
     {
         char mp[800];
         snprintf(mp, sizeof mp, "%s/%s", dir, FMT_MANIFEST_NAME);
         cJSON *root = NULL;
-        if (store_manifest_load(mp, &root, NULL, &err) == CHIMERA_OK) {
+        if (ix_store_manifest_load(mp, &root, NULL, &err) == CHIMERA_OK) {
             cJSON_ReplaceItemInObjectCaseSensitive(root, "generation", cJSON_CreateNumber(-1));
             cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
             uint64_t d;
             char hex[17];
-            store_manifest_digest(root, &d);
-            fmt_hex_format(hex, d);
+            ix_store_manifest_digest(root, &d);
+            ix_fmt_hex_format(hex, d);
             cJSON_AddStringToObject(root, "manifest_xxh3", hex);
             char *text = cJSON_Print(root);
             FILE *f = fopen(mp, "w");
@@ -511,7 +512,7 @@ static void test_generations(void)
             cJSON_free(text);
             cJSON_Delete(root);
         }
-        CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+        CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
         CHECKF(strstr(err.msg, "generation") != NULL, "%s", err.msg);
         /* a build still replaces it (the damaged number restarts the count) */
         CHECK_OK(write_small(dir, 14, &ns, NULL, &err), &err);
@@ -526,9 +527,9 @@ static uint64_t data_id_of(const char *dir)
 {
     store *st;
     chimera_error err;
-    if (store_info(dir, &st, &err) != CHIMERA_OK) return 0;
-    uint64_t id = store_data_id(st);
-    store_close(st);
+    if (ix_store_info(dir, &st, &err) != CHIMERA_OK) return 0;
+    uint64_t id = ix_store_data_id(st);
+    ix_store_close(st);
     return id;
 }
 
@@ -537,7 +538,7 @@ static void test_profile_save(void)
     char dir[600];
     path_of(dir, sizeof dir, "prof");
     chimera_error err = {0};
-    store_write_opts ns = {.no_sync = 1};
+    ix_store_write_opts ns = {.no_sync = 1};
     CHECK_OK(write_small(dir, 20, &ns, NULL, &err), &err);
     chimera_tune_result *res = cm_calloc(1, sizeof *res);
     if (!res) return;
@@ -598,13 +599,13 @@ static void reader_loop(const char *dir, int iters)
     for (int i = 0; i < iters; i++) {
         store *st = NULL;
         chimera_error err;
-        chimera_status s = store_open(dir, 1, &st, &err);
+        chimera_status s = ix_store_open(dir, 1, &st, &err);
         if (s != CHIMERA_OK) {
             fprintf(stderr, "open %d: %s: %s\n", i, chimera_status_str(s), err.msg);
             _exit(1);
         }
         int ok = whole(st);
-        store_close(st);
+        ix_store_close(st);
         if (!ok) {
             fprintf(stderr, "open %d: meta and sections from different builds\n", i);
             _exit(1);
@@ -618,7 +619,7 @@ static void test_race(void)
     char dir[600];
     path_of(dir, sizeof dir, "race");
     chimera_error err = {0};
-    store_write_opts ns = {.no_sync = 1};
+    ix_store_write_opts ns = {.no_sync = 1};
     CHECK_OK(write_small(dir, 30, &ns, NULL, &err), &err);
     enum { BUILDS = 300, SAVES = 300, OPENS = 600 };
     pid_t kids[3];
@@ -651,12 +652,12 @@ static void test_race(void)
     CHECK(exited_ok(kids[1]));
     CHECK(exited_ok(kids[2]));
     store *st = NULL;
-    CHECK_OK(store_open(dir, 1, &st, &err), &err);
+    CHECK_OK(ix_store_open(dir, 1, &st, &err), &err);
     if (st) {
         CHECK(whole(st));
         /* every commit counted once: nothing was lost or applied twice */
-        CHECK(store_generation(st) == 1 + BUILDS + SAVES);
-        store_close(st);
+        CHECK(ix_store_generation(st) == 1 + BUILDS + SAVES);
+        ix_store_close(st);
     }
     CHECK(count_prefixed("race.", 0) == 0);
     CHECK(count_prefixed("race.", 1) == 1); /* the lock file */
@@ -669,7 +670,7 @@ static void test_reader_during_swaps(void)
     char dir[600];
     path_of(dir, sizeof dir, "swap");
     chimera_error err = {0};
-    store_write_opts ns = {.no_sync = 1};
+    ix_store_write_opts ns = {.no_sync = 1};
     CHECK_OK(write_small(dir, 40, &ns, NULL, &err), &err);
     pid_t kids[3];
     fflush(NULL);

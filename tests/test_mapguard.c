@@ -96,8 +96,8 @@ static void child(map_kind kind, const char *path, const char *index_dir)
         store *st;
         const void *d;
         uint64_t bytes;
-        if (store_open(index_dir, 0, &st, &err) != CHIMERA_OK ||
-            store_section(st, "big", &d, &bytes) != CHIMERA_OK) {
+        if (ix_store_open(index_dir, 0, &st, &err) != CHIMERA_OK ||
+            ix_store_section(st, "big", &d, &bytes) != CHIMERA_OK) {
             fprintf(stderr, "open: %s\n", err.msg);
             _exit(4);
         }
@@ -170,11 +170,11 @@ static void test_truncated_section(void)
     snprintf(path, sizeof path, "%s/big.bin", dir);
     uint8_t *data = cm_calloc(BIG, 1);
     chimera_error err;
-    store_write_opts wo = {.no_sync = 1};
-    store_writer *w;
-    CHECK_OK(store_writer_begin(dir, &wo, &w, &err), &err);
-    CHECK_OK(store_writer_add(w, "big", data, BIG, &err), &err);
-    CHECK_OK(store_writer_commit(w, NULL, &err), &err);
+    ix_store_write_opts wo = {.no_sync = 1};
+    ix_store_writer *w;
+    CHECK_OK(ix_store_writer_begin(dir, &wo, &w, &err), &err);
+    CHECK_OK(ix_store_writer_add(w, "big", data, BIG, &err), &err);
+    CHECK_OK(ix_store_writer_commit(w, NULL, &err), &err);
     cm_free(data);
     expect_named(MAP_SECTION, path, dir, path);
 }

@@ -56,7 +56,7 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 
 typedef struct bench {
     const char *name;
-    synth_corpus s;
+    data_synth_corpus s;
     data_corpus c;
     data_queries q;
     ix_index ix;
@@ -73,7 +73,7 @@ static int bench_make(bench *b, const char *name, int64_t n_docs, uint32_t dim, 
     chimera_error err;
     chimera_synth_opts o = {.n_docs = n_docs, .dim = dim, .n_queries = n_queries, .seed = seed,
                             .min_len = min_len, .max_len = max_len};
-    if (synth_generate(&o, &b->s, &err) != CHIMERA_OK ||
+    if (data_synth_generate(&o, &b->s, &err) != CHIMERA_OK ||
         data_corpus_wrap(&b->c, b->s.tokens, b->s.n_tokens, dim, b->s.doclens, b->s.n_docs, NULL,
                          NULL, &err) != CHIMERA_OK ||
         data_queries_new(&b->q, b->s.queries, b->s.n_queries, dim, NULL, b->s.query_len, &err) !=
@@ -95,7 +95,7 @@ static int bench_make(bench *b, const char *name, int64_t n_docs, uint32_t dim, 
     CHECK_OK(ix_check(&b->ix, &err), &err);
     b->truth = cm_malloc((size_t)b->q.n * TRUTH_K * sizeof *b->truth);
     float *sc = cm_malloc((size_t)b->q.n * TRUTH_K * sizeof *sc);
-    CHECK_OK(exact_search(&b->c, &b->q, TRUTH_K, 0, NULL, NULL, b->truth, sc, &err), &err);
+    CHECK_OK(sp_exact_search(&b->c, &b->q, TRUTH_K, 0, NULL, NULL, b->truth, sc, &err), &err);
     cm_free(sc);
     printf("%-10s %5lld docs %6lld tokens d=%u K=%u B=%u: built in %.2fs\n", name,
            (long long)b->s.n_docs, (long long)b->s.n_tokens, dim, b->ix.n_clusters, bits,
@@ -109,7 +109,7 @@ static void bench_free(bench *b)
     cm_free(b->truth);
     data_queries_free(&b->q);
     data_corpus_free(&b->c);
-    synth_free(&b->s);
+    data_synth_free(&b->s);
 }
 
 static const float *query(const data_queries *q, int64_t i, uint32_t *m)
@@ -565,7 +565,7 @@ static void test_batched(const bench *b, chimera_index *ix)
  * CHIMERA_ERR_CORRUPT naming the member, where it used to convert them (undefined
  * behaviour for the out-of-range ones) and search with whatever came out. */
 
-/* store_update_meta edit: replace the whole meta object with `user` (a cJSON object). */
+/* ix_store_update_meta edit: replace the whole meta object with `user` (a cJSON object). */
 static chimera_status replace_meta(cJSON *meta, const store *current, void *user, chimera_error *err)
 {
     (void)current;
@@ -603,13 +603,13 @@ static void test_profile_values(const char *dir)
                  {"impute", 7},      {"k_fullbit", 4294967296.0}, {"probe", NAN}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         store *st;
-        CHECK_OK(store_info(dir, &st, &err), &err);
-        cJSON *meta = cJSON_Duplicate(store_meta(st), 1);
-        store_close(st);
+        CHECK_OK(ix_store_info(dir, &st, &err), &err);
+        cJSON *meta = cJSON_Duplicate(ix_store_meta(st), 1);
+        ix_store_close(st);
         cJSON *prof = cJSON_GetArrayItem(cJSON_GetObjectItem(meta, "profiles"), 0);
         if (isnan(cases[i].value)) cJSON_DeleteItemFromObject(prof, cases[i].key);
         else cJSON_SetNumberValue(cJSON_GetObjectItem(prof, cases[i].key), cases[i].value);
-        CHECK_OK(store_update_meta(dir, NULL, replace_meta, meta, &err), &err);
+        CHECK_OK(ix_store_update_meta(dir, NULL, replace_meta, meta, &err), &err);
         cJSON_Delete(meta);
         h = NULL;
         CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
@@ -649,7 +649,7 @@ static void test_public_api(const bench *b)
     int64_t nq = chimera_queries_count(q);
     int64_t *ids = cm_malloc((size_t)nq * 10 * sizeof *ids), *truth = cm_malloc((size_t)nq * 10 * sizeof *truth);
     float *sc = cm_malloc((size_t)nq * 10 * sizeof *sc);
-    CHECK_OK(chimera_exact_search(c, q, 10, NULL, truth, sc, &err), &err);
+    CHECK_OK(chimera_corpus_search(c, q, 10, NULL, truth, sc, &err), &err);
     CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL, &err), &err);
     double hit = 0;
     for (int64_t i = 0; i < nq; i++)
@@ -686,7 +686,7 @@ static void test_public_api(const bench *b)
     many.n_threads = -2;
     CHECK(chimera_index_search(ix, q, 10, NULL, &many, ids, sc, NULL, NULL) == CHIMERA_ERR_INVALID_ARG);
     chimera_exact_opts eo = {.n_threads = 100000};
-    s = chimera_exact_search(c, q, 10, &eo, truth, sc, &err);
+    s = chimera_corpus_search(c, q, 10, &eo, truth, sc, &err);
     CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "n_threads 100000"),
            "exact search with 100000 threads: %s: %s", chimera_status_str(s), err.msg);
     char dir2[512];

@@ -171,26 +171,27 @@ static cJSON *make_meta(uint64_t seed)
 /* Writes the test index for `seed` at dir. If stop_after_bytes >= 0, stops in the middle
  * of streaming "postings" and returns CHIMERA_ERR_CANCELLED with the writer still open in
  * *left (for the kill tests). */
-static chimera_status write_index_ex(const char *dir, uint64_t seed, const store_write_opts *opts,
-                                     int64_t stop_after, store_writer **left, chimera_error *err)
+static chimera_status write_index_ex(const char *dir, uint64_t seed,
+                                     const ix_store_write_opts *opts, int64_t stop_after,
+                                     ix_store_writer **left, chimera_error *err)
 {
-    store_writer *w = NULL;
-    chimera_status s = store_writer_begin(dir, opts, &w, err);
+    ix_store_writer *w = NULL;
+    chimera_status s = ix_store_writer_begin(dir, opts, &w, err);
     if (s != CHIMERA_OK) return s;
     uint8_t *data[N_SECS] = {0};
     for (int i = 0; i < N_SECS; i++) {
         data[i] = gen_section(seed, i);
         if (!data[i]) {
             s = CHIMERA_ERR_NOMEM;
-            store_writer_abort(w);
+            ix_store_writer_abort(w);
             goto out;
         }
     }
-    store_type tc = {"f32", 2, {37, 8}}, ti = {"i64", 1, {5}};
-    if ((s = store_writer_add_typed(w, "centroids", &tc, data[0], sec_bytes[0], err))) goto fail;
-    if ((s = store_writer_add_typed(w, "ids", &ti, data[1], sec_bytes[1], err))) goto fail;
-    if ((s = store_writer_add(w, "empty", NULL, 0, err))) goto fail;
-    if ((s = store_section_begin(w, "postings", NULL, err))) goto fail;
+    ix_store_type tc = {"f32", 2, {37, 8}}, ti = {"i64", 1, {5}};
+    if ((s = ix_store_writer_add_typed(w, "centroids", &tc, data[0], sec_bytes[0], err))) goto fail;
+    if ((s = ix_store_writer_add_typed(w, "ids", &ti, data[1], sec_bytes[1], err))) goto fail;
+    if ((s = ix_store_writer_add(w, "empty", NULL, 0, err))) goto fail;
+    if ((s = ix_store_section_begin(w, "postings", NULL, err))) goto fail;
     /* chunk sizes that hit every buffer path: tiny, page, > buffer, exact remainder */
     static const size_t chunks[] = {1, 7, 4096, 1500000, 3, 65536, 2000000};
     uint64_t off = 0;
@@ -202,23 +203,23 @@ static chimera_status write_index_ex(const char *dir, uint64_t seed, const store
             s = CHIMERA_ERR_CANCELLED;
             goto out;
         }
-        if ((s = store_section_write(w, data[3] + off, n, err))) goto fail;
+        if ((s = ix_store_section_write(w, data[3] + off, n, err))) goto fail;
         off += n;
     }
-    if ((s = store_section_end(w, err))) goto fail;
-    if ((s = store_writer_add(w, "tail", data[4], 1, err))) goto fail;
+    if ((s = ix_store_section_end(w, err))) goto fail;
+    if ((s = ix_store_writer_add(w, "tail", data[4], 1, err))) goto fail;
     cJSON *meta = make_meta(seed);
-    s = store_writer_commit(w, meta, err);
+    s = ix_store_writer_commit(w, meta, err);
     cJSON_Delete(meta);
     goto out;
 fail:
-    store_writer_abort(w);
+    ix_store_writer_abort(w);
 out:
     for (int i = 0; i < N_SECS; i++) cm_free(data[i]);
     return s;
 }
 
-static chimera_status write_index(const char *dir, uint64_t seed, const store_write_opts *opts,
+static chimera_status write_index(const char *dir, uint64_t seed, const ix_store_write_opts *opts,
                                   chimera_error *err)
 {
     return write_index_ex(dir, seed, opts, -1, NULL, err);
@@ -227,19 +228,19 @@ static chimera_status write_index(const char *dir, uint64_t seed, const store_wr
 /* 1 when the store holds exactly the test index of `seed`. */
 static int same_content(const store *st, uint64_t seed)
 {
-    int ok = store_n_sections(st) == N_SECS;
+    int ok = ix_store_n_sections(st) == N_SECS;
     for (int i = 0; ok && i < N_SECS; i++) {
         const void *p;
         uint64_t n;
         uint8_t *want = gen_section(seed, i);
-        ok = want && store_section(st, sec_names[i], &p, &n) == CHIMERA_OK && n == sec_bytes[i] &&
-             p != NULL && ((uintptr_t)p % 64) == 0 && memcmp(p, want, n) == 0;
+        ok = want && ix_store_section(st, sec_names[i], &p, &n) == CHIMERA_OK &&
+             n == sec_bytes[i] && p != NULL && ((uintptr_t)p % 64) == 0 && memcmp(p, want, n) == 0;
         cm_free(want);
     }
     /* the raw item is stored as the JSON it denotes */
     cJSON *meta = make_meta(seed);
     cJSON_ReplaceItemInObject(meta, "raw", cJSON_Parse("[1,2]"));
-    ok = ok && cJSON_Compare(meta, store_meta(st), 1);
+    ok = ok && cJSON_Compare(meta, ix_store_meta(st), 1);
     cJSON_Delete(meta);
     return ok;
 }
@@ -248,13 +249,13 @@ static int index_is(const char *dir, uint64_t seed)
 {
     store *st = NULL;
     chimera_error err = {0};
-    chimera_status s = store_open(dir, 1, &st, &err);
+    chimera_status s = ix_store_open(dir, 1, &st, &err);
     if (s != CHIMERA_OK) {
         fprintf(stderr, "open %s: %s\n", dir, err.msg);
         return 0;
     }
     int ok = same_content(st, seed);
-    store_close(st);
+    ix_store_close(st);
     return ok;
 }
 
@@ -275,49 +276,50 @@ static void test_roundtrip(void)
     CHECK(count_prefixed("rt.") == 0);
 
     store *st = NULL;
-    CHECK_OK(store_open(dir, 0, &st, &err), &err);
+    CHECK_OK(ix_store_open(dir, 0, &st, &err), &err);
     if (st) {
         uint32_t major = 0, minor = 99;
-        store_format_version(st, &major, &minor);
+        ix_store_format_version(st, &major, &minor);
         CHECK(major == FMT_VERSION_MAJOR && minor == FMT_VERSION_MINOR);
-        CHECK_OK(store_verify(st, &err), &err);
-        const store_section_desc *d = store_section_at(st, 0);
+        CHECK_OK(ix_store_verify(st, &err), &err);
+        const ix_store_section_desc *d = ix_store_section_at(st, 0);
         CHECK(d && strcmp(d->name, "centroids") == 0 && strcmp(d->file, "centroids.bin") == 0);
         CHECK(d && d->dtype && strcmp(d->dtype, "f32") == 0 && d->ndim == 2 &&
               d->shape[0] == 37 && d->shape[1] == 8);
-        d = store_section_at(st, 2);
+        d = ix_store_section_at(st, 2);
         CHECK(d && d->bytes == 0 && d->dtype == NULL && d->ndim == 0 && d->data != NULL);
-        CHECK(store_section_at(st, N_SECS) == NULL);
-        CHECK(store_find(st, "tail") == 4 && store_find(st, "nope") == -1);
+        CHECK(ix_store_section_at(st, N_SECS) == NULL);
+        CHECK(ix_store_find(st, "tail") == 4 && ix_store_find(st, "nope") == -1);
         const void *p;
         uint64_t n;
-        CHECK(store_section(st, "nope", &p, &n) == CHIMERA_ERR_CORRUPT && p == NULL);
-        const cJSON *m = store_manifest(st);
+        CHECK(ix_store_section(st, "nope", &p, &n) == CHIMERA_ERR_CORRUPT && p == NULL);
+        const cJSON *m = ix_store_manifest(st);
         const cJSON *lv = cJSON_GetObjectItemCaseSensitive(m, "library_version");
         CHECK(cJSON_IsString(lv) && strcmp(lv->valuestring, CHIMERA_VERSION_STRING) == 0);
-        store_close(st);
+        ix_store_close(st);
     }
 
-    /* store_info: the manifest only */
+    /* ix_store_info: the manifest only */
     st = NULL;
-    CHECK_OK(store_info(dir, &st, &err), &err);
+    CHECK_OK(ix_store_info(dir, &st, &err), &err);
     if (st) {
-        CHECK(store_n_sections(st) == N_SECS);
-        CHECK(store_section_at(st, 3)->data == NULL && store_section_at(st, 3)->bytes == sec_bytes[3]);
+        CHECK(ix_store_n_sections(st) == N_SECS);
+        CHECK(ix_store_section_at(st, 3)->data == NULL &&
+              ix_store_section_at(st, 3)->bytes == sec_bytes[3]);
         const void *p;
         uint64_t n;
-        CHECK(store_section(st, "tail", &p, &n) == CHIMERA_ERR_INVALID_ARG);
-        CHECK(store_verify(st, &err) == CHIMERA_ERR_INVALID_ARG);
-        CHECK(cJSON_IsObject(store_meta(st)));
-        store_close(st);
+        CHECK(ix_store_section(st, "tail", &p, &n) == CHIMERA_ERR_INVALID_ARG);
+        CHECK(ix_store_verify(st, &err) == CHIMERA_ERR_INVALID_ARG);
+        CHECK(cJSON_IsObject(ix_store_meta(st)));
+        ix_store_close(st);
     }
-    /* store_info does not look at section files */
+    /* ix_store_info does not look at section files */
     char sp[700];
     section_path(sp, sizeof sp, dir, "postings");
     CHECK(truncate(sp, 10) == 0);
     st = NULL;
-    CHECK_OK(store_info(dir, &st, &err), &err);
-    store_close(st);
+    CHECK_OK(ix_store_info(dir, &st, &err), &err);
+    ix_store_close(st);
     rm_rf(dir);
 }
 
@@ -341,13 +343,14 @@ static void test_payload_and_header_flips(void)
             buf[FMT_HEADER_BYTES + pos[k]] ^= (uint8_t)(1u << (k + 2));
             write_all_file(sp, buf, len);
             store *st = NULL;
-            CHECK_OK(store_open(dir, 0, &st, &err), &err); /* headers are fine */
+            CHECK_OK(ix_store_open(dir, 0, &st, &err), &err); /* headers are fine */
             if (st) {
-                CHECK(store_verify(st, &err) == CHIMERA_ERR_CORRUPT && strstr(err.msg, sec_names[i]));
-                store_close(st);
+                CHECK(ix_store_verify(st, &err) == CHIMERA_ERR_CORRUPT &&
+                      strstr(err.msg, sec_names[i]));
+                ix_store_close(st);
             }
             st = NULL;
-            CHECK_STATUS(store_open(dir, 1, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+            CHECK_STATUS(ix_store_open(dir, 1, &st, &err), CHIMERA_ERR_CORRUPT, &err);
             CHECKF(strstr(err.msg, sec_names[i]) && strstr(err.msg, "payload checksum"), "%s", err.msg);
             CHECK(st == NULL);
         }
@@ -357,10 +360,10 @@ static void test_payload_and_header_flips(void)
             buf[b] ^= (uint8_t)(1u << (b % 8));
             write_all_file(sp, buf, len);
             store *st = NULL;
-            chimera_status s = store_open(dir, 0, &st, &err);
+            chimera_status s = ix_store_open(dir, 0, &st, &err);
             CHECKF(s == CHIMERA_ERR_CORRUPT && strstr(err.msg, sec_names[i]),
                    "header byte %d of %s: %s: %s", b, sec_names[i], chimera_status_str(s), err.msg);
-            store_close(st);
+            ix_store_close(st);
         }
         write_all_file(sp, orig, len);
         cm_free(buf);
@@ -386,7 +389,7 @@ static void test_truncation(void)
             if (cuts[k] >= len) continue;
             CHECK(truncate(sp, (off_t)cuts[k]) == 0);
             store *st = NULL;
-            CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+            CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
             CHECKF(strstr(err.msg, sec_names[i]) != NULL, "%s", err.msg);
             write_all_file(sp, orig, len);
         }
@@ -395,12 +398,12 @@ static void test_truncation(void)
         fputc(0, f);
         fclose(f);
         store *st = NULL;
-        CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+        CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
         CHECKF(strstr(err.msg, sec_names[i]) != NULL, "%s", err.msg);
         write_all_file(sp, orig, len);
         /* missing file */
         CHECK(unlink(sp) == 0);
-        CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+        CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
         CHECKF(strstr(err.msg, sec_names[i]) && strstr(err.msg, "missing"), "%s", err.msg);
         write_all_file(sp, orig, len);
         cm_free(orig);
@@ -416,14 +419,14 @@ static void edit_manifest(const char *dir, void (*edit)(cJSON *), int resign)
     snprintf(mp, sizeof mp, "%s/%s", dir, FMT_MANIFEST_NAME);
     cJSON *root = NULL;
     chimera_error err;
-    if (store_manifest_load(mp, &root, NULL, &err) != CHIMERA_OK) return;
+    if (ix_store_manifest_load(mp, &root, NULL, &err) != CHIMERA_OK) return;
     edit(root);
     if (resign) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
         uint64_t d = 0;
-        store_manifest_digest(root, &d);
+        ix_store_manifest_digest(root, &d);
         char hex[17];
-        fmt_hex_format(hex, d);
+        ix_fmt_hex_format(hex, d);
         cJSON_AddStringToObject(root, "manifest_xxh3", hex);
     }
     char *text = cJSON_Print(root);
@@ -485,20 +488,20 @@ static void test_manifest_edits(void)
 
     /* another major: refused before anything else, even without re-signing */
     edit_manifest(dir, edit_major, 0);
-    CHECK_STATUS(store_open(dir, 1, &st, &err), CHIMERA_ERR_VERSION, &err);
+    CHECK_STATUS(ix_store_open(dir, 1, &st, &err), CHIMERA_ERR_VERSION, &err);
     CHECKF(strstr(err.msg, "index format 2.3, this library reads 1.x") != NULL, "%s", err.msg);
-    CHECK_STATUS(store_info(dir, &st, &err), CHIMERA_ERR_VERSION, &err);
+    CHECK_STATUS(ix_store_info(dir, &st, &err), CHIMERA_ERR_VERSION, &err);
     write_all_file(mp, orig, mlen);
 
     /* a newer minor with a member this reader does not know: accepted */
     edit_manifest(dir, edit_minor, 1);
-    CHECK_OK(store_open(dir, 1, &st, &err), &err);
+    CHECK_OK(ix_store_open(dir, 1, &st, &err), &err);
     if (st) {
         uint32_t ma, mi;
-        store_format_version(st, &ma, &mi);
+        ix_store_format_version(st, &ma, &mi);
         CHECK(ma == 1 && mi == 5);
         CHECK(same_content(st, 4));
-        store_close(st);
+        ix_store_close(st);
         st = NULL;
     }
     write_all_file(mp, orig, mlen);
@@ -506,17 +509,17 @@ static void test_manifest_edits(void)
     /* a size that disagrees with the file: caught by the file-size check when the
      * manifest is consistent, by the manifest checksum when it is not */
     edit_manifest(dir, edit_size, 1);
-    CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+    CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
     CHECKF(strstr(err.msg, "'tail'") && strstr(err.msg, "expected 66"), "%s", err.msg);
     write_all_file(mp, orig, mlen);
     edit_manifest(dir, edit_size, 0);
-    CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+    CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
     CHECKF(strstr(err.msg, "manifest checksum") != NULL, "%s", err.msg);
     write_all_file(mp, orig, mlen);
 
     /* any change to meta is caught by the manifest checksum */
     edit_manifest(dir, edit_meta, 0);
-    CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+    CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
     write_all_file(mp, orig, mlen);
 
     /* consistent (re-signed) but hostile manifests */
@@ -524,17 +527,17 @@ static void test_manifest_edits(void)
     const char *want[] = {"file must be", "appears twice", "shape needs"};
     for (int k = 0; k < 3; k++) {
         edit_manifest(dir, hostile[k], 1);
-        CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+        CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
         CHECKF(strstr(err.msg, want[k]) != NULL, "%s", err.msg);
         write_all_file(mp, orig, mlen);
     }
     edit_manifest(dir, edit_endian, 1);
-    CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_UNSUPPORTED, &err);
+    CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_UNSUPPORTED, &err);
     write_all_file(mp, orig, mlen);
 
     /* no manifest at all */
     CHECK(unlink(mp) == 0);
-    CHECK_STATUS(store_open(dir, 0, &st, &err), CHIMERA_ERR_IO, &err);
+    CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_IO, &err);
     CHECKF(strstr(err.msg, "not a Chimera index") != NULL, "%s", err.msg);
     write_all_file(mp, orig, mlen);
     CHECK(index_is(dir, 4));
@@ -578,11 +581,11 @@ static void test_manifest_fuzz(void)
         }
         write_all_file(mp, buf, len);
         store *st = NULL;
-        chimera_status s = store_open(dir, it % 2, &st, &err);
+        chimera_status s = ix_store_open(dir, it % 2, &st, &err);
         if (s == CHIMERA_OK) {
             n_ok++;
             if (!same_content(st, 5)) bad_ok++;
-            store_close(st);
+            ix_store_close(st);
         } else {
             n_err++;
             if (st != NULL || err.msg[0] == '\0') bad_ok++;
@@ -598,7 +601,7 @@ static void test_manifest_fuzz(void)
     for (size_t g = 0; g < sizeof garbage / sizeof garbage[0]; g++) {
         write_all_file(mp, garbage[g], strlen(garbage[g]));
         store *st = NULL;
-        chimera_status s = store_open(dir, 1, &st, &err);
+        chimera_status s = ix_store_open(dir, 1, &st, &err);
         CHECKF(s == CHIMERA_ERR_CORRUPT && st == NULL, "garbage %zu: %s", g, err.msg);
     }
     /* deep nesting (cJSON caps it) */
@@ -607,7 +610,7 @@ static void test_manifest_fuzz(void)
     deep[sizeof deep - 1] = 0;
     write_all_file(mp, deep, strlen(deep));
     store *st = NULL;
-    CHECK_STATUS(store_open(dir, 1, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+    CHECK_STATUS(ix_store_open(dir, 1, &st, &err), CHIMERA_ERR_CORRUPT, &err);
     /* too large to be a manifest: refused before reading */
     FILE *f = fopen(mp, "wb");
     if (f) {
@@ -615,7 +618,7 @@ static void test_manifest_fuzz(void)
         fputc(' ', f);
         fclose(f);
     }
-    CHECK_STATUS(store_open(dir, 1, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+    CHECK_STATUS(ix_store_open(dir, 1, &st, &err), CHIMERA_ERR_CORRUPT, &err);
     CHECKF(strstr(err.msg, "more than") != NULL, "%s", err.msg);
 
     printf("manifest fuzz: %d rejected, %d opened (whitespace-only changes)\n", n_err, n_ok);
@@ -638,7 +641,7 @@ static void test_killed_build(void)
         fflush(NULL);
         pid_t pid = fork();
         if (pid == 0) {
-            store_writer *w = NULL;
+            ix_store_writer *w = NULL;
             chimera_error cerr;
             chimera_status s = write_index_ex(dir, 60 + (uint64_t)mode, NULL, 1 << 20, &w, &cerr);
             if (s == CHIMERA_ERR_CANCELLED) {
@@ -668,7 +671,7 @@ static void test_replace(void)
     chimera_error err = {0};
     CHECK_OK(write_index(dir, 8, NULL, &err), &err);
     store *reader = NULL;
-    CHECK_OK(store_open(dir, 1, &reader, &err), &err);
+    CHECK_OK(ix_store_open(dir, 1, &reader, &err), &err);
     /* RENAME_EXCHANGE path */
     CHECK_OK(write_index(dir, 9, NULL, &err), &err);
     CHECK(index_is(dir, 9));
@@ -676,16 +679,16 @@ static void test_replace(void)
     /* the reader opened before the replace still sees its own, intact, index */
     if (reader) {
         CHECK(same_content(reader, 8));
-        CHECK_OK(store_verify(reader, &err), &err);
-        store_close(reader);
+        CHECK_OK(ix_store_verify(reader, &err), &err);
+        ix_store_close(reader);
     }
     /* rename-aside fallback */
-    store_write_opts fb = {.no_exchange = 1};
+    ix_store_write_opts fb = {.no_exchange = 1};
     CHECK_OK(write_index(dir, 10, &fb, &err), &err);
     CHECK(index_is(dir, 10));
     CHECK(count_prefixed("rep.") == 0);
     /* no_sync */
-    store_write_opts ns = {.no_sync = 1};
+    ix_store_write_opts ns = {.no_sync = 1};
     CHECK_OK(write_index(dir, 11, &ns, &err), &err);
     CHECK(index_is(dir, 11));
     /* an empty directory is replaced; a trailing slash is fine */
@@ -707,21 +710,21 @@ static void test_replace(void)
     snprintf(aside, sizeof aside, "%s.old-Ab12Cd", dir);
     CHECK(rename(dir, aside) == 0);
     store *st = NULL;
-    CHECK_STATUS(store_open(dir, 1, &st, &err), CHIMERA_ERR_IO, &err);
+    CHECK_STATUS(ix_store_open(dir, 1, &st, &err), CHIMERA_ERR_IO, &err);
     CHECKF(strstr(err.msg, "win.old-Ab12Cd") && strstr(err.msg, "interrupted"), "%s", err.msg);
     CHECK(rename(aside, dir) == 0);
     CHECK(index_is(dir, 13));
     rm_rf(dir);
     char nothing[600];
     path_of(nothing, sizeof nothing, "nothing-here");
-    CHECK_STATUS(store_open(nothing, 1, &st, &err), CHIMERA_ERR_IO, &err);
+    CHECK_STATUS(ix_store_open(nothing, 1, &st, &err), CHIMERA_ERR_IO, &err);
     CHECKF(strstr(err.msg, "no such index") != NULL, "%s", err.msg);
 }
 
 static void test_refusals(void)
 {
     chimera_error err = {0};
-    store_writer *w = NULL;
+    ix_store_writer *w = NULL;
     char dir[600], p[700];
 
     /* a non-empty directory that is not an index */
@@ -729,7 +732,7 @@ static void test_refusals(void)
     CHECK(mkdir(dir, 0755) == 0);
     snprintf(p, sizeof p, "%s/notes.txt", dir);
     write_all_file(p, "keep me", 7);
-    CHECK_STATUS(store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ix_store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECKF(strstr(err.msg, dir) && strstr(err.msg, "notes.txt") && strstr(err.msg, "refusing"),
            "%s", err.msg);
     CHECK(w == NULL);
@@ -737,13 +740,13 @@ static void test_refusals(void)
     unlink(p);
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     write_all_file(p, "{\"hello\": 1}", 12);
-    CHECK_STATUS(store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ix_store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECKF(strstr(err.msg, "not a Chimera manifest") != NULL, "%s", err.msg);
     /* *.bin files without a manifest */
     unlink(p);
     snprintf(p, sizeof p, "%s/data.bin", dir);
     write_all_file(p, "x", 1);
-    CHECK_STATUS(store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ix_store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECK(access(p, F_OK) == 0);
     CHECK(count_prefixed("mine.") == 0);
     rm_rf(dir);
@@ -755,30 +758,30 @@ static void test_refusals(void)
     char guard[700];
     snprintf(guard, sizeof guard, "%s.tmp-XXXXXX", dir);
     CHECK(mkdir(guard, 0755) == 0);
-    CHECK_STATUS(store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ix_store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECKF(strstr(err.msg, "not a directory") != NULL, "%s", err.msg);
     CHECK(access(guard, F_OK) == 0);
     rmdir(guard);
     path_of(p, sizeof p, "alink");
     CHECK(symlink(dir, p) == 0);
-    CHECK_STATUS(store_writer_begin(p, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ix_store_writer_begin(p, NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
     CHECKF(strstr(err.msg, "symbolic link") != NULL, "%s", err.msg);
     unlink(p);
     unlink(dir);
     path_of(dir, sizeof dir, "no/such/parent/idx");
-    CHECK_STATUS(store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_IO, &err);
+    CHECK_STATUS(ix_store_writer_begin(dir, NULL, &w, &err), CHIMERA_ERR_IO, &err);
     CHECKF(strstr(err.msg, "no/such/parent") && strstr(err.msg, "does not exist"), "%s", err.msg);
-    CHECK_STATUS(store_writer_begin("", NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(ix_store_writer_begin("", NULL, &w, &err), CHIMERA_ERR_INVALID_ARG, &err);
 
     /* a directory that appears between begin and commit */
     path_of(dir, sizeof dir, "late");
-    CHECK_OK(store_writer_begin(dir, NULL, &w, &err), &err);
+    CHECK_OK(ix_store_writer_begin(dir, NULL, &w, &err), &err);
     if (w) {
-        CHECK_OK(store_writer_add(w, "a", "abc", 3, &err), &err);
+        CHECK_OK(ix_store_writer_add(w, "a", "abc", 3, &err), &err);
         CHECK(mkdir(dir, 0755) == 0);
         snprintf(p, sizeof p, "%s/precious", dir);
         write_all_file(p, "x", 1);
-        CHECK_STATUS(store_writer_commit(w, NULL, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_STATUS(ix_store_writer_commit(w, NULL, &err), CHIMERA_ERR_INVALID_ARG, &err);
         CHECK(access(p, F_OK) == 0);
         CHECK(count_prefixed("late.") == 0);
         rm_rf(dir);
@@ -786,61 +789,64 @@ static void test_refusals(void)
 
     /* misuse of the section calls */
     path_of(dir, sizeof dir, "misuse");
-    CHECK_OK(store_writer_begin(dir, NULL, &w, &err), &err);
+    CHECK_OK(ix_store_writer_begin(dir, NULL, &w, &err), &err);
     if (w) {
-        CHECK_OK(store_writer_add(w, "a", "abc", 3, &err), &err);
-        CHECK_STATUS(store_writer_add(w, "a", "abc", 3, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_OK(ix_store_writer_add(w, "a", "abc", 3, &err), &err);
+        CHECK_STATUS(ix_store_writer_add(w, "a", "abc", 3, &err), CHIMERA_ERR_INVALID_ARG, &err);
         const char *bad[] = {"", "a/b", ".hidden", "-x", "has space", "abcdefghijklmnopqrstuvwx",
                              "..", "\xc3\xa9"};
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
-            CHECK_STATUS(store_writer_add(w, bad[k], "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        CHECK_STATUS(store_writer_add(w, NULL, "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        CHECK_OK(store_writer_add(w, "abcdefghijklmnopqrstuvw", "x", 1, &err), &err); /* 23 */
-        store_type bt = {"f33", 1, {1}};
-        CHECK_STATUS(store_writer_add_typed(w, "t", &bt, "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        store_type zt = {"f32", 0, {0}};
-        CHECK_STATUS(store_writer_add_typed(w, "t", &zt, "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        CHECK_STATUS(store_section_write(w, "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        CHECK_STATUS(store_section_end(w, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        CHECK_OK(store_section_begin(w, "open", NULL, &err), &err);
-        CHECK_STATUS(store_section_begin(w, "other", NULL, &err), CHIMERA_ERR_INVALID_ARG, &err);
-        CHECK_STATUS(store_writer_commit(w, NULL, &err), CHIMERA_ERR_INVALID_ARG, &err);
+            CHECK_STATUS(ix_store_writer_add(w, bad[k], "x", 1, &err), CHIMERA_ERR_INVALID_ARG,
+                         &err);
+        CHECK_STATUS(ix_store_writer_add(w, NULL, "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_OK(ix_store_writer_add(w, "abcdefghijklmnopqrstuvw", "x", 1, &err), &err); /* 23 */
+        ix_store_type bt = {"f33", 1, {1}};
+        CHECK_STATUS(ix_store_writer_add_typed(w, "t", &bt, "x", 1, &err), CHIMERA_ERR_INVALID_ARG,
+                     &err);
+        ix_store_type zt = {"f32", 0, {0}};
+        CHECK_STATUS(ix_store_writer_add_typed(w, "t", &zt, "x", 1, &err), CHIMERA_ERR_INVALID_ARG,
+                     &err);
+        CHECK_STATUS(ix_store_section_write(w, "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_STATUS(ix_store_section_end(w, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_OK(ix_store_section_begin(w, "open", NULL, &err), &err);
+        CHECK_STATUS(ix_store_section_begin(w, "other", NULL, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_STATUS(ix_store_writer_commit(w, NULL, &err), CHIMERA_ERR_INVALID_ARG, &err);
         CHECKF(strstr(err.msg, "still open") != NULL, "%s", err.msg);
         CHECK(count_prefixed("misuse") == 0);
     }
     /* a typed section whose size disagrees fails the writer */
-    CHECK_OK(store_writer_begin(dir, NULL, &w, &err), &err);
+    CHECK_OK(ix_store_writer_begin(dir, NULL, &w, &err), &err);
     if (w) {
-        store_type t = {"f32", 2, {3, 4}};
-        CHECK_STATUS(store_writer_add_typed(w, "m", &t, "0123456789", 10, &err),
+        ix_store_type t = {"f32", 2, {3, 4}};
+        CHECK_STATUS(ix_store_writer_add_typed(w, "m", &t, "0123456789", 10, &err),
                      CHIMERA_ERR_INVALID_ARG, &err);
         CHECKF(strstr(err.msg, "type says 48") != NULL, "%s", err.msg);
-        CHECK_STATUS(store_writer_add(w, "n", "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_STATUS(ix_store_writer_add(w, "n", "x", 1, &err), CHIMERA_ERR_INVALID_ARG, &err);
         cJSON *arr = cJSON_CreateArray();
-        CHECK_STATUS(store_writer_commit(w, arr, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_STATUS(ix_store_writer_commit(w, arr, &err), CHIMERA_ERR_INVALID_ARG, &err);
         cJSON_Delete(arr);
         CHECK(count_prefixed("misuse") == 0);
     }
     /* meta that is not an object */
-    CHECK_OK(store_writer_begin(dir, NULL, &w, &err), &err);
+    CHECK_OK(ix_store_writer_begin(dir, NULL, &w, &err), &err);
     if (w) {
         cJSON *arr = cJSON_CreateArray();
-        CHECK_STATUS(store_writer_commit(w, arr, &err), CHIMERA_ERR_INVALID_ARG, &err);
+        CHECK_STATUS(ix_store_writer_commit(w, arr, &err), CHIMERA_ERR_INVALID_ARG, &err);
         cJSON_Delete(arr);
         CHECK(count_prefixed("misuse") == 0);
     }
     /* abort removes everything */
-    CHECK_OK(store_writer_begin(dir, NULL, &w, &err), &err);
+    CHECK_OK(ix_store_writer_begin(dir, NULL, &w, &err), &err);
     if (w) {
-        CHECK_OK(store_writer_add(w, "a", "abc", 3, &err), &err);
-        CHECK_OK(store_section_begin(w, "b", NULL, &err), &err);
-        CHECK_OK(store_section_write(w, "abc", 3, &err), &err);
+        CHECK_OK(ix_store_writer_add(w, "a", "abc", 3, &err), &err);
+        CHECK_OK(ix_store_section_begin(w, "b", NULL, &err), &err);
+        CHECK_OK(ix_store_section_write(w, "abc", 3, &err), &err);
         CHECK(count_prefixed("misuse.tmp-") == 1);
-        store_writer_abort(w);
+        ix_store_writer_abort(w);
         CHECK(count_prefixed("misuse") == 0);
     }
-    store_writer_abort(NULL);
-    store_close(NULL);
+    ix_store_writer_abort(NULL);
+    ix_store_close(NULL);
 }
 
 static void test_write_failure(void)
@@ -873,7 +879,7 @@ static void test_alloc_failures(void)
     path_of(dir, sizeof dir, "oom");
     /* no_sync: the sync calls allocate nothing, and hundreds of fsyncs would dominate
      * the test's run time */
-    store_write_opts ns = {.no_sync = 1}, fb = {.no_exchange = 1, .no_sync = 1};
+    ix_store_write_opts ns = {.no_sync = 1}, fb = {.no_exchange = 1, .no_sync = 1};
     for (int pass = 0; pass < 3; pass++) {
         int done = 0, n_fail = 0;
         for (int64_t n = 0; n < 200 && !done; n++) {
@@ -898,12 +904,12 @@ static void test_alloc_failures(void)
     for (int64_t n = 0; n < 200 && !done; n++) {
         store *st = NULL;
         cm_alloc_fail_after(n);
-        chimera_status s = store_open(dir, 1, &st, &err);
+        chimera_status s = ix_store_open(dir, 1, &st, &err);
         cm_alloc_fail_after(-1);
         if (s == CHIMERA_OK) {
             done = 1;
             CHECK(same_content(st, 22));
-            store_close(st);
+            ix_store_close(st);
             break;
         }
         CHECKF(s == CHIMERA_ERR_NOMEM && st == NULL, "n=%lld: %s", (long long)n, err.msg);

@@ -24,12 +24,12 @@ static double dot(const float *a, const float *b, uint32_t d)
 int main(void)
 {
     chimera_synth_opts o = {.n_docs = 600, .dim = 64, .n_queries = 40, .seed = 3};
-    synth_corpus a, b, c;
+    data_synth_corpus a, b, c;
     chimera_error err;
-    CHECK_OK(synth_generate(&o, &a, &err), &err);
-    CHECK_OK(synth_generate(&o, &b, &err), &err);
+    CHECK_OK(data_synth_generate(&o, &a, &err), &err);
+    CHECK_OK(data_synth_generate(&o, &b, &err), &err);
     o.seed = 4;
-    CHECK_OK(synth_generate(&o, &c, &err), &err);
+    CHECK_OK(data_synth_generate(&o, &c, &err), &err);
     CHECK(a.n_tokens == b.n_tokens);
     CHECK(memcmp(a.tokens, b.tokens, (size_t)a.n_tokens * a.dim * sizeof(float)) == 0);
     CHECK(memcmp(a.queries, b.queries, (size_t)a.n_queries * a.query_len * a.dim * 4) == 0);
@@ -85,7 +85,7 @@ int main(void)
     CHECK_OK(data_queries_new(&dq, a.queries, a.n_queries, a.dim, NULL, a.query_len, &err), &err);
     int64_t ids[40 * 10];
     float sc[40 * 10];
-    CHECK_OK(exact_search(&dc, &dq, 10, 1, NULL, NULL, ids, sc, &err), &err);
+    CHECK_OK(sp_exact_search(&dc, &dq, 10, 1, NULL, NULL, ids, sc, &err), &err);
     int found = 0;
     for (int q = 0; q < 40; q++)
         for (int k = 0; k < 10; k++) found += ids[q * 10 + k] == a.target[q];
@@ -93,8 +93,8 @@ int main(void)
     data_queries_free(&dq);
     data_corpus_free(&dc);
     cm_free(off);
-    synth_free(&a);
-    synth_free(&b);
-    synth_free(&c);
+    data_synth_free(&a);
+    data_synth_free(&b);
+    data_synth_free(&c);
     return check_report();
 }

@@ -94,7 +94,7 @@ int cmd_exact(int argc, char **argv)
     }
     chimera_exact_opts eo = {.n_threads = (int)threads, .progress = cli_progress};
     double t0 = cli_now();
-    chimera_status s = chimera_exact_search(c, q, k, &eo, ids, scores, &err);
+    chimera_status s = chimera_corpus_search(c, q, k, &eo, ids, scores, &err);
     double el = cli_now() - t0;
     if (s != CHIMERA_OK) {
         fprintf(stderr, "chimera exact: %s\n", err.msg);

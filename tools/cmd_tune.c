@@ -31,7 +31,7 @@ static int load_truth(const char *cmd, const char *truth_path, chimera_corpus *c
         chimera_run_free(run);
     } else {
         chimera_exact_opts eo = {.n_threads = threads, .progress = cli_progress};
-        if (chimera_exact_search(c, q, k, &eo, ids, sc, &err) != CHIMERA_OK) {
+        if (chimera_corpus_search(c, q, k, &eo, ids, sc, &err) != CHIMERA_OK) {
             fprintf(stderr, "chimera %s: %s\n", cmd, err.msg);
             free(ids);
             free(sc);
@@ -207,7 +207,7 @@ int cmd_bench(int argc, char **argv)
         float *esc = malloc((size_t)nq * kmax * sizeof *esc);
         chimera_exact_opts eo = {.n_threads = (int)threads, .progress = cli_progress};
         double t0 = cli_now();
-        chimera_status s = eids && esc ? chimera_exact_search(c, q, kmax, &eo, eids, esc, &err)
+        chimera_status s = eids && esc ? chimera_corpus_search(c, q, kmax, &eo, eids, esc, &err)
                                        : CHIMERA_ERR_NOMEM;
         exact_qps = (double)nq / (cli_now() - t0);
         free(esc);

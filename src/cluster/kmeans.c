@@ -187,7 +187,7 @@ static uint32_t update(flat_run *f, float *sums, int64_t *counts, cm_rng *rng)
 }
 
 /* Seeds f->cent from the rows of f->x. */
-static void seed_centroids(flat_run *f, kmeans_init init, cm_rng *rng, int64_t *idx_scratch,
+static void seed_centroids(flat_run *f, ivf_kmeans_init init, cm_rng *rng, int64_t *idx_scratch,
                            float *dist_scratch)
 {
     const uint32_t d = f->d, k = f->k;
@@ -246,7 +246,7 @@ static void seed_centroids(flat_run *f, kmeans_init init, cm_rng *rng, int64_t *
 
 /* Runs seeding + n_iter Lloyd iterations. Allocates its own k- and n-sized scratch.
  * trace (may be NULL) receives up to KMEANS_TRACE_MAX objective values. */
-static chimera_status flat_kmeans(flat_run *f, kmeans_init init, uint32_t n_iter, uint64_t seed,
+static chimera_status flat_kmeans(flat_run *f, ivf_kmeans_init init, uint32_t n_iter, uint64_t seed,
                                   uint64_t stream, double *trace, uint32_t *n_trace,
                                   uint32_t *n_repaired, double *obj)
 {
@@ -286,7 +286,7 @@ typedef struct hier_ctx {
     size_t ldx;
     uint32_t d, n_iter;
     uint64_t seed;
-    kmeans_init init;
+    ivf_kmeans_init init;
     const int64_t *members;  /* training rows grouped by coarse cluster */
     const int64_t *mem_off;  /* n_coarse + 1 */
     const uint32_t *order;   /* coarse clusters, largest first */
@@ -395,9 +395,9 @@ typedef struct hier_state {
     size_t ldx;
     uint32_t d, k, M, n_iter;
     uint64_t seed;
-    const kmeans_opts *o;
+    const ivf_kmeans_opts *o;
     float **tiles;
-    kmeans_result *r;
+    ivf_kmeans_result *r;
     float *coarse;        /* M x d */
     uint32_t *child_off;  /* M + 1: fine clusters of coarse cluster m */
     uint32_t *cid;        /* n: coarse (then fine) cluster of each point */
@@ -416,7 +416,7 @@ static chimera_status hier_nomem(const hier_state *h, chimera_error *err)
 /* 1. Coarse level on a subsample of at most COARSE_PPC points per coarse cluster. */
 static chimera_status hier_coarse(hier_state *h, chimera_error *err)
 {
-    const kmeans_opts *o = h->o;
+    const ivf_kmeans_opts *o = h->o;
     const uint32_t d = h->d, M = h->M;
     int64_t nc = h->n;
     const float *cx = h->x;
@@ -430,7 +430,7 @@ static chimera_status hier_coarse(hier_state *h, chimera_error *err)
         cx = coarse_train;
         cld = d;
     }
-    kmeans_init init = o->init;
+    ivf_kmeans_init init = o->init;
     if (init == KMEANS_INIT_AUTO)
         init = (double)M * nc * d <= PLUSPLUS_MAX_WORK ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM;
     cm_progress prog;
@@ -470,7 +470,7 @@ static chimera_status hier_group(hier_state *h, chimera_error *err)
 static chimera_status hier_fine(hier_state *h, chimera_error *err)
 {
     const uint32_t M = h->M, k = h->k;
-    const kmeans_opts *o = h->o;
+    const ivf_kmeans_opts *o = h->o;
     chimera_status st = CHIMERA_OK;
     int64_t *cnt = cm_malloc(sizeof(int64_t) * (size_t)M);
     uint32_t *km = cm_malloc(sizeof(uint32_t) * (size_t)M);
@@ -533,8 +533,8 @@ static chimera_status hier_finetune(hier_state *h, int n_finetune, uint32_t prob
                                     chimera_error *err)
 {
     const uint32_t M = h->M, k = h->k, d = h->d;
-    const kmeans_opts *o = h->o;
-    kmeans_result *r = h->r;
+    const ivf_kmeans_opts *o = h->o;
+    ivf_kmeans_result *r = h->r;
     ivf_assigner *as = NULL;
     ivf_assign_opts ao = {probe, o->pool};
     CM_TRY(ivf_assigner_new(r->centroids, k, d, h->coarse, M, h->child_off, &ao, &as, err));
@@ -580,9 +580,9 @@ static chimera_status hier_finetune(hier_state *h, int n_finetune, uint32_t prob
     return CHIMERA_OK;
 }
 
-static chimera_status hierarchical(const float *x, int64_t n, size_t ldx, uint32_t d,
-                                   uint32_t k, const kmeans_opts *o, float **tiles,
-                                   kmeans_result *r, chimera_error *err)
+static chimera_status hierarchical(const float *x, int64_t n, size_t ldx, uint32_t d, uint32_t k,
+                                   const ivf_kmeans_opts *o, float **tiles, ivf_kmeans_result *r,
+                                   chimera_error *err)
 {
     uint32_t M = o->n_coarse ? o->n_coarse : (uint32_t)(sqrt((double)k) + 0.5);
     if (M < 1) M = 1;
@@ -627,7 +627,7 @@ done:
 
 /* ---- entry point ------------------------------------------------------------------ */
 
-void kmeans_result_free(kmeans_result *r)
+void ivf_kmeans_result_free(ivf_kmeans_result *r)
 {
     if (!r) return;
     cm_free(r->centroids);
@@ -636,11 +636,12 @@ void kmeans_result_free(kmeans_result *r)
     memset(r, 0, sizeof *r);
 }
 
-chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, uint32_t k,
-                            const kmeans_opts *opts, kmeans_result *out, chimera_error *err)
+chimera_status ivf_kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, uint32_t k,
+                                const ivf_kmeans_opts *opts, ivf_kmeans_result *out,
+                                chimera_error *err)
 {
     memset(out, 0, sizeof *out);
-    kmeans_opts o;
+    ivf_kmeans_opts o;
     if (opts)
         o = *opts;
     else
@@ -655,7 +656,7 @@ chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, u
     const uint32_t ppc = o.max_points_per_centroid ? o.max_points_per_centroid : DEFAULT_PPC;
     const uint64_t seed = o.seed ? o.seed : DEFAULT_SEED;
     const uint32_t n_iter = o.n_iter ? o.n_iter : DEFAULT_ITER;
-    kmeans_mode mode = o.mode;
+    ivf_kmeans_mode mode = o.mode;
     if (mode == KMEANS_AUTO) mode = k >= HIER_MIN_K ? KMEANS_HIERARCHICAL : KMEANS_FLAT;
     if (k == 1) mode = KMEANS_FLAT;
 
@@ -694,7 +695,7 @@ chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, u
         as = cm_malloc(sizeof(uint32_t) * (size_t)nt);
         ip = cm_malloc(sizeof(float) * (size_t)nt);
         if (!as || !ip) goto done;
-        kmeans_init init = o.init;
+        ivf_kmeans_init init = o.init;
         if (init == KMEANS_INIT_AUTO)
             init = (double)k * nt * d <= PLUSPLUS_MAX_WORK ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM;
         cm_progress prog;
@@ -708,7 +709,7 @@ chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, u
 done:
     if (st == CHIMERA_ERR_NOMEM && (!err || err->code != CHIMERA_ERR_NOMEM))
         cm_fail(err, st, "kmeans: out of memory (k = %u, n = %lld, d = %u)", k, (long long)n, d);
-    if (st != CHIMERA_OK) kmeans_result_free(out);
+    if (st != CHIMERA_OK) ivf_kmeans_result_free(out);
     if (tiles)
         for (int w = 0; w < n_workers; w++) cm_free(tiles[w]);
     cm_free(tiles);

@@ -18,24 +18,24 @@
 #include "chimera.h"
 #include "core/pool.h"
 
-typedef enum kmeans_mode {
-    KMEANS_AUTO = 0,         /* hierarchical when k >= 4096, flat below */
+typedef enum ivf_kmeans_mode {
+    KMEANS_AUTO = 0, /* hierarchical when k >= 4096, flat below */
     KMEANS_FLAT = 1,
     KMEANS_HIERARCHICAL = 2,
-} kmeans_mode;
+} ivf_kmeans_mode;
 
-typedef enum kmeans_init {
+typedef enum ivf_kmeans_init {
     KMEANS_INIT_AUTO = 0,     /* k-means++ when k * n_train * d <= 2^30 (about half a second
                                  of scalar work), else random; the per-coarse-cluster runs
                                  of the hierarchical mode always seed at random */
     KMEANS_INIT_RANDOM = 1,   /* k distinct random training points (Faiss) */
     KMEANS_INIT_PLUSPLUS = 2, /* k-means++ (Arthur & Vassilvitskii), cosine distance */
-} kmeans_init;
+} ivf_kmeans_init;
 
 /* Zero in any field means its default. */
-typedef struct kmeans_opts {
-    kmeans_mode mode;
-    kmeans_init init;
+typedef struct ivf_kmeans_opts {
+    ivf_kmeans_mode mode;
+    ivf_kmeans_init init;
     uint32_t n_iter;             /* Lloyd iterations per level (0: 10) */
     uint32_t max_points_per_centroid; /* training sample cap = k * this (0: 64) */
     uint64_t seed;               /* (0: 1234) */
@@ -45,11 +45,11 @@ typedef struct kmeans_opts {
     cm_pool *pool;               /* worker threads (NULL: the calling thread only) */
     chimera_progress_fn progress; /* optional */
     void *progress_user;
-} kmeans_opts;
+} ivf_kmeans_opts;
 
 #define KMEANS_TRACE_MAX 64
 
-typedef struct kmeans_result {
+typedef struct ivf_kmeans_result {
     uint32_t k, d;
     float *centroids;     /* k x d, unit rows, 64-byte aligned */
     /* Hierarchical only (NULL / 0 when flat): */
@@ -64,16 +64,17 @@ typedef struct kmeans_result {
      * (flat: every iteration; hierarchical: the fine-tune iterations). */
     uint32_t n_trace;
     double trace[KMEANS_TRACE_MAX];
-} kmeans_result;
+} ivf_kmeans_result;
 
 /* Clusters x [n x d] (row stride ldx floats; rows should be unit vectors) into k
  * clusters. out is filled on success and zeroed on failure.
  * @return CHIMERA_OK, _INVALID_ARG (k == 0, d == 0, k > n: there must be at least one
  *         point per centroid), _NOMEM.
  * @note Deterministic for a given seed, whatever the pool size. */
-chimera_status kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, uint32_t k,
-                            const kmeans_opts *opts, kmeans_result *out, chimera_error *err);
+chimera_status ivf_kmeans_train(const float *x, int64_t n, uint32_t d, size_t ldx, uint32_t k,
+                                const ivf_kmeans_opts *opts, ivf_kmeans_result *out,
+                                chimera_error *err);
 
-void kmeans_result_free(kmeans_result *r);
+void ivf_kmeans_result_free(ivf_kmeans_result *r);
 
 #endif

@@ -40,7 +40,7 @@
 #define W_CONTEXT 0.30f
 #define W_QUERY_NOISE 0.35f
 
-chimera_synth_opts synth_defaults(const chimera_synth_opts *opts)
+chimera_synth_opts data_synth_defaults(const chimera_synth_opts *opts)
 {
     chimera_synth_opts o = {0};
     if (opts) o = *opts;
@@ -113,7 +113,7 @@ static void model_free(model *m)
 static chimera_status model_init(model *m, const chimera_synth_opts *opts, chimera_error *err)
 {
     memset(m, 0, sizeof *m);
-    m->o = synth_defaults(opts);
+    m->o = data_synth_defaults(opts);
     const chimera_synth_opts *o = &m->o;
     if (o->n_docs < 0 || o->n_queries < 0 || o->dim > 4096 || o->min_len > o->max_len ||
         o->vocab < 2)
@@ -224,7 +224,7 @@ static int64_t gen_query(const model *m, int64_t q, uint32_t *doc_words, float *
 
 /* ---- in memory --------------------------------------------------------------------- */
 
-void synth_free(synth_corpus *c)
+void data_synth_free(data_synth_corpus *c)
 {
     cm_free(c->tokens);
     cm_free(c->doclens);
@@ -233,8 +233,8 @@ void synth_free(synth_corpus *c)
     memset(c, 0, sizeof *c);
 }
 
-chimera_status synth_generate(const chimera_synth_opts *opts, synth_corpus *out,
-                              chimera_error *err)
+chimera_status data_synth_generate(const chimera_synth_opts *opts, data_synth_corpus *out,
+                                   chimera_error *err)
 {
     memset(out, 0, sizeof *out);
     model m;
@@ -274,7 +274,7 @@ chimera_status synth_generate(const chimera_synth_opts *opts, synth_corpus *out,
 done:
     cm_free(words);
     model_free(&m);
-    if (s != CHIMERA_OK) synth_free(out);
+    if (s != CHIMERA_OK) data_synth_free(out);
     return s;
 }
 
@@ -284,7 +284,7 @@ done:
  * only once all four are complete and synced: a failure (no memory, a full disk, an
  * impossible size) removes only our temporary files and leaves whatever the directory
  * held before untouched. */
-chimera_status synth_write(const char *dir, const chimera_synth_opts *opts, chimera_error *err)
+chimera_status data_synth_write(const char *dir, const chimera_synth_opts *opts, chimera_error *err)
 {
     model m;
     CM_TRY(model_init(&m, opts, err));

@@ -13,7 +13,7 @@
 
 static int cmp_entry(const void *a, const void *b)
 {
-    const trec_entry *x = a, *y = b;
+    const data_trec_entry *x = a, *y = b;
     int c = strcmp(x->qid, y->qid);
     if (c) return c;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
@@ -36,7 +36,8 @@ static int split(char *line, char **f, int max)
     return n;
 }
 
-chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_error *err)
+chimera_status data_trec_read(const char *path, int is_qrels, data_trec_run *run,
+                              chimera_error *err)
 {
     memset(run, 0, sizeof *run);
     run->is_qrels = is_qrels;
@@ -56,7 +57,7 @@ chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_
     }
     if (fread(run->text, 1, (size_t)size, f) != (size_t)size) {
         fclose(f);
-        trec_free(run);
+        data_trec_free(run);
         return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot read", path);
     }
     fclose(f);
@@ -65,7 +66,7 @@ chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_
     for (long i = 0; i < size; i++) lines += run->text[i] == '\n';
     run->e = cm_malloc((size_t)(lines + 1) * sizeof *run->e);
     if (!run->e) {
-        trec_free(run);
+        data_trec_free(run);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
     }
     char *p = run->text;
@@ -86,7 +87,7 @@ chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_
                         nf > 6 ? 7 : nf);
             break;
         }
-        trec_entry *e = &run->e[run->n];
+        data_trec_entry *e = &run->e[run->n];
         char *end;
         e->qid = fld[0];
         e->doc = fld[2];
@@ -109,7 +110,7 @@ chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_
         run->n++;
     }
     if (s != CHIMERA_OK) {
-        trec_free(run);
+        data_trec_free(run);
         return s;
     }
     qsort(run->e, (size_t)run->n, sizeof *run->e, cmp_entry);
@@ -118,7 +119,7 @@ chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_
         if (i == 0 || strcmp(run->e[i].qid, run->e[i - 1].qid) != 0) nq++;
     run->q_off = cm_malloc((size_t)(nq + 1) * sizeof *run->q_off);
     if (!run->q_off) {
-        trec_free(run);
+        data_trec_free(run);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
     }
     run->n_q = 0;
@@ -128,7 +129,7 @@ chimera_status trec_read(const char *path, int is_qrels, trec_run *run, chimera_
     return CHIMERA_OK;
 }
 
-void trec_free(trec_run *run)
+void data_trec_free(data_trec_run *run)
 {
     cm_free(run->text);
     cm_free(run->e);
@@ -136,7 +137,7 @@ void trec_free(trec_run *run)
     memset(run, 0, sizeof *run);
 }
 
-int64_t trec_find(const trec_run *run, const char *qid)
+int64_t data_trec_find(const data_trec_run *run, const char *qid)
 {
     int64_t lo = 0, hi = run->n_q - 1;
     while (lo <= hi) {
@@ -149,8 +150,8 @@ int64_t trec_find(const trec_run *run, const char *qid)
     return -1;
 }
 
-chimera_status trec_write(const char *path, int64_t n_queries, uint32_t k, const int64_t *ids,
-                          const float *scores, const char *tag, chimera_error *err)
+chimera_status data_trec_write(const char *path, int64_t n_queries, uint32_t k, const int64_t *ids,
+                               const float *scores, const char *tag, chimera_error *err)
 {
     cm_writer w;
     CM_TRY(cm_writer_open(&w, path, err));

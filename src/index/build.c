@@ -169,7 +169,7 @@ typedef struct build_state {
     float **conv, **rot_buf; /* per worker: ROWS_PER_TASK x dim, x dim_pad */
     float *sample;           /* stage_sample: n_train x dim */
     int64_t n_train;
-    kmeans_result km;        /* stage_train */
+    ivf_kmeans_result km;    /* stage_train */
     ivf_assigner *assigner;  /* stage_assign */
     uint32_t *assign;        /* N: centroid of each token */
     ivf_postings post;       /* stage_graph */
@@ -219,10 +219,12 @@ static chimera_status stage_sample(build_state *b, chimera_error *err)
 /* k-means on the sample (flat, or hierarchical for many clusters: cluster/kmeans.h). */
 static chimera_status stage_train(build_state *b, chimera_error *err)
 {
-    kmeans_opts ko = {.seed = b->o.seed ? b->o.seed : 1234, .pool = b->pool,
-                      .progress = b->o.progress, .progress_user = b->o.progress_user,
-                      .max_points_per_centroid = TRAIN_POINTS_PER_CENTROID};
-    return kmeans_train(b->sample, b->n_train, b->d, b->d, b->k, &ko, &b->km, err);
+    ivf_kmeans_opts ko = {.seed = b->o.seed ? b->o.seed : 1234,
+                          .pool = b->pool,
+                          .progress = b->o.progress,
+                          .progress_user = b->o.progress_user,
+                          .max_points_per_centroid = TRAIN_POINTS_PER_CENTROID};
+    return ivf_kmeans_train(b->sample, b->n_train, b->d, b->d, b->k, &ko, &b->km, err);
 }
 
 /* Every token to its centroid, and the accuracy of that on the sample. The assigner
@@ -305,7 +307,7 @@ static chimera_status stage_encode(build_state *b, chimera_error *err)
 
 /* Every section of the list (index/sections.h), in its order and with its element
  * type; the shapes and data are filled here by section id. */
-static chimera_status stage_write(build_state *b, store_writer *w, chimera_error *err)
+static chimera_status stage_write(build_state *b, ix_store_writer *w, chimera_error *err)
 {
     const data_corpus *c = b->c;
     const uint64_t K = b->k, n = (uint64_t)b->N, D = (uint64_t)c->n_docs;
@@ -343,10 +345,10 @@ static chimera_status stage_write(build_state *b, store_writer *w, chimera_error
     uint64_t total = 0;
     for (int i = 0; i < IX_N_SECTIONS; i++) {
         const section_out *o = &out[i];
-        store_type t = {ix_sections[i].dtype, o->ndim, {o->d0, o->d1, 0, 0}};
-        uint64_t bytes = fmt_dtype_size(t.dtype) * o->d0 * (o->ndim > 1 ? o->d1 : 1);
+        ix_store_type t = {ix_sections[i].dtype, o->ndim, {o->d0, o->d1, 0, 0}};
+        uint64_t bytes = ix_fmt_dtype_size(t.dtype) * o->d0 * (o->ndim > 1 ? o->d1 : 1);
         total += bytes;
-        s = store_writer_add_typed(w, ix_sections[i].name, &t, o->data, bytes, err);
+        s = ix_store_writer_add_typed(w, ix_sections[i].name, &t, o->data, bytes, err);
         if (s != CHIMERA_OK) goto done;
     }
     b->rep->bytes_written = total;
@@ -379,7 +381,7 @@ static void build_state_free(build_state *b)
     ivf_assigner_free(b->assigner);
     ivf_postings_free(&b->post);
     graph_free(&b->g);
-    kmeans_result_free(&b->km);
+    ivf_kmeans_result_free(&b->km);
     cm_pool_free(b->pool);
 }
 
@@ -412,7 +414,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     rep->n_clusters = k;
 
     chimera_status s = CHIMERA_OK;
-    store_writer *w = NULL;
+    ix_store_writer *w = NULL;
     cJSON *meta = NULL;
     phase_clock pc = {rep, 0};
     build_state b = {.c = c, .rep = rep, .k = k, .d = c->dim, .dp = quant_dim_pad(c->dim),
@@ -428,8 +430,8 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     }
 
     /* Fail early on an unusable target, before hours of work. */
-    store_write_opts wo = {.no_sync = o.no_sync};
-    s = store_writer_begin(out_dir, &wo, &w, err);
+    ix_store_write_opts wo = {.no_sync = o.no_sync};
+    s = ix_store_writer_begin(out_dir, &wo, &w, err);
     if (s != CHIMERA_OK) goto done;
 
     /* The phase names are the manifest's meta.build.seconds keys (`chimera info`). */
@@ -448,12 +450,12 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
         goto done;
     }
     cJSON_AddNumberToObject(cJSON_GetObjectItem(meta, "build"), "total_seconds", rep->total_seconds);
-    s = store_writer_commit(w, meta, err);
+    s = ix_store_writer_commit(w, meta, err);
     w = NULL; /* consumed */
     rep->total_seconds = cm_now() - t_start;
     rep->peak_rss = cm_peak_rss_bytes();
 done:
-    if (w) store_writer_abort(w);
+    if (w) ix_store_writer_abort(w);
     cJSON_Delete(meta);
     build_state_free(&b);
     return s;

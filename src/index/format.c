@@ -7,7 +7,7 @@
 
 #include "index/format.h"
 
-int fmt_host_little_endian(void)
+int ix_fmt_host_little_endian(void)
 {
     const uint32_t one = 1;
     uint8_t b;
@@ -20,33 +20,33 @@ static uint32_t header_check(const uint8_t *h)
     return (uint32_t)XXH3_64bits(h, FMT_HEADER_BYTES - 4);
 }
 
-void fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint64_t payload_bytes,
-                       uint64_t payload_xxh3)
+void ix_fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint64_t payload_bytes,
+                          uint64_t payload_xxh3)
 {
     memset(out, 0, FMT_HEADER_BYTES);
     memcpy(out, FMT_SECTION_MAGIC, 8); /* includes the terminating NUL */
-    fmt_put_u16(out + 8, FMT_VERSION_MAJOR);
-    fmt_put_u16(out + 10, FMT_VERSION_MINOR);
+    ix_fmt_put_u16(out + 8, FMT_VERSION_MAJOR);
+    ix_fmt_put_u16(out + 10, FMT_VERSION_MINOR);
     const uint32_t mark = FMT_ENDIAN_MARK; /* native order, on purpose */
     memcpy(out + 12, &mark, 4);
-    fmt_put_u64(out + 16, payload_bytes);
-    fmt_put_u64(out + 24, payload_xxh3);
+    ix_fmt_put_u64(out + 16, payload_bytes);
+    ix_fmt_put_u64(out + 24, payload_xxh3);
     size_t n = strlen(name);
     if (n > FMT_NAME_MAX) n = FMT_NAME_MAX;
     memcpy(out + 32, name, n);
-    fmt_put_u32(out + 56, 0);
-    fmt_put_u32(out + 60, header_check(out));
+    ix_fmt_put_u32(out + 56, 0);
+    ix_fmt_put_u32(out + 60, header_check(out));
 }
 
-void fmt_header_decode(const uint8_t in[FMT_HEADER_BYTES], fmt_section_header *h)
+void ix_fmt_header_decode(const uint8_t in[FMT_HEADER_BYTES], ix_fmt_section_header *h)
 {
     memset(h, 0, sizeof *h);
     h->magic_ok = memcmp(in, FMT_SECTION_MAGIC, 8) == 0;
-    h->format_major = fmt_get_u16(in + 8);
-    h->format_minor = fmt_get_u16(in + 10);
-    h->endian_mark = fmt_get_u32(in + 12);
-    h->payload_bytes = fmt_get_u64(in + 16);
-    h->payload_xxh3 = fmt_get_u64(in + 24);
+    h->format_major = ix_fmt_get_u16(in + 8);
+    h->format_minor = ix_fmt_get_u16(in + 10);
+    h->endian_mark = ix_fmt_get_u32(in + 12);
+    h->payload_bytes = ix_fmt_get_u64(in + 16);
+    h->payload_xxh3 = ix_fmt_get_u64(in + 24);
     memcpy(h->name, in + 32, FMT_NAME_BYTES);
     /* well formed: a valid name, then only NULs to the end of the field */
     size_t n = 0;
@@ -54,9 +54,9 @@ void fmt_header_decode(const uint8_t in[FMT_HEADER_BYTES], fmt_section_header *h
     int pad_ok = n < FMT_NAME_BYTES;
     for (size_t i = n; i < FMT_NAME_BYTES; i++) pad_ok &= in[32 + i] == 0;
     h->name[FMT_NAME_BYTES - 1] = '\0';
-    h->name_ok = pad_ok && fmt_name_valid(h->name);
-    h->reserved = fmt_get_u32(in + 56);
-    h->header_check = fmt_get_u32(in + 60);
+    h->name_ok = pad_ok && ix_fmt_name_valid(h->name);
+    h->reserved = ix_fmt_get_u32(in + 56);
+    h->header_check = ix_fmt_get_u32(in + 60);
     h->header_check_calc = header_check(in);
 }
 
@@ -65,7 +65,7 @@ static int is_alnum(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-int fmt_name_valid(const char *name)
+int ix_fmt_name_valid(const char *name)
 {
     if (!name || !is_alnum(name[0])) return 0;
     size_t n = 0;
@@ -77,7 +77,7 @@ int fmt_name_valid(const char *name)
     return n >= 1;
 }
 
-size_t fmt_dtype_size(const char *dtype)
+size_t ix_fmt_dtype_size(const char *dtype)
 {
     static const struct {
         const char *name;
@@ -90,7 +90,7 @@ size_t fmt_dtype_size(const char *dtype)
     return 0;
 }
 
-void fmt_hex_format(char out[17], uint64_t v)
+void ix_fmt_hex_format(char out[17], uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";
     for (int i = 15; i >= 0; i--) {
@@ -100,7 +100,7 @@ void fmt_hex_format(char out[17], uint64_t v)
     out[16] = '\0';
 }
 
-int fmt_hex_parse(const char *s, uint64_t *v)
+int ix_fmt_hex_parse(const char *s, uint64_t *v)
 {
     uint64_t x = 0;
     if (!s) return -1;

@@ -59,7 +59,7 @@
  *           "offset": 64,             payload offset in the file (always FMT_HEADER_BYTES)
  *           "bytes": 524288,          payload bytes, an integer <= 2^53
  *           "xxh3": "9f0c...",        payload XXH3-64 as 16 lowercase hex digits
- *           "dtype": "f32",           optional: element type (fmt_dtype_size lists them)
+ *           "dtype": "f32",           optional: element type (ix_fmt_dtype_size lists them)
  *           "shape": [1024, 128] },   optional, only with dtype: 1..FMT_MAX_DIMS
  *         ... ],                      integers whose product * dtype size == bytes
  *       "manifest_xxh3": "..."        XXH3-64 of the canonical text of this object
@@ -115,7 +115,7 @@
 #define FMT_MAX_JSON_INT 9007199254740992.0 /* 2^53 */
 
 /* A decoded section header (host representation; the disk form is the table above). */
-typedef struct fmt_section_header {
+typedef struct ix_fmt_section_header {
     uint16_t format_major, format_minor;
     uint32_t endian_mark;  /* read little-endian: FMT_ENDIAN_MARK when the order is ours */
     uint64_t payload_bytes;
@@ -123,61 +123,64 @@ typedef struct fmt_section_header {
     char name[FMT_NAME_BYTES]; /* NUL-terminated after decoding */
     uint32_t reserved;
     uint32_t header_check;     /* as stored */
-    uint32_t header_check_calc; /* recomputed over bytes 0..59 by fmt_header_decode */
+    uint32_t header_check_calc; /* recomputed over bytes 0..59 by ix_fmt_header_decode */
     int magic_ok;              /* the 8 magic bytes matched */
     int name_ok;               /* the name field is well formed (see the table) */
-} fmt_section_header;
+} ix_fmt_section_header;
 
 /* Little-endian stores and loads. */
-static inline void fmt_put_u16(uint8_t *p, uint16_t v)
+static inline void ix_fmt_put_u16(uint8_t *p, uint16_t v)
 {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
 }
-static inline void fmt_put_u32(uint8_t *p, uint32_t v)
+static inline void ix_fmt_put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static inline void fmt_put_u64(uint8_t *p, uint64_t v)
+static inline void ix_fmt_put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static inline uint16_t fmt_get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline uint32_t fmt_get_u32(const uint8_t *p)
+static inline uint16_t ix_fmt_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t ix_fmt_get_u32(const uint8_t *p)
 {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
     return v;
 }
-static inline uint64_t fmt_get_u64(const uint8_t *p)
+static inline uint64_t ix_fmt_get_u64(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
     return v;
 }
 
-/* Encodes a header for section `name` (valid per fmt_name_valid) into out[64], with the
+/* Encodes a header for section `name` (valid per ix_fmt_name_valid) into out[64], with the
  * writer's version, the native endianness mark and the header checksum. */
-void fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint64_t payload_bytes,
-                       uint64_t payload_xxh3);
+void ix_fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint64_t payload_bytes,
+                          uint64_t payload_xxh3);
 
 /* Decodes in[64] field by field; never fails (the reader judges the fields). */
-void fmt_header_decode(const uint8_t in[FMT_HEADER_BYTES], fmt_section_header *h);
+void ix_fmt_header_decode(const uint8_t in[FMT_HEADER_BYTES], ix_fmt_section_header *h);
 
 /* 1 when `name` is a valid section name: 1..FMT_NAME_MAX bytes of [A-Za-z0-9_-], the
  * first a letter or digit (so "<name>.bin" is a plain file name inside the index). */
-int fmt_name_valid(const char *name);
+int ix_fmt_name_valid(const char *name);
 
 /* Size in bytes of an element type name ("u8" "i8" "u16" "i16" "f16" "bf16" "u32" "i32"
  * "f32" "u64" "i64" "f64"); 0 for anything else. */
-size_t fmt_dtype_size(const char *dtype);
+size_t ix_fmt_dtype_size(const char *dtype);
 
-/* XXH3-64 as 16 lowercase hex digits plus NUL; fmt_hex_parse reads exactly that form
+/* XXH3-64 as 16 lowercase hex digits plus NUL; ix_fmt_hex_parse reads exactly that form
  * (returns 0 on success, -1 otherwise). */
-void fmt_hex_format(char out[17], uint64_t v);
-int fmt_hex_parse(const char *s, uint64_t *v);
+void ix_fmt_hex_format(char out[17], uint64_t v);
+int ix_fmt_hex_parse(const char *s, uint64_t *v);
 
 /* 1 when this host stores integers little-endian (the only byte order written). */
-int fmt_host_little_endian(void);
+int ix_fmt_host_little_endian(void);
 
 #endif

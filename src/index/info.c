@@ -1,4 +1,4 @@
-/* `chimera info`: what an index holds, from its manifest alone (store_info maps
+/* `chimera info`: what an index holds, from its manifest alone (ix_store_info maps
  * nothing), so it is instant on indexes of any size and works on damaged ones as far
  * as their manifest is readable. */
 #include <math.h>
@@ -50,10 +50,10 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
 {
     memset(info, 0, sizeof *info);
     store *st;
-    CM_TRY(store_info(dir, &st, err));
-    const cJSON *man = store_manifest(st), *meta = store_meta(st);
-    store_format_version(st, &info->format_major, &info->format_minor);
-    info->generation = store_generation(st);
+    CM_TRY(ix_store_info(dir, &st, err));
+    const cJSON *man = ix_store_manifest(st), *meta = ix_store_meta(st);
+    ix_store_format_version(st, &info->format_major, &info->format_minor);
+    info->generation = ix_store_generation(st);
     const cJSON *lv = cJSON_GetObjectItemCaseSensitive(man, "library_version");
     if (cJSON_IsString(lv))
         snprintf(info->library_version, sizeof info->library_version, "%s", lv->valuestring);
@@ -79,7 +79,7 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
     COUNT(b, "meta.build", "peak_rss_bytes", FMT_MAX_JSON_INT);
 #undef COUNT
     if (s != CHIMERA_OK) {
-        store_close(st);
+        ix_store_close(st);
         cm_fail_prefix(err, "%s", dir);
         return s;
     }
@@ -110,9 +110,9 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
         snprintf(info->phase[info->n_phases], sizeof info->phase[0], "%s", it->string);
         info->phase_seconds[info->n_phases++] = it->valuedouble;
     }
-    uint32_t n = store_n_sections(st);
+    uint32_t n = ix_store_n_sections(st);
     for (uint32_t i = 0; i < n; i++) {
-        const store_section_desc *sd = store_section_at(st, i);
+        const ix_store_section_desc *sd = ix_store_section_at(st, i);
         int dev = ix_section_on_device(sd->name);
         info->bytes_total += sd->bytes;
         if (dev) info->bytes_device += sd->bytes;
@@ -125,6 +125,6 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
             si->device_resident = dev;
         }
     }
-    store_close(st);
+    ix_store_close(st);
     return CHIMERA_OK;
 }

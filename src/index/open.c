@@ -55,12 +55,12 @@ static chimera_status section(const store *st, const ix_section_def *def, uint64
 {
     *p = NULL;
     *bytes = 0;
-    int64_t i = store_find(st, def->name);
+    int64_t i = ix_store_find(st, def->name);
     if (i < 0) {
         if (!def->required) return CHIMERA_OK;
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "index: section '%s' is missing", def->name);
     }
-    const store_section_desc *sd = store_section_at(st, (uint32_t)i);
+    const ix_store_section_desc *sd = ix_store_section_at(st, (uint32_t)i);
     if (sd->dtype && strcmp(sd->dtype, def->dtype) != 0)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "index: section '%s' holds %s elements, the format has %s", def->name,
@@ -280,7 +280,7 @@ static chimera_status check_copies(const ix_index *ix, int64_t step, const char 
 
 static chimera_status load(ix_index *ix, chimera_error *err)
 {
-    const cJSON *meta = store_meta(ix->st);
+    const cJSON *meta = ix_store_meta(ix->st);
     uint64_t dim, dim_pad, bits, nd, nt, k, deg, ne;
     CM_TRY(meta_u64(meta, "dim", 4096, &dim, err));
     CM_TRY(meta_u64(meta, "dim_pad", QUANT_DIM_MAX, &dim_pad, err));
@@ -388,7 +388,7 @@ static chimera_status load(ix_index *ix, chimera_error *err)
 chimera_status ix_open(const char *dir, int verify, ix_index *ix, chimera_error *err)
 {
     memset(ix, 0, sizeof *ix);
-    CM_TRY(store_open(dir, verify, &ix->st, err));
+    CM_TRY(ix_store_open(dir, verify, &ix->st, err));
     chimera_status s = load(ix, err);
     if (s != CHIMERA_OK) {
         cm_fail_prefix(err, "%s", dir);
@@ -399,7 +399,7 @@ chimera_status ix_open(const char *dir, int verify, ix_index *ix, chimera_error 
 
 void ix_close(ix_index *ix)
 {
-    store_close(ix->st);
+    ix_store_close(ix->st);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -421,7 +421,7 @@ chimera_status ix_check(const ix_index *ix, chimera_error *err)
     }
     /* Checksums first: damage to a section is then reported as that section's, not as
      * the inconsistency it causes further on. */
-    s = store_verify(ix->st, err);
+    s = ix_store_verify(ix->st, err);
     if (s != CHIMERA_OK) goto done;
     /* every token in exactly one list, and the lists agree with tok_cid / post_doc */
     for (uint32_t c = 0; c < ix->n_clusters && s == CHIMERA_OK; c++)

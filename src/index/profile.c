@@ -39,8 +39,8 @@ static double jnum(const cJSON *o, const char *key)
 
 void ix_profile_identity(const ix_index *ix, uint64_t *generation, uint64_t *data_id)
 {
-    *generation = store_generation(ix->st);
-    *data_id = store_data_id(ix->st);
+    *generation = ix_store_generation(ix->st);
+    *data_id = ix_store_data_id(ix->st);
 }
 
 typedef struct profile_edit {
@@ -49,7 +49,7 @@ typedef struct profile_edit {
     uint64_t data_id, generation;
 } profile_edit;
 
-/* Under the writer lock (store_update_meta): merges the profile into the profiles the
+/* Under the writer lock (ix_store_update_meta): merges the profile into the profiles the
  * index holds now. Merging rather than failing on any change since the tune is what
  * keeps two tunes saving at once from losing one: a meta-only change (another profile)
  * leaves the data the profile was measured on as it was. A change of the data (a
@@ -57,12 +57,12 @@ typedef struct profile_edit {
 static chimera_status profile_merge(cJSON *meta, const store *cur, void *user, chimera_error *err)
 {
     const profile_edit *e = user;
-    if (e->data_id && e->data_id != store_data_id(cur))
+    if (e->data_id && e->data_id != ix_store_data_id(cur))
         return cm_fail(err, CHIMERA_ERR_CONFLICT,
                        "%s was rebuilt since it was tuned (generation %llu then, %llu now, "
                        "with other data); the profile was not saved: tune the new index",
                        e->dir, (unsigned long long)e->generation,
-                       (unsigned long long)store_generation(cur));
+                       (unsigned long long)ix_store_generation(cur));
     cJSON *arr = cJSON_GetObjectItemCaseSensitive(meta, "profiles");
     if (!cJSON_IsArray(arr)) {
         cJSON_DeleteItemFromObjectCaseSensitive(meta, "profiles");
@@ -86,13 +86,13 @@ chimera_status ix_profile_save(const char *dir, const ix_profile *p, uint64_t da
                                uint64_t generation, chimera_error *err)
 {
     profile_edit e = {dir, p, data_id, generation};
-    return store_update_meta(dir, NULL, profile_merge, &e, err);
+    return ix_store_update_meta(dir, NULL, profile_merge, &e, err);
 }
 
 chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
                                chimera_search_params *out, chimera_error *err)
 {
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(store_meta(ix->st), "profiles");
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "profiles");
     const cJSON *best = NULL, *it;
     double best_t = 2, best_k = 1e18;
     cJSON_ArrayForEach(it, arr)

@@ -21,15 +21,15 @@ typedef struct ix_profile {
 } ix_profile;
 
 /* Which index an opened handle is: its manifest's generation and the identity of its
- * data (store_data_id), recorded by a tune so that saving can refuse another index. */
+ * data (ix_store_data_id), recorded by a tune so that saving can refuse another index. */
 void ix_profile_identity(const ix_index *ix, uint64_t *generation, uint64_t *data_id);
 
 /* Stores p in the index at dir, replacing the profile with the same (k, target_recall).
- * A read-modify-write of the manifest under the writer lock (store_update_meta): it
+ * A read-modify-write of the manifest under the writer lock (ix_store_update_meta): it
  * merges with what other writers committed meanwhile. data_id (0: not checked) is the
  * data the profile was measured on; if the index now holds other data (a rebuild), the
  * save is refused. generation is that of the index tuned, for the message only.
- * @return CHIMERA_OK, _CONFLICT (other data), the statuses of store_update_meta. */
+ * @return CHIMERA_OK, _CONFLICT (other data), the statuses of ix_store_update_meta. */
 chimera_status ix_profile_save(const char *dir, const ix_profile *p, uint64_t data_id,
                                uint64_t generation, chimera_error *err);
 

@@ -8,7 +8,7 @@
  * Adding a section is one line here, plus the code that fills it (build.c) and reads it
  * (open.c): both find it by its IX_SEC_<name> index.
  *
- *   dtype    element type, as the manifest records it (fmt_dtype_size knows each)
+ *   dtype    element type, as the manifest records it (ix_fmt_dtype_size knows each)
  *   shape    in the counts of docs/format.md: K = clusters, N = tokens, D = documents,
  *            c1 = dim_pad / 8, cB = B-bit code bytes
  *   where    IX_DEVICE: the GPU backend uploads it as it is; IX_HOST: read on the host

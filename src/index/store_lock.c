@@ -30,10 +30,10 @@
  * complete but never swapped in, or the previous index it was deleting after the swap);
  * the rename-aside fallback, "<IDX>.old-XXXXXX"; a meta update, "manifest.json.tmp-XXXXXX"
  * inside the index. The next writer removes them once it holds the lock (see
- * store_clean_stale in store_impl.h for exactly what and when). The one subtle case is
+ * ix_store_clean_stale in store_impl.h for exactly what and when). The one subtle case is
  * a build's temporary directory, which exists for the whole build while the lock is held
  * only at its begin and commit: each build keeps an flock on its own directory
- * (store_tmpdir_claim), taken under the index lock right after mkdtemp, so a cleaner
+ * (ix_store_tmpdir_claim), taken under the index lock right after mkdtemp, so a cleaner
  * that holds the index lock and can flock a temporary directory knows its build is
  * gone. */
 #define _GNU_SOURCE
@@ -61,7 +61,7 @@
 #define NAP_FIRST_US 1000
 #define NAP_MAX_US 50000
 
-struct store_lock {
+struct ix_store_lock {
     int fd;
     int held;   /* the flock is ours (a failed acquire must not clear the holder's id) */
     char *path; /* "<dir>.lock" */
@@ -88,8 +88,8 @@ static void nap(long us)
     }
 }
 
-chimera_status store_lock_acquire(const char *dir, int timeout_ms, store_lock **out,
-                                  chimera_error *err)
+chimera_status ix_store_lock_acquire(const char *dir, int timeout_ms, ix_store_lock **out,
+                                     chimera_error *err)
 {
     *out = NULL;
     if (!dir || !dir[0]) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
@@ -97,12 +97,12 @@ chimera_status store_lock_acquire(const char *dir, int timeout_ms, store_lock **
     while (n > 1 && dir[n - 1] == '/') n--;
     if (n == 1 && dir[0] == '/')
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "/ cannot be an index");
-    store_lock *l = cm_calloc(1, sizeof *l);
+    ix_store_lock *l = cm_calloc(1, sizeof *l);
     if (!l) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     l->fd = -1;
     l->path = cm_malloc(n + sizeof LOCK_SUFFIX);
     if (!l->path) {
-        store_lock_release(l);
+        ix_store_lock_release(l);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     }
     memcpy(l->path, dir, n);
@@ -154,11 +154,11 @@ chimera_status store_lock_acquire(const char *dir, int timeout_ms, store_lock **
     *out = l;
     return CHIMERA_OK;
 fail:
-    store_lock_release(l);
+    ix_store_lock_release(l);
     return s;
 }
 
-void store_lock_release(store_lock *l)
+void ix_store_lock_release(ix_store_lock *l)
 {
     if (!l) return;
     if (l->fd >= 0) {
@@ -181,7 +181,7 @@ static int temp_suffix(const char *s)
     return s[6] == '\0';
 }
 
-int store_is_manifest_tmp(const char *name)
+int ix_store_is_manifest_tmp(const char *name)
 {
     static const char pre[] = FMT_MANIFEST_NAME ".tmp-";
     return strncmp(name, pre, sizeof pre - 1) == 0 && temp_suffix(name + sizeof pre - 1);
@@ -200,7 +200,7 @@ static int has_suffix(const char *s, const char *suffix)
     return n > k && strcmp(s + n - k, suffix) == 0;
 }
 
-int store_tmpdir_claim(const char *tmp_dir)
+int ix_store_tmpdir_claim(const char *tmp_dir)
 {
     int fd = open(tmp_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -229,7 +229,7 @@ static int empty_ours(int dfd)
         if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0) continue;
         struct stat sb;
         int ours = fstatat(dirfd(d), nm, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
-                   (strcmp(nm, FMT_MANIFEST_NAME) == 0 || store_is_manifest_tmp(nm) ||
+                   (strcmp(nm, FMT_MANIFEST_NAME) == 0 || ix_store_is_manifest_tmp(nm) ||
                     has_suffix(nm, FMT_SECTION_SUFFIX));
         if (!ours || unlinkat(dirfd(d), nm, 0) != 0) left = 1;
     }
@@ -237,7 +237,7 @@ static int empty_ours(int dfd)
     return !left;
 }
 
-int store_clean_stale(const char *dir, int dir_is_index)
+int ix_store_clean_stale(const char *dir, int dir_is_index)
 {
     char *parent = cm_path_dir(dir);
     if (!parent) return 0;
@@ -257,7 +257,7 @@ int store_clean_stale(const char *dir, int dir_is_index)
         struct dirent *e;
         while (d && (e = readdir(d)) != NULL) {
             struct stat sb;
-            if (store_is_manifest_tmp(e->d_name) &&
+            if (ix_store_is_manifest_tmp(e->d_name) &&
                 fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
                 S_ISREG(sb.st_mode) && unlinkat(dirfd(d), e->d_name, 0) == 0)
                 removed++;
@@ -292,7 +292,7 @@ int store_clean_stale(const char *dir, int dir_is_index)
         const char *nm = names[i];
         int sfd = openat(pfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sfd < 0) continue;
-        /* a build still running holds an flock on its directory (store_tmpdir_claim);
+        /* a build still running holds an flock on its directory (ix_store_tmpdir_claim);
          * .old- directories are never claimed, and the lock holder is the only writer
          * that makes them */
         if (flock(sfd, LOCK_EX | LOCK_NB) != 0) {
@@ -301,7 +301,7 @@ int store_clean_stale(const char *dir, int dir_is_index)
         }
         struct stat sb;
         if (!dir_is_index && fstatat(sfd, FMT_MANIFEST_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
-            close(sfd); /* a complete index, maybe the only one: store_open names it */
+            close(sfd); /* a complete index, maybe the only one: ix_store_open names it */
             continue;
         }
         if (empty_ours(sfd) && unlinkat(pfd, nm, AT_REMOVEDIR) == 0) removed++;

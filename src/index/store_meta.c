@@ -55,10 +55,10 @@ static cJSON *with_generation(cJSON *root, uint64_t gen)
     return out;
 }
 
-chimera_status store_update_meta(const char *dir, const store_update_opts *opts,
-                                 store_meta_edit_fn edit, void *user, chimera_error *err)
+chimera_status ix_store_update_meta(const char *dir, const ix_store_update_opts *opts,
+                                    ix_store_meta_edit_fn edit, void *user, chimera_error *err)
 {
-    store_update_opts o = {0};
+    ix_store_update_opts o = {0};
     if (opts) o = *opts;
     if (!dir || !dir[0]) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
     if (!edit) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: no edit given", dir);
@@ -70,15 +70,15 @@ chimera_status store_update_meta(const char *dir, const store_update_opts *opts,
     memcpy(target, dir, n);
     target[n] = '\0';
 
-    store_lock *lock = NULL;
+    ix_store_lock *lock = NULL;
     store *st = NULL;
     cJSON *root = NULL, *canon = NULL, *m = NULL;
     char *text = NULL, *path = NULL;
-    chimera_status s = store_lock_acquire(target, o.lock_timeout_ms, &lock, err);
+    chimera_status s = ix_store_lock_acquire(target, o.lock_timeout_ms, &lock, err);
     if (s != CHIMERA_OK) goto done;
-    if ((s = store_info(target, &st, err)) != CHIMERA_OK) goto done; /* validates it */
-    store_clean_stale(target, 1);
-    uint64_t gen = store_generation(st);
+    if ((s = ix_store_info(target, &st, err)) != CHIMERA_OK) goto done; /* validates it */
+    ix_store_clean_stale(target, 1);
+    uint64_t gen = ix_store_generation(st);
     if (o.check_generation && gen != o.expect_generation) {
         s = cm_fail(err, CHIMERA_ERR_CONFLICT,
                     "%s changed since it was read (generation %llu, expected %llu); its "
@@ -86,14 +86,14 @@ chimera_status store_update_meta(const char *dir, const store_update_opts *opts,
                     (unsigned long long)o.expect_generation);
         goto done;
     }
-    m = cJSON_Duplicate(store_meta(st), 1);
+    m = cJSON_Duplicate(ix_store_meta(st), 1);
     if (!m) goto nomem;
     if ((s = edit(m, st, user, err)) != CHIMERA_OK) goto done;
     if (!cJSON_IsObject(m)) {
         s = cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: meta must be a JSON object", target);
         goto done;
     }
-    root = cJSON_Duplicate(store_manifest(st), 1);
+    root = cJSON_Duplicate(ix_store_manifest(st), 1);
     if (!root) goto nomem;
     cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
     if (!cJSON_ReplaceItemInObjectCaseSensitive(root, "meta", m)) goto nomem;
@@ -106,8 +106,8 @@ chimera_status store_update_meta(const char *dir, const store_update_opts *opts,
     text = NULL;
     uint64_t digest;
     char hex[17];
-    if (!canon || store_manifest_digest(canon, &digest) != 0) goto nomem;
-    fmt_hex_format(hex, digest);
+    if (!canon || ix_store_manifest_digest(canon, &digest) != 0) goto nomem;
+    ix_fmt_hex_format(hex, digest);
     if (!cJSON_AddStringToObject(canon, "manifest_xxh3", hex)) goto nomem;
     text = cJSON_Print(canon);
     path = cm_path_join(target, FMT_MANIFEST_NAME);
@@ -129,8 +129,8 @@ done:
     cJSON_Delete(canon);
     cJSON_free(text);
     cm_free(path);
-    store_close(st);
-    store_lock_release(lock);
+    ix_store_close(st);
+    ix_store_lock_release(lock);
     cm_free(target);
     return s;
 }

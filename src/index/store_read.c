@@ -15,7 +15,7 @@
  *      compared with the manifest), then, with verification, the payload checksum.
  * Steps 1-5 without the payload hash touch only the manifest and one 64-byte header per
  * section, so opening a large index costs a few system calls per section and no reads
- * of the data; store_info stops after step 4 and maps nothing.
+ * of the data; ix_store_info stops after step 4 and maps nothing.
  *
  * One open, one index. The directory is opened once and the manifest and every section
  * are opened relative to that descriptor (openat), so they all come from the same
@@ -56,7 +56,7 @@
 #include "core/alloc.h"
 
 typedef struct rsection {
-    store_section_desc d; /* strings point into the manifest tree */
+    ix_store_section_desc d; /* strings point into the manifest tree */
     void *map;            /* the whole file (header + payload), or NULL */
     size_t map_len;
     int map_reg;          /* cm_map_register handle (0: none) */
@@ -81,14 +81,14 @@ struct store {
 
 static int json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-chimera_status store_manifest_load(const char *path, cJSON **out, int *err_no,
-                                   chimera_error *err)
+chimera_status ix_store_manifest_load(const char *path, cJSON **out, int *err_no,
+                                      chimera_error *err)
 {
-    return store_manifest_loadat(AT_FDCWD, path, path, out, err_no, err);
+    return ix_store_manifest_loadat(AT_FDCWD, path, path, out, err_no, err);
 }
 
-chimera_status store_manifest_loadat(int dirfd, const char *rel, const char *path,
-                                     cJSON **out, int *err_no, chimera_error *err)
+chimera_status ix_store_manifest_loadat(int dirfd, const char *rel, const char *path, cJSON **out,
+                                        int *err_no, chimera_error *err)
 {
     *out = NULL;
     if (err_no) *err_no = 0;
@@ -152,7 +152,7 @@ done:
     return s;
 }
 
-int store_manifest_generation(const cJSON *root, uint64_t *gen)
+int ix_store_manifest_generation(const cJSON *root, uint64_t *gen)
 {
     *gen = 0;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "generation");
@@ -164,7 +164,7 @@ int store_manifest_generation(const cJSON *root, uint64_t *gen)
     return 0;
 }
 
-int store_manifest_digest(const cJSON *root, uint64_t *digest)
+int ix_store_manifest_digest(const cJSON *root, uint64_t *digest)
 {
     char *text = cJSON_PrintUnformatted(root);
     if (!text) return -1;
@@ -192,7 +192,7 @@ static const cJSON *member(const cJSON *obj, const char *key)
 
 /* Validates one section entry into d. */
 static chimera_status check_entry(const store *st, uint32_t i, const cJSON *o,
-                                  store_section_desc *d, chimera_error *err)
+                                  ix_store_section_desc *d, chimera_error *err)
 {
     const char *dir = st->dir;
     if (!cJSON_IsObject(o))
@@ -200,7 +200,7 @@ static chimera_status check_entry(const store *st, uint32_t i, const cJSON *o,
     const cJSON *name = member(o, "name"), *file = member(o, "file"), *off = member(o, "offset"),
                 *bytes = member(o, "bytes"), *xxh = member(o, "xxh3"),
                 *dtype = member(o, "dtype"), *shape = member(o, "shape");
-    if (!cJSON_IsString(name) || !fmt_name_valid(name->valuestring))
+    if (!cJSON_IsString(name) || !ix_fmt_name_valid(name->valuestring))
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: manifest section %u has no valid name",
                        dir, i);
     d->name = name->valuestring;
@@ -221,12 +221,12 @@ static chimera_status check_entry(const store *st, uint32_t i, const cJSON *o,
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "%s: section '%s': size is not an integer in [0, 2^53] in the manifest",
                        dir, d->name);
-    if (!cJSON_IsString(xxh) || fmt_hex_parse(xxh->valuestring, &d->xxh3) != 0)
+    if (!cJSON_IsString(xxh) || ix_fmt_hex_parse(xxh->valuestring, &d->xxh3) != 0)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "%s: section '%s': checksum is not 16 hex digits in the manifest", dir,
                        d->name);
     if (!dtype && !shape) return CHIMERA_OK;
-    size_t esize = cJSON_IsString(dtype) ? fmt_dtype_size(dtype->valuestring) : 0;
+    size_t esize = cJSON_IsString(dtype) ? ix_fmt_dtype_size(dtype->valuestring) : 0;
     int nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
     if (esize == 0 || nd < 1 || nd > FMT_MAX_DIMS)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
@@ -278,12 +278,12 @@ static chimera_status check_manifest(store *st, chimera_error *err)
 
     cJSON *sum = cJSON_DetachItemFromObjectCaseSensitive(root, "manifest_xxh3");
     uint64_t want = 0, got = 0;
-    int sum_ok = cJSON_IsString(sum) && fmt_hex_parse(sum->valuestring, &want) == 0;
+    int sum_ok = cJSON_IsString(sum) && ix_fmt_hex_parse(sum->valuestring, &want) == 0;
     cJSON_Delete(sum);
     if (!sum_ok)
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: manifest_xxh3 is missing or malformed",
                        dir, FMT_MANIFEST_NAME);
-    if (store_manifest_digest(root, &got) != 0)
+    if (ix_store_manifest_digest(root, &got) != 0)
         return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     if (got != want)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
@@ -299,7 +299,7 @@ static chimera_status check_manifest(store *st, chimera_error *err)
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: endian must be \"little\"", dir,
                        FMT_MANIFEST_NAME);
     }
-    if (store_manifest_generation(root, &st->generation) != 0)
+    if (ix_store_manifest_generation(root, &st->generation) != 0)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "%s/%s: generation is not an integer in [0, 2^53]", dir, FMT_MANIFEST_NAME);
     if (!cJSON_IsString(member(root, "library_version")))
@@ -335,11 +335,11 @@ static chimera_status check_manifest(store *st, chimera_error *err)
     /* the data's identity: each section's name, size and checksum, chained in order */
     uint64_t id = 0;
     for (uint32_t k = 0; k < st->n; k++) {
-        const store_section_desc *d = &st->secs[k].d;
+        const ix_store_section_desc *d = &st->secs[k].d;
         uint8_t rec[FMT_NAME_BYTES + 16] = {0};
         memcpy(rec, d->name, strlen(d->name));
-        fmt_put_u64(rec + FMT_NAME_BYTES, d->bytes);
-        fmt_put_u64(rec + FMT_NAME_BYTES + 8, d->xxh3);
+        ix_fmt_put_u64(rec + FMT_NAME_BYTES, d->bytes);
+        ix_fmt_put_u64(rec + FMT_NAME_BYTES + 8, d->xxh3);
         id = XXH3_64bits_withSeed(rec, sizeof rec, id);
     }
     st->data_id = id;
@@ -396,8 +396,8 @@ static chimera_status map_section(store *st, int dfd, rsection *r, int verify,
     cm_free(path);
     r->d.data = (const uint8_t *)m + FMT_HEADER_BYTES;
 
-    fmt_section_header h;
-    fmt_header_decode(m, &h);
+    ix_fmt_section_header h;
+    ix_fmt_header_decode(m, &h);
     if (!h.magic_ok)
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s: section '%s': %s has no section magic",
                        dir, nm, r->d.file);
@@ -482,7 +482,7 @@ static chimera_status report_missing(const char *dir, chimera_error *err)
     return cm_fail(err, CHIMERA_ERR_IO, "%s: no such index directory", dir);
 }
 
-void store_close(store *s)
+void ix_store_close(store *s)
 {
     if (!s) return;
     for (uint32_t i = 0; s->secs && i < s->n; i++)
@@ -504,8 +504,8 @@ static uint64_t generation_at(const char *dir, int *ok)
     char *mpath = cm_path_join(dir, FMT_MANIFEST_NAME);
     cJSON *root = NULL;
     uint64_t gen = 0;
-    if (mpath && store_manifest_load(mpath, &root, NULL, NULL) == CHIMERA_OK)
-        *ok = store_manifest_generation(root, &gen) == 0;
+    if (mpath && ix_store_manifest_load(mpath, &root, NULL, NULL) == CHIMERA_OK)
+        *ok = ix_store_manifest_generation(root, &gen) == 0;
     cJSON_Delete(root);
     cm_free(mpath);
     return gen;
@@ -537,13 +537,13 @@ static chimera_status open_once(const char *dir, int map, int verify, store **ou
     }
     if (fstat(dfd, seen) != 0) memset(seen, 0, sizeof *seen);
     int e = 0;
-    st = store_manifest_loadat(dfd, FMT_MANIFEST_NAME, mpath, &s->manifest, &e, err);
+    st = ix_store_manifest_loadat(dfd, FMT_MANIFEST_NAME, mpath, &s->manifest, &e, err);
     if (st == CHIMERA_ERR_IO && e == ENOENT)
         st = cm_fail(err, CHIMERA_ERR_IO, "%s: not a Chimera index (no %s)", dir,
                      FMT_MANIFEST_NAME);
     if (st != CHIMERA_OK) goto fail;
     uint64_t g;
-    if (store_manifest_generation(s->manifest, &g) == 0) *gen_seen = (int64_t)g;
+    if (ix_store_manifest_generation(s->manifest, &g) == 0) *gen_seen = (int64_t)g;
     if ((st = check_manifest(s, err)) != CHIMERA_OK) goto fail;
     s->mapped = map;
     for (uint32_t i = 0; map && i < s->n; i++)
@@ -555,7 +555,7 @@ static chimera_status open_once(const char *dir, int map, int verify, store **ou
 fail:
     if (dfd >= 0) close(dfd);
     cm_free(mpath);
-    store_close(s);
+    ix_store_close(s);
     return st;
 }
 
@@ -590,23 +590,22 @@ static chimera_status open_impl(const char *dir, int map, int verify, store **ou
     return st;
 }
 
-chimera_status store_open(const char *dir, int verify_checksums, store **out,
-                          chimera_error *err)
+chimera_status ix_store_open(const char *dir, int verify_checksums, store **out, chimera_error *err)
 {
     return open_impl(dir, 1, verify_checksums, out, err);
 }
 
-chimera_status store_info(const char *dir, store **out, chimera_error *err)
+chimera_status ix_store_info(const char *dir, store **out, chimera_error *err)
 {
     return open_impl(dir, 0, 0, out, err);
 }
 
-chimera_status store_verify(const store *s, chimera_error *err)
+chimera_status ix_store_verify(const store *s, chimera_error *err)
 {
     if (!s->mapped)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: opened without its data", s->dir);
     for (uint32_t i = 0; i < s->n; i++) {
-        const store_section_desc *d = &s->secs[i].d;
+        const ix_store_section_desc *d = &s->secs[i].d;
         uint64_t got = XXH3_64bits(d->data, (size_t)d->bytes);
         if (got != d->xxh3)
             return cm_fail(err, CHIMERA_ERR_CORRUPT,
@@ -617,40 +616,55 @@ chimera_status store_verify(const store *s, chimera_error *err)
     return CHIMERA_OK;
 }
 
-int64_t store_find(const store *s, const char *name)
+int64_t ix_store_find(const store *s, const char *name)
 {
     for (uint32_t i = 0; i < s->n; i++)
         if (strcmp(s->secs[i].d.name, name) == 0) return i;
     return -1;
 }
 
-chimera_status store_section(const store *s, const char *name, const void **data,
-                             uint64_t *bytes)
+chimera_status ix_store_section(const store *s, const char *name, const void **data,
+                                uint64_t *bytes)
 {
     *data = NULL;
     *bytes = 0;
     if (!s->mapped) return CHIMERA_ERR_INVALID_ARG;
-    int64_t i = store_find(s, name);
+    int64_t i = ix_store_find(s, name);
     if (i < 0) return CHIMERA_ERR_CORRUPT;
     *data = s->secs[i].d.data;
     *bytes = s->secs[i].d.bytes;
     return CHIMERA_OK;
 }
 
-uint32_t store_n_sections(const store *s) { return s->n; }
+uint32_t ix_store_n_sections(const store *s)
+{
+    return s->n;
+}
 
-const store_section_desc *store_section_at(const store *s, uint32_t i)
+const ix_store_section_desc *ix_store_section_at(const store *s, uint32_t i)
 {
     return i < s->n ? &s->secs[i].d : NULL;
 }
 
-const cJSON *store_meta(const store *s) { return s->meta; }
-const cJSON *store_manifest(const store *s) { return s->manifest; }
+const cJSON *ix_store_meta(const store *s)
+{
+    return s->meta;
+}
+const cJSON *ix_store_manifest(const store *s)
+{
+    return s->manifest;
+}
 
-uint64_t store_generation(const store *s) { return s->generation; }
-uint64_t store_data_id(const store *s) { return s->data_id; }
+uint64_t ix_store_generation(const store *s)
+{
+    return s->generation;
+}
+uint64_t ix_store_data_id(const store *s)
+{
+    return s->data_id;
+}
 
-void store_format_version(const store *s, uint32_t *major, uint32_t *minor)
+void ix_store_format_version(const store *s, uint32_t *major, uint32_t *minor)
 {
     if (major) *major = s->major;
     if (minor) *minor = s->minor;

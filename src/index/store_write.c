@@ -30,7 +30,7 @@
  * no build claims it: store_lock.c). With RENAME_EXCHANGE there is no moment at which
  * out_dir is missing or partial. In the fallback, a crash between its two renames leaves
  * out_dir absent, the old index complete at "<out_dir>.old-XXXXXX" and the new one
- * complete (manifest included) at the tmp name; store_open of out_dir then reports both
+ * complete (manifest included) at the tmp name; ix_store_open of out_dir then reports both
  * names so the user can rename one into place. It reports rather than repairs: a reader
  * that renames directories could race a writer (and writers leave both alone while
  * out_dir is missing).
@@ -88,12 +88,12 @@ typedef struct wsection {
     uint64_t shape[FMT_MAX_DIMS];
 } wsection;
 
-struct store_writer {
+struct ix_store_writer {
     XXH3_state_t hash; /* first: it needs 64-byte alignment (the writer is aligned) */
     char *out_dir;     /* target, without trailing slashes */
     char *parent;      /* its directory */
     char *tmp_dir;     /* "<out_dir>.tmp-XXXXXX" */
-    store_write_opts opts;
+    ix_store_write_opts opts;
     wsection *secs;
     uint32_t n_secs, cap_secs;
     int fd;            /* open section file, or -1 */
@@ -216,7 +216,8 @@ static chimera_status classify_target(const char *dir, int *kind, uint64_t *gen,
         struct stat fs;
         int regular = fstatat(dirfd(d), nm, &fs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fs.st_mode);
         if (regular && strcmp(nm, FMT_MANIFEST_NAME) == 0) manifest = 1;
-        else if (!(regular && (has_suffix(nm, FMT_SECTION_SUFFIX) || store_is_manifest_tmp(nm))) &&
+        else if (!(regular &&
+                   (has_suffix(nm, FMT_SECTION_SUFFIX) || ix_store_is_manifest_tmp(nm))) &&
                  !foreign[0])
             snprintf(foreign, sizeof foreign, "%.63s", nm);
     }
@@ -237,13 +238,13 @@ static chimera_status classify_target(const char *dir, int *kind, uint64_t *gen,
     if (!mpath) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     cJSON *root = NULL;
     chimera_error lerr;
-    chimera_status s = store_manifest_load(mpath, &root, NULL, &lerr);
+    chimera_status s = ix_store_manifest_load(mpath, &root, NULL, &lerr);
     cm_free(mpath);
     if (s == CHIMERA_ERR_NOMEM) return cm_fail(err, s, "%s: out of memory", dir);
     const cJSON *magic = root ? cJSON_GetObjectItemCaseSensitive(root, "magic") : NULL;
     int ok = s == CHIMERA_OK && cJSON_IsString(magic) &&
              strcmp(magic->valuestring, FMT_MANIFEST_MAGIC) == 0;
-    if (ok && store_manifest_generation(root, gen) != 0) *gen = 0;
+    if (ok && ix_store_manifest_generation(root, gen) != 0) *gen = 0;
     cJSON_Delete(root);
     if (!ok)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
@@ -255,7 +256,7 @@ static chimera_status classify_target(const char *dir, int *kind, uint64_t *gen,
 
 /* ---- begin / abort ------------------------------------------------------------------- */
 
-static void writer_free(store_writer *w)
+static void writer_free(ix_store_writer *w)
 {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
@@ -269,7 +270,7 @@ static void writer_free(store_writer *w)
     cm_free(w);
 }
 
-void store_writer_abort(store_writer *w)
+void ix_store_writer_abort(ix_store_writer *w)
 {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
@@ -278,13 +279,13 @@ void store_writer_abort(store_writer *w)
     writer_free(w); /* closes tmp_fd, dropping the claim only once the directory is gone */
 }
 
-chimera_status store_writer_begin(const char *out_dir, const store_write_opts *opts,
-                                  store_writer **out, chimera_error *err)
+chimera_status ix_store_writer_begin(const char *out_dir, const ix_store_write_opts *opts,
+                                     ix_store_writer **out, chimera_error *err)
 {
     *out = NULL;
     if (!out_dir || !out_dir[0])
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
-    if (!fmt_host_little_endian())
+    if (!ix_fmt_host_little_endian())
         return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
                        "%s: the index format is little-endian; this host is not", out_dir);
     size_t n = strlen(out_dir);
@@ -292,14 +293,14 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     if (n == 1 && out_dir[0] == '/')
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "refusing to write an index at /");
 
-    store_writer *w = cm_aligned_alloc(64, sizeof *w);
+    ix_store_writer *w = cm_aligned_alloc(64, sizeof *w);
     if (!w) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", out_dir);
     memset(w, 0, sizeof *w);
     w->fd = -1;
     w->tmp_fd = -1;
     if (opts) w->opts = *opts;
     chimera_status s = CHIMERA_OK;
-    store_lock *lock = NULL;
+    ix_store_lock *lock = NULL;
     /* the mkdtemp template stays out of w->tmp_dir until the directory exists, so that
      * abort never removes a path this writer did not create */
     char *tmpl = NULL;
@@ -330,10 +331,10 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     /* Refuse a target that may not be replaced before taking the lock, so that a refusal
      * leaves nothing behind, not even a lock file beside a stranger's directory. */
     if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
-    if ((s = store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
+    if ((s = ix_store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
         goto fail;
     if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
-    store_clean_stale(w->out_dir, kind == TARGET_INDEX);
+    ix_store_clean_stale(w->out_dir, kind == TARGET_INDEX);
     /* Created and claimed under the lock: a clean-up that holds the lock never sees this
      * directory unclaimed. */
     if (!mkdtemp(tmpl)) {
@@ -344,18 +345,18 @@ chimera_status store_writer_begin(const char *out_dir, const store_write_opts *o
     w->tmp_dir = tmpl;
     tmpl = NULL;
     chmod(w->tmp_dir, 0755); /* mkdtemp makes it 0700; an index is as readable as a file */
-    if ((w->tmp_fd = store_tmpdir_claim(w->tmp_dir)) < 0) {
+    if ((w->tmp_fd = ix_store_tmpdir_claim(w->tmp_dir)) < 0) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot lock %s: %s", w->out_dir, w->tmp_dir,
                     strerror(errno));
         goto fail;
     }
-    store_lock_release(lock);
+    ix_store_lock_release(lock);
     *out = w;
     return CHIMERA_OK;
 fail:
     cm_free(tmpl);
-    store_writer_abort(w);
-    store_lock_release(lock);
+    ix_store_writer_abort(w);
+    ix_store_lock_release(lock);
     return s;
 }
 
@@ -363,9 +364,9 @@ fail:
 
 /* Fails the writer for good (an error in the middle of a section leaves it unusable):
  * records the message, copies it to err and returns code. */
-static chimera_status writer_fail(store_writer *w, chimera_status code, chimera_error *err,
+static chimera_status writer_fail(ix_store_writer *w, chimera_status code, chimera_error *err,
                                   const char *fmt, ...) CM_PRINTF(4, 5);
-static chimera_status writer_fail(store_writer *w, chimera_status code, chimera_error *err,
+static chimera_status writer_fail(ix_store_writer *w, chimera_status code, chimera_error *err,
                                   const char *fmt, ...)
 {
     va_list ap;
@@ -377,13 +378,13 @@ static chimera_status writer_fail(store_writer *w, chimera_status code, chimera_
     return code;
 }
 
-static chimera_status sticky(const store_writer *w, chimera_error *err)
+static chimera_status sticky(const ix_store_writer *w, chimera_error *err)
 {
     if (err) *err = w->failed;
     return w->failed.code;
 }
 
-static int name_taken(const store_writer *w, const char *name)
+static int name_taken(const ix_store_writer *w, const char *name)
 {
     for (uint32_t i = 0; i < w->n_secs; i++)
         if (strcmp(w->secs[i].name, name) == 0) return 1;
@@ -393,7 +394,7 @@ static int name_taken(const store_writer *w, const char *name)
 /* Product of the shape times the element size, or -1 on overflow past 2^53. */
 static int type_bytes(const char *dtype, uint32_t ndim, const uint64_t *shape, uint64_t *out)
 {
-    uint64_t total = fmt_dtype_size(dtype);
+    uint64_t total = ix_fmt_dtype_size(dtype);
     for (uint32_t i = 0; i < ndim; i++) {
         if (shape[i] != 0 && total > (uint64_t)FMT_MAX_JSON_INT / shape[i]) return -1;
         total *= shape[i];
@@ -402,14 +403,14 @@ static int type_bytes(const char *dtype, uint32_t ndim, const uint64_t *shape, u
     return 0;
 }
 
-chimera_status store_section_begin(store_writer *w, const char *name, const store_type *type,
-                                   chimera_error *err)
+chimera_status ix_store_section_begin(ix_store_writer *w, const char *name,
+                                      const ix_store_type *type, chimera_error *err)
 {
     if (w->failed.code != CHIMERA_OK) return sticky(w, err);
     if (w->fd >= 0)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: section '%s' is still open",
                        w->out_dir, w->cur.name);
-    if (!fmt_name_valid(name))
+    if (!ix_fmt_name_valid(name))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "%s: invalid section name '%.40s' (1..%d of [A-Za-z0-9_-], starting "
                        "with a letter or digit)", w->out_dir, name ? name : "(null)",
@@ -424,7 +425,7 @@ chimera_status store_section_begin(store_writer *w, const char *name, const stor
     snprintf(w->cur.name, sizeof w->cur.name, "%s", name);
     if (type) {
         uint64_t tb;
-        if (fmt_dtype_size(type->dtype) == 0 || type->ndim < 1 || type->ndim > FMT_MAX_DIMS ||
+        if (ix_fmt_dtype_size(type->dtype) == 0 || type->ndim < 1 || type->ndim > FMT_MAX_DIMS ||
             type_bytes(type->dtype, type->ndim, type->shape, &tb) != 0)
             return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                            "%s: section '%s': invalid type (dtype '%s', %u dimensions)",
@@ -449,7 +450,7 @@ chimera_status store_section_begin(store_writer *w, const char *name, const stor
     return CHIMERA_OK;
 }
 
-static chimera_status flush_buf(store_writer *w, chimera_error *err)
+static chimera_status flush_buf(ix_store_writer *w, chimera_error *err)
 {
     int e = write_all(w->fd, w->buf, w->buf_used);
     w->buf_used = 0;
@@ -458,8 +459,8 @@ static chimera_status flush_buf(store_writer *w, chimera_error *err)
     return CHIMERA_OK;
 }
 
-chimera_status store_section_write(store_writer *w, const void *data, size_t bytes,
-                                   chimera_error *err)
+chimera_status ix_store_section_write(ix_store_writer *w, const void *data, size_t bytes,
+                                      chimera_error *err)
 {
     if (w->failed.code != CHIMERA_OK) return sticky(w, err);
     if (w->fd < 0)
@@ -487,7 +488,7 @@ chimera_status store_section_write(store_writer *w, const void *data, size_t byt
     return CHIMERA_OK;
 }
 
-chimera_status store_section_end(store_writer *w, chimera_error *err)
+chimera_status ix_store_section_end(ix_store_writer *w, chimera_error *err)
 {
     if (w->failed.code != CHIMERA_OK) return sticky(w, err);
     if (w->fd < 0)
@@ -505,7 +506,7 @@ chimera_status store_section_end(store_writer *w, chimera_error *err)
     if (w->buf_used) CM_TRY(flush_buf(w, err));
     w->cur.xxh3 = XXH3_64bits_digest(&w->hash);
     uint8_t hdr[FMT_HEADER_BYTES];
-    fmt_header_encode(hdr, w->cur.name, w->cur.bytes, w->cur.xxh3);
+    ix_fmt_header_encode(hdr, w->cur.name, w->cur.bytes, w->cur.xxh3);
     int e = pwrite_all(w->fd, hdr, sizeof hdr, 0);
     if (!e && !w->opts.no_sync && fsync(w->fd) != 0) e = errno;
     if (close(w->fd) != 0 && !e) e = errno;
@@ -526,22 +527,22 @@ chimera_status store_section_end(store_writer *w, chimera_error *err)
     return CHIMERA_OK;
 }
 
-chimera_status store_writer_add_typed(store_writer *w, const char *name,
-                                      const store_type *type, const void *data,
-                                      uint64_t bytes, chimera_error *err)
+chimera_status ix_store_writer_add_typed(ix_store_writer *w, const char *name,
+                                         const ix_store_type *type, const void *data,
+                                         uint64_t bytes, chimera_error *err)
 {
-    CM_TRY(store_section_begin(w, name, type, err));
+    CM_TRY(ix_store_section_begin(w, name, type, err));
     if (bytes > SIZE_MAX)
         return writer_fail(w, CHIMERA_ERR_INVALID_ARG, err, "%s: section '%s' is too large",
                            w->out_dir, name);
-    CM_TRY(store_section_write(w, data, (size_t)bytes, err));
-    return store_section_end(w, err);
+    CM_TRY(ix_store_section_write(w, data, (size_t)bytes, err));
+    return ix_store_section_end(w, err);
 }
 
-chimera_status store_writer_add(store_writer *w, const char *name, const void *data,
-                                uint64_t bytes, chimera_error *err)
+chimera_status ix_store_writer_add(ix_store_writer *w, const char *name, const void *data,
+                                   uint64_t bytes, chimera_error *err)
 {
-    return store_writer_add_typed(w, name, NULL, data, bytes, err);
+    return ix_store_writer_add_typed(w, name, NULL, data, bytes, err);
 }
 
 /* ---- commit ------------------------------------------------------------------------------ */
@@ -549,7 +550,7 @@ chimera_status store_writer_add(store_writer *w, const char *name, const void *d
 /* The manifest tree (format.h), canonicalised: it is printed and parsed back once so that
  * what is hashed is exactly what a reader will re-print from the file (a cJSON raw item
  * in the caller's meta, for instance, becomes ordinary JSON first). */
-static chimera_status build_manifest(const store_writer *w, const cJSON *meta, uint64_t gen,
+static chimera_status build_manifest(const ix_store_writer *w, const cJSON *meta, uint64_t gen,
                                      cJSON **out, chimera_error *err)
 {
     *out = NULL;
@@ -572,7 +573,7 @@ static chimera_status build_manifest(const store_writer *w, const cJSON *meta, u
         const wsection *s = &w->secs[i];
         char file[FMT_NAME_BYTES + sizeof FMT_SECTION_SUFFIX], hex[17];
         snprintf(file, sizeof file, "%s%s", s->name, FMT_SECTION_SUFFIX);
-        fmt_hex_format(hex, s->xxh3);
+        ix_fmt_hex_format(hex, s->xxh3);
         cJSON *o = cJSON_CreateObject();
         ok = o && cJSON_AddItemToArray(arr, o);
         if (o && !ok) cJSON_Delete(o);
@@ -598,8 +599,8 @@ static chimera_status build_manifest(const store_writer *w, const cJSON *meta, u
     cJSON_free(text);
     uint64_t digest;
     char hex[17];
-    ok = canon && store_manifest_digest(canon, &digest) == 0;
-    if (ok) fmt_hex_format(hex, digest);
+    ok = canon && ix_store_manifest_digest(canon, &digest) == 0;
+    if (ok) ix_fmt_hex_format(hex, digest);
     ok = ok && cJSON_AddStringToObject(canon, "manifest_xxh3", hex);
     if (!ok) {
         cJSON_Delete(canon);
@@ -610,7 +611,7 @@ static chimera_status build_manifest(const store_writer *w, const cJSON *meta, u
     return CHIMERA_OK;
 }
 
-static chimera_status write_manifest(const store_writer *w, const cJSON *root,
+static chimera_status write_manifest(const ix_store_writer *w, const cJSON *root,
                                      chimera_error *err)
 {
     char *text = cJSON_Print(root);
@@ -645,7 +646,7 @@ static int exchange_unsupported(int e)
  * beside the new index, and the commit still succeeds, because the commit point has
  * passed). On failure out_dir is as it was, or, if even undoing failed, the message
  * says where the old index is. */
-static chimera_status swap_into_place(store_writer *w, int kind, chimera_error *err)
+static chimera_status swap_into_place(ix_store_writer *w, int kind, chimera_error *err)
 {
     if (kind == TARGET_ABSENT) {
         if (rename(w->tmp_dir, w->out_dir) != 0)
@@ -692,11 +693,11 @@ static chimera_status swap_into_place(store_writer *w, int kind, chimera_error *
     return s;
 }
 
-chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_error *err)
+chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chimera_error *err)
 {
     chimera_status s;
     cJSON *root = NULL;
-    store_lock *lock = NULL;
+    ix_store_lock *lock = NULL;
     if (w->failed.code != CHIMERA_OK) {
         s = sticky(w, err);
         goto fail;
@@ -714,7 +715,7 @@ chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_e
      * is the one the new index succeeds, and nothing can change the target in between
      * (before, a tune's manifest update racing this swap could land in the new index
      * with the old index's sections listed, which made it unreadable). */
-    if ((s = store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
+    if ((s = ix_store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
         goto fail;
     int kind;
     uint64_t gen;
@@ -736,8 +737,8 @@ chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_e
     if ((s = swap_into_place(w, kind, err)) != CHIMERA_OK) goto fail;
     /* out_dir is an index now, so every leftover beside it is obsolete (even the copies
      * an interrupted replace left while it was missing) */
-    store_clean_stale(w->out_dir, 1);
-    store_lock_release(lock);
+    ix_store_clean_stale(w->out_dir, 1);
+    ix_store_lock_release(lock);
     /* Past the commit point: tmp_dir names nothing of ours any more (it was renamed into
      * place, or it held the old index and was deleted), so it must not be removed. */
     cm_free(w->tmp_dir);
@@ -749,7 +750,7 @@ chimera_status store_writer_commit(store_writer *w, const cJSON *meta, chimera_e
     return s;
 fail:
     cJSON_Delete(root);
-    store_writer_abort(w);
-    store_lock_release(lock);
+    ix_store_writer_abort(w);
+    ix_store_lock_release(lock);
     return s;
 }

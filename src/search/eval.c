@@ -20,8 +20,8 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-chimera_status eval_recall(const trec_run *run, const trec_run *truth, uint32_t k,
-                           double *recall, int64_t *n_queries, chimera_error *err)
+chimera_status sp_eval_recall(const data_trec_run *run, const data_trec_run *truth, uint32_t k,
+                              double *recall, int64_t *n_queries, chimera_error *err)
 {
     if (k == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "recall: k must be > 0");
     const char **a = cm_malloc((size_t)k * sizeof *a), **b = cm_malloc((size_t)k * sizeof *b);
@@ -37,7 +37,7 @@ chimera_status eval_recall(const trec_run *run, const trec_run *truth, uint32_t 
         if (nt > k) nt = k;
         if (nt == 0) continue;
         nq++;
-        int64_t r = trec_find(run, truth->e[t0].qid);
+        int64_t r = data_trec_find(run, truth->e[t0].qid);
         if (r < 0) continue;
         int64_t r0 = run->q_off[r], nr = run->q_off[r + 1] - r0;
         if (nr > k) nr = k;
@@ -76,8 +76,8 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mrr10,
-                          double *ndcg10, int64_t *n_queries, chimera_error *err)
+chimera_status sp_eval_qrels(const data_trec_run *run, const data_trec_run *qrels, double *mrr10,
+                             double *ndcg10, int64_t *n_queries, chimera_error *err)
 {
     double mrr = 0, ndcg = 0;
     int64_t nq = 0;
@@ -103,7 +103,7 @@ chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mr
         }
         double idcg = 0;
         for (int i = 0; i < n; i++) idcg += all[i] / log2(i + 2.0);
-        int64_t r = trec_find(run, qrels->e[t0].qid);
+        int64_t r = data_trec_find(run, qrels->e[t0].qid);
         if (r < 0) continue;
         int64_t r0 = run->q_off[r], nr = run->q_off[r + 1] - r0;
         if (nr > 10) nr = 10;
@@ -126,8 +126,8 @@ chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mr
     return CHIMERA_OK;
 }
 
-double eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth, uint32_t truth_k,
-                       int64_t n_queries, uint32_t k)
+double sp_eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                          uint32_t truth_k, int64_t n_queries, uint32_t k)
 {
     double sum = 0;
     int64_t nq = 0;
@@ -154,14 +154,14 @@ double eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
     return nq ? sum / (double)nq : 0.0;
 }
 
-chimera_status eval_run_ids(const trec_run *run, int64_t n_queries, uint32_t k, int64_t *ids,
-                            chimera_error *err)
+chimera_status sp_eval_run_ids(const data_trec_run *run, int64_t n_queries, uint32_t k,
+                               int64_t *ids, chimera_error *err)
 {
     for (int64_t i = 0; i < n_queries * (int64_t)k; i++) ids[i] = -1;
     char qid[32];
     for (int64_t i = 0; i < n_queries; i++) {
         snprintf(qid, sizeof qid, "%lld", (long long)i);
-        int64_t r = trec_find(run, qid);
+        int64_t r = data_trec_find(run, qid);
         if (r < 0) continue;
         int64_t r0 = run->q_off[r], n = run->q_off[r + 1] - r0;
         for (int64_t j = 0; j < n && j < k; j++) {

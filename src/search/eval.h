@@ -6,17 +6,17 @@
 #include "chimera.h"
 #include "data/trec.h"
 
-chimera_status eval_recall(const trec_run *run, const trec_run *truth, uint32_t k,
-                           double *recall, int64_t *n_queries, chimera_error *err);
-chimera_status eval_qrels(const trec_run *run, const trec_run *qrels, double *mrr10,
-                          double *ndcg10, int64_t *n_queries, chimera_error *err);
+chimera_status sp_eval_recall(const data_trec_run *run, const data_trec_run *truth, uint32_t k,
+                              double *recall, int64_t *n_queries, chimera_error *err);
+chimera_status sp_eval_qrels(const data_trec_run *run, const data_trec_run *qrels, double *mrr10,
+                             double *ndcg10, int64_t *n_queries, chimera_error *err);
 
 /* Recall@k over integer ids (see chimera_results_eval_recall). */
-double eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth, uint32_t truth_k,
-                       int64_t n_queries, uint32_t k);
+double sp_eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                          uint32_t truth_k, int64_t n_queries, uint32_t k);
 
 /* Top-k integer ids of queries "0".."n-1" of a run (see chimera_run_topk_ids). */
-chimera_status eval_run_ids(const trec_run *run, int64_t n_queries, uint32_t k, int64_t *ids,
-                            chimera_error *err);
+chimera_status sp_eval_run_ids(const data_trec_run *run, int64_t n_queries, uint32_t k,
+                               int64_t *ids, chimera_error *err);
 
 #endif

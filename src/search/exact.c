@@ -111,9 +111,9 @@ static int64_t *make_blocks(const data_corpus *c, int64_t *n_blocks)
     return blk;
 }
 
-chimera_status exact_search(const data_corpus *c, const data_queries *q, uint32_t k,
-                            int n_threads, chimera_progress_fn progress, void *progress_user,
-                            int64_t *ids, float *scores, chimera_error *err)
+chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint32_t k,
+                               int n_threads, chimera_progress_fn progress, void *progress_user,
+                               int64_t *ids, float *scores, chimera_error *err)
 {
     if (k == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "exact search: k must be > 0");
     if (q->dim != c->dim)
@@ -183,7 +183,7 @@ done:
     return s;
 }
 
-void exact_scores_naive(const data_corpus *c, const data_queries *q, double *out)
+void sp_exact_scores_naive(const data_corpus *c, const data_queries *q, double *out)
 {
     float *row = cm_malloc(c->dim * sizeof *row);
     for (int64_t i = 0; i < q->n; i++) {

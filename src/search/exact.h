@@ -10,12 +10,12 @@
 /* Top-k documents of every query by exact Chamfer score, best first (ties: the earlier
  * document). ids receive user ids (rows when the corpus has none); missing slots are
  * -1 / -inf. n_threads <= 0: one per CPU. */
-chimera_status exact_search(const data_corpus *c, const data_queries *q, uint32_t k,
-                            int n_threads, chimera_progress_fn progress, void *progress_user,
-                            int64_t *ids, float *scores, chimera_error *err);
+chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint32_t k,
+                               int n_threads, chimera_progress_fn progress, void *progress_user,
+                               int64_t *ids, float *scores, chimera_error *err);
 
 /* The same scores by a plain triple loop in double precision, for tests: out[i*n_docs + d]
  * is query i's Chamfer score against document d (-inf for empty documents). */
-void exact_scores_naive(const data_corpus *c, const data_queries *q, double *out);
+void sp_exact_scores_naive(const data_corpus *c, const data_queries *q, double *out);
 
 #endif

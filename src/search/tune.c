@@ -20,7 +20,7 @@
 
 #define MAX_POINTS ((int)(sizeof ((chimera_tune_result *)0)->points / sizeof(chimera_tune_point)))
 
-static chimera_status trial(tune_eval_fn eval, void *ctx, const chimera_search_params *p,
+static chimera_status trial(sp_tune_eval_fn eval, void *ctx, const chimera_search_params *p,
                             chimera_tune_result *res, double *recall, double *qps)
 {
     CM_TRY(eval(ctx, p, recall, qps));
@@ -33,8 +33,8 @@ static chimera_status trial(tune_eval_fn eval, void *ctx, const chimera_search_p
     return CHIMERA_OK;
 }
 
-chimera_status tune_backward(tune_eval_fn eval, void *ctx, uint32_t k, double target,
-                             uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res)
+chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, double target,
+                                uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res)
 {
     memset(res, 0, sizeof *res);
     uint32_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint32_t)n_docs;
