@@ -74,6 +74,25 @@ fi
 "$CHIMERA" --version | grep -Eq '^chimera [0-9.]+ \(simd (scalar|avx2|avx512)\)$' && ok || bad "--version: $("$CHIMERA" --version)"
 CHIMERA_SIMD=scalar "$CHIMERA" --version | grep -q '(simd scalar)' && ok || bad "CHIMERA_SIMD=scalar not honoured"
 
+# outputs that are not regular files: a FIFO (as /dev/null or a pipe) is written in place,
+# never replaced by a regular file; a symbolic link stays a link and its file is updated
+mkfifo "$T/fifo"
+cat "$T/fifo" >"$T/fifo.out" &
+reader=$!
+"$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" \
+  -k 50 --out "$T/fifo" >/dev/null 2>"$T/err" || bad "exact into a FIFO failed: $(cat "$T/err")"
+if [ -p "$T/fifo" ]; then ok; else bad "the FIFO was replaced by a regular file"; kill $reader 2>/dev/null; fi
+wait $reader
+cmp -s "$T/fifo.out" "$T/truth.trec" && ok || bad "the run written into a FIFO differs"
+echo "old" >"$T/real.trec"
+ln -s real.trec "$T/link.trec"
+"$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" \
+  -k 50 --out "$T/link.trec" >/dev/null || bad "exact into a symlink failed"
+[ -L "$T/link.trec" ] && cmp -s "$T/real.trec" "$T/truth.trec" && ok || bad "the symlink was replaced or its file not updated"
+mkdir -p "$T/outdir"
+expect_fail "output is a directory" "is a directory" \
+  "$CHIMERA" exact --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/outdir"
+
 # a failed gen never removes files it did not write: an impossible size, and a write
 # that fails part way (file size limit: the small tokens file completes, the queries
 # file does not) leave the files already in --out byte for byte and no temporary files

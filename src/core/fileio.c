@@ -1,6 +1,7 @@
 /* Crash-safe writes (see fileio.h): LMDB's order — data, sync, then the commit point. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,17 +36,57 @@ char *cm_path_dir(const char *path)
     return d;
 }
 
+/* The target as it is now: a device, FIFO or socket is opened for writing in place
+ * (w->direct); a directory is refused; a symbolic link resolves to the file it names. */
+static chimera_status writer_target(cm_writer *w, const char *path, char **target,
+                                    chimera_error *err)
+{
+    *target = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return CHIMERA_OK; /* absent (or a dangling link): create it */
+    if (S_ISDIR(sb.st_mode))
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: is a directory, not an output file", path);
+    if (!S_ISREG(sb.st_mode)) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        w->f = fdopen(fd, "wb");
+        if (!w->f) {
+            close(fd);
+            return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open stream", path);
+        }
+        w->direct = 1;
+        return CHIMERA_OK;
+    }
+    struct stat lb;
+    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        char real[PATH_MAX];
+        if (!realpath(path, real))
+            return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot resolve: %s", path, strerror(errno));
+        *target = cm_strdup(real);
+        if (!*target) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return CHIMERA_OK;
+}
+
 chimera_status cm_writer_open(cm_writer *w, const char *path, chimera_error *err)
 {
     memset(w, 0, sizeof *w);
-    size_t n = strlen(path);
-    w->final_path = cm_strdup(path);
+    char *target;
+    chimera_status s = writer_target(w, path, &target, err);
+    w->final_path = target ? target : cm_strdup(path);
+    if (s != CHIMERA_OK || !w->final_path) {
+        cm_writer_abort(w);
+        return s != CHIMERA_OK ? s : cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (w->direct) return CHIMERA_OK;
+    size_t n = strlen(w->final_path);
     w->tmp_path = cm_malloc(n + 16);
-    if (!w->final_path || !w->tmp_path) {
+    if (!w->tmp_path) {
         cm_writer_abort(w);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
     }
-    memcpy(w->tmp_path, path, n);
+    memcpy(w->tmp_path, w->final_path, n);
     memcpy(w->tmp_path + n, ".tmp-XXXXXX", 12);
     int fd = mkstemp(w->tmp_path);
     if (fd < 0) {
@@ -92,7 +133,8 @@ chimera_status cm_writer_sync(cm_writer *w, chimera_error *err)
 {
     if (!w->f) return CHIMERA_OK; /* already synced */
     int e = 0;
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) e = errno;
+    /* a device or pipe has nothing to make durable (fsync fails with EINVAL there) */
+    if (fflush(w->f) != 0 || (!w->direct && fsync(fileno(w->f)) != 0)) e = errno;
     if (fclose(w->f) != 0 && !e) e = errno;
     w->f = NULL;
     if (!e) return CHIMERA_OK;
@@ -105,6 +147,10 @@ chimera_status cm_writer_commit(cm_writer *w, chimera_error *err)
 {
     chimera_status s = cm_writer_sync(w, err);
     if (s != CHIMERA_OK) return s;
+    if (w->direct) {
+        cm_writer_abort(w);
+        return CHIMERA_OK;
+    }
     if (rename(w->tmp_path, w->final_path) != 0) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot rename into place: %s", w->final_path,
                     strerror(errno));
@@ -127,6 +173,7 @@ void cm_writer_abort(cm_writer *w)
     cm_free(w->tmp_path);
     cm_free(w->final_path);
     w->tmp_path = w->final_path = NULL;
+    w->direct = 0;
 }
 
 chimera_status cm_fsync_dir(const char *dir, chimera_error *err)

@@ -13,11 +13,16 @@ typedef struct cm_writer {
     FILE *f;
     char *tmp_path;   /* owned */
     char *final_path; /* owned */
+    int direct;       /* 1: the target is a device, FIFO or socket, written in place */
     uint64_t written;
     uint64_t expect; /* bytes a format writer promised (npy data), checked on finish */
 } cm_writer;
 
-/* Creates "<path>.tmp-XXXXXX" in the target's directory. */
+/* Creates "<path>.tmp-XXXXXX" in the target's directory. Where the target is a symbolic
+ * link, the file it points to is the target (the link stays a link). Where it is not a
+ * regular file but a character device, FIFO or socket (/dev/null, /dev/stdout, a pipe),
+ * it is written in place: renaming a file over /dev/null would replace the device, and
+ * such targets cannot hold a partial file anyway. A directory is refused. */
 chimera_status cm_writer_open(cm_writer *w, const char *path, chimera_error *err);
 chimera_status cm_writer_write(cm_writer *w, const void *data, size_t n, chimera_error *err);
 chimera_status cm_writer_printf(cm_writer *w, chimera_error *err, const char *fmt, ...)
