@@ -39,7 +39,8 @@ for f in $(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -na
     esac
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]\([^">]*\)[">].*/\1/p' "$f")
 done
-for f in tools/*.c tools/*.h python/*.c; do
+# The front ends: the CLI (tools/) and the Python extension (python/, any depth).
+for f in tools/*.c tools/*.h $(find python -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null); do
   [ -f "$f" ] || continue
   while IFS= read -r inc; do
     case "$inc" in chimera.h|cli.h) ;; *) echo "$f includes \"$inc\": front ends use only chimera.h"; bad=1 ;; esac

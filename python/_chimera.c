@@ -1,0 +1,872 @@
+/* _chimera.c — the CPython extension behind the `chimera` package.
+ *
+ * A thin layer over include/chimera.h and nothing else (front ends use the public API
+ * only; tests/check_layering.sh checks it). The Pythonic surface — numpy arrays, lists
+ * of documents, float16, defaults, docstrings — is python/chimera/__init__.py; this file
+ * takes what that layer has already shaped and checks it again, because a wrong pointer
+ * here is a crash, not an exception:
+ *
+ *   - Arrays come in through the buffer protocol (no numpy C API, so the extension builds
+ *     without numpy's headers): C-contiguous, with the format and item size checked
+ *     ('f' float32, 'q'/'l' int64), every shape and length compared before the library
+ *     reads a byte. Float32 C-contiguous input is read in place (chimera_corpus_wrap
+ *     borrows it for the build; chimera_queries_new copies queries, which are small).
+ *   - Outputs are arrays the Python layer allocated (np.empty), filled in place.
+ *   - The GIL is released around every call into the library that does work (build,
+ *     exact search, search, tune, check), so Python threads search one index at once;
+ *     the buffers stay held by the call, so the arrays cannot go away meanwhile.
+ *   - An Index counts the calls in flight on it (under the GIL); close() refuses while
+ *     any is, since the library forbids closing a handle in use.
+ *   - Statuses become exceptions carrying the library's message: ValueError for bad
+ *     input (_INVALID_ARG, _DIM, _VALUE, _EMPTY, _FORMAT, _UNSUPPORTED), OSError for _IO,
+ *     CorruptIndexError for _CORRUPT and _VERSION, MemoryError for _NOMEM, ChimeraError
+ *     (RuntimeError) for the rest.
+ *
+ * XXX: a build cannot be interrupted with Ctrl-C: chimera_progress_fn returns nothing, so
+ * the library has no way to be asked to stop. The interrupt is seen when the build ends
+ * (the index it wrote is complete; an old one is replaced only by a complete one).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "chimera.h"
+
+PyMODINIT_FUNC PyInit__chimera(void);
+
+static PyObject *ChimeraError;     /* chimera.ChimeraError(RuntimeError) */
+static PyObject *CorruptIndexError; /* chimera.CorruptIndexError(ChimeraError) */
+
+/* ---------------------------------------------------------------------------------- */
+/* Errors                                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+/* Raises the exception for `st` with err's message (or the status name). Returns NULL. */
+static PyObject *raise_status(chimera_status st, const chimera_error *err)
+{
+    const char *msg = (err && err->msg[0]) ? err->msg : chimera_status_str(st);
+    PyObject *type;
+    switch (st) {
+    case CHIMERA_ERR_INVALID_ARG:
+    case CHIMERA_ERR_DIM:
+    case CHIMERA_ERR_VALUE:
+    case CHIMERA_ERR_EMPTY:
+    case CHIMERA_ERR_FORMAT:
+    case CHIMERA_ERR_UNSUPPORTED: type = PyExc_ValueError; break;
+    case CHIMERA_ERR_NOMEM: type = PyExc_MemoryError; break;
+    case CHIMERA_ERR_IO: type = PyExc_OSError; break;
+    case CHIMERA_ERR_CORRUPT:
+    case CHIMERA_ERR_VERSION: type = CorruptIndexError; break;
+    default: type = ChimeraError; break;
+    }
+    PyErr_SetString(type, msg);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Buffers                                                                            */
+/* ---------------------------------------------------------------------------------- */
+
+enum { KIND_F32, KIND_I64 };
+
+/* Gets a C-contiguous buffer of `ndim` dimensions holding float32 or int64 items.
+ * Returns 0, or -1 with ValueError set (nothing held). */
+static int get_buffer(PyObject *obj, Py_buffer *view, const char *name, int kind, int ndim,
+                      int writable)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: expected a C-contiguous%s array", name,
+                     writable ? ", writable" : "");
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    int ok = kind == KIND_F32 ? (strcmp(f, "f") == 0 && view->itemsize == 4)
+                              : ((strcmp(f, "q") == 0 || strcmp(f, "l") == 0) && view->itemsize == 8);
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s items, got format '%s'", name,
+                     kind == KIND_F32 ? "float32" : "int64", view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %d dimensions, got %d", name, ndim,
+                     view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Py_buffer *v)
+{
+    if (v->obj)
+        PyBuffer_Release(v);
+}
+
+/* Queries from a [total, dim] float32 buffer and int64 lengths summing to total. */
+static int make_queries(PyObject *tok_obj, PyObject *qlens_obj, chimera_queries **out)
+{
+    Py_buffer tok = {0}, ql = {0};
+    chimera_error err = {0};
+    chimera_status st = CHIMERA_OK;
+    *out = NULL;
+    if (get_buffer(tok_obj, &tok, "queries", KIND_F32, 2, 0) ||
+        get_buffer(qlens_obj, &ql, "query lengths", KIND_I64, 1, 0))
+        goto fail;
+    const int64_t *lens = ql.buf;
+    int64_t nq = ql.shape[0], total = 0;
+    if (nq == 0) {
+        PyErr_SetString(PyExc_ValueError, "queries: no queries");
+        goto fail;
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        if (lens[i] <= 0 || lens[i] > UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "queries: query %lld has %lld tokens",
+                         (long long)i, (long long)lens[i]);
+            goto fail;
+        }
+        total += lens[i];
+    }
+    if (total != tok.shape[0] || tok.shape[1] <= 0 || tok.shape[1] > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "queries: %lld rows of dimension %lld for lengths summing to %lld",
+                     (long long)tok.shape[0], (long long)tok.shape[1], (long long)total);
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_queries_new(tok.buf, nq, (uint32_t)tok.shape[1], lens, 0, out, &err);
+    Py_END_ALLOW_THREADS
+    if (st != CHIMERA_OK)
+        raise_status(st, &err);
+fail:
+    release(&tok);
+    release(&ql);
+    return *out ? 0 : -1;
+}
+
+/* Checks that an output buffer holds exactly nq x k items of its kind. */
+static int get_output(PyObject *obj, Py_buffer *v, const char *name, int kind, int64_t nq,
+                      uint32_t k)
+{
+    if (get_buffer(obj, v, name, kind, 2, 1))
+        return -1;
+    if (v->shape[0] != nq || v->shape[1] != (Py_ssize_t)k) {
+        PyErr_Format(PyExc_ValueError, "%s: expected shape (%lld, %u)", name, (long long)nq, k);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+static int to_u32(long long v, const char *name, uint32_t *out)
+{
+    if (v < 0 || v > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: %lld is out of range", name, v);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int to_threads(int v, int *out)
+{
+    if (v < 0 || v > CHIMERA_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "threads: %d is not in 0..%d", v, CHIMERA_MAX_THREADS);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Progress                                                                           */
+/* ---------------------------------------------------------------------------------- */
+
+/* Calls the Python callable (phase, fraction) from whatever thread the library uses. An
+ * exception in the callable is reported as unraisable and ignored: the library cannot
+ * be stopped from here. */
+static void progress_cb(void *user, const char *phase, double fraction)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction((PyObject *)user, "sd", phase, fraction);
+    if (!r)
+        PyErr_WriteUnraisable((PyObject *)user);
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Corpus-level functions: build, exact search                                        */
+/* ---------------------------------------------------------------------------------- */
+
+/* Wraps tokens/doclens/ids buffers (held in the views) as a corpus. */
+static int wrap_corpus(PyObject *tok_obj, PyObject *dl_obj, PyObject *ids_obj, Py_buffer *tok,
+                       Py_buffer *dl, Py_buffer *ids, chimera_corpus **out)
+{
+    chimera_error err = {0};
+    chimera_status st;
+    *out = NULL;
+    if (get_buffer(tok_obj, tok, "tokens", KIND_F32, 2, 0) ||
+        get_buffer(dl_obj, dl, "doclens", KIND_I64, 1, 0))
+        return -1;
+    if (ids_obj != Py_None) {
+        if (get_buffer(ids_obj, ids, "ids", KIND_I64, 1, 0))
+            return -1;
+        if (ids->shape[0] != dl->shape[0]) {
+            PyErr_Format(PyExc_ValueError, "ids: %lld ids for %lld documents",
+                         (long long)ids->shape[0], (long long)dl->shape[0]);
+            return -1;
+        }
+    }
+    if (tok->shape[1] <= 0 || tok->shape[1] > UINT32_MAX || tok->shape[0] <= 0 ||
+        dl->shape[0] <= 0) {
+        PyErr_Format(PyExc_ValueError, "tokens: shape (%lld, %lld) with %lld documents",
+                     (long long)tok->shape[0], (long long)tok->shape[1], (long long)dl->shape[0]);
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_corpus_wrap(tok->buf, tok->shape[0], (uint32_t)tok->shape[1], dl->buf,
+                             dl->shape[0], ids->obj ? ids->buf : NULL, NULL, out, &err);
+    Py_END_ALLOW_THREADS
+    if (st != CHIMERA_OK) {
+        raise_status(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "tokens", "doclens", "ids", "bits", "threads", "seed",
+                            "n_clusters", "progress", NULL};
+    const char *path;
+    PyObject *tok_obj, *dl_obj, *ids_obj = Py_None, *progress = Py_None;
+    long long bits = 4, n_clusters = 0;
+    unsigned long long seed = 0;
+    int threads = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|OLiKLO", names, &path, &tok_obj, &dl_obj,
+                                     &ids_obj, &bits, &threads, &seed, &n_clusters, &progress))
+        return NULL;
+    chimera_build_opts bo;
+    chimera_build_opts_default(&bo);
+    if (to_u32(bits, "bits", &bo.bits) || to_u32(n_clusters, "n_clusters", &bo.n_clusters) ||
+        to_threads(threads, &bo.n_threads))
+        return NULL;
+    if (bits < 1 || bits > 8)
+        return PyErr_Format(PyExc_ValueError, "bits: %lld is not in 1..8", bits);
+    bo.seed = seed;
+    if (progress != Py_None) {
+        if (!PyCallable_Check(progress))
+            return PyErr_Format(PyExc_TypeError, "progress: expected a callable");
+        bo.progress = progress_cb;
+        bo.progress_user = progress;
+    }
+    Py_buffer tok = {0}, dl = {0}, ids = {0};
+    chimera_corpus *corpus = NULL;
+    PyObject *ret = NULL;
+    if (wrap_corpus(tok_obj, dl_obj, ids_obj, &tok, &dl, &ids, &corpus) == 0) {
+        chimera_build_report rep = {0};
+        chimera_error err = {0};
+        chimera_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = chimera_index_build(corpus, path, &bo, &rep, &err);
+        Py_END_ALLOW_THREADS
+        if (st != CHIMERA_OK) {
+            raise_status(st, &err);
+        } else {
+            PyObject *phases = PyDict_New();
+            for (int i = 0; phases && i < rep.n_phases && i < CHIMERA_MAX_PHASES; i++) {
+                PyObject *v = PyFloat_FromDouble(rep.seconds[i]);
+                if (!v || PyDict_SetItemString(phases, rep.phase[i], v)) {
+                    Py_XDECREF(v);
+                    Py_CLEAR(phases);
+                    break;
+                }
+                Py_DECREF(v);
+            }
+            if (phases)
+                ret = Py_BuildValue("{s:d,s:K,s:I,s:d,s:K,s:N}", "seconds", rep.total_seconds,
+                                    "peak_rss_bytes", (unsigned long long)rep.peak_rss_bytes,
+                                    "n_clusters", rep.n_clusters, "assign_recall",
+                                    rep.assign_recall, "index_bytes",
+                                    (unsigned long long)rep.index_bytes, "phases", phases);
+        }
+    }
+    chimera_corpus_close(corpus);
+    release(&tok);
+    release(&dl);
+    release(&ids);
+    return ret;
+}
+
+static PyObject *py_exact_search(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"tokens", "doclens", "ids", "queries", "qlens", "k", "threads",
+                            "out_ids", "out_scores", NULL};
+    PyObject *tok_obj, *dl_obj, *ids_obj, *q_obj, *ql_obj, *oi_obj, *os_obj;
+    long long k_ll;
+    int threads = 0;
+    uint32_t k;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOLiOO", names, &tok_obj, &dl_obj, &ids_obj,
+                                     &q_obj, &ql_obj, &k_ll, &threads, &oi_obj, &os_obj))
+        return NULL;
+    chimera_exact_opts eo;
+    chimera_exact_opts_default(&eo);
+    if (to_u32(k_ll, "k", &k) || to_threads(threads, &eo.n_threads))
+        return NULL;
+    Py_buffer tok = {0}, dl = {0}, ids = {0}, oi = {0}, os = {0};
+    chimera_corpus *corpus = NULL;
+    chimera_queries *q = NULL;
+    PyObject *ret = NULL;
+    if (wrap_corpus(tok_obj, dl_obj, ids_obj, &tok, &dl, &ids, &corpus) == 0 &&
+        make_queries(q_obj, ql_obj, &q) == 0 &&
+        get_output(oi_obj, &oi, "out_ids", KIND_I64, chimera_queries_count(q), k) == 0 &&
+        get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0) {
+        chimera_error err = {0};
+        chimera_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = chimera_corpus_search(corpus, q, k, &eo, oi.buf, os.buf, &err);
+        Py_END_ALLOW_THREADS
+        if (st != CHIMERA_OK)
+            raise_status(st, &err);
+        else
+            ret = Py_NewRef(Py_None);
+    }
+    chimera_queries_free(q);
+    chimera_corpus_close(corpus);
+    release(&tok);
+    release(&dl);
+    release(&ids);
+    release(&oi);
+    release(&os);
+    return ret;
+}
+
+static PyObject *py_recall(PyObject *self, PyObject *args)
+{
+    PyObject *run_obj, *truth_obj;
+    long long k_ll;
+    uint32_t k;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOL", &run_obj, &truth_obj, &k_ll) || to_u32(k_ll, "k", &k))
+        return NULL;
+    if (k == 0)
+        return PyErr_Format(PyExc_ValueError, "k: must be at least 1");
+    Py_buffer run = {0}, truth = {0};
+    PyObject *ret = NULL;
+    if (get_buffer(run_obj, &run, "run_ids", KIND_I64, 2, 0) == 0 &&
+        get_buffer(truth_obj, &truth, "truth_ids", KIND_I64, 2, 0) == 0) {
+        if (run.shape[0] != truth.shape[0])
+            PyErr_Format(PyExc_ValueError, "run_ids has %lld queries, truth_ids %lld",
+                         (long long)run.shape[0], (long long)truth.shape[0]);
+        else if (run.shape[1] > UINT32_MAX || truth.shape[1] > UINT32_MAX)
+            PyErr_SetString(PyExc_ValueError, "too many results per query");
+        else
+            ret = PyFloat_FromDouble(chimera_results_eval_recall(
+                run.buf, (uint32_t)run.shape[1], truth.buf, (uint32_t)truth.shape[1],
+                run.shape[0], k));
+    }
+    release(&run);
+    release(&truth);
+    return ret;
+}
+
+static PyObject *py_info(PyObject *self, PyObject *args)
+{
+    const char *path;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "s", &path))
+        return NULL;
+    chimera_index_info in;
+    chimera_error err = {0};
+    chimera_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_index_info_read(path, &in, &err);
+    Py_END_ALLOW_THREADS
+    if (st != CHIMERA_OK)
+        return raise_status(st, &err);
+    PyObject *sections = PyList_New(0), *phases = PyDict_New();
+    for (uint32_t i = 0; sections && i < in.n_sections && i < CHIMERA_INFO_MAX_SECTIONS; i++) {
+        PyObject *s = Py_BuildValue("{s:s,s:s,s:K,s:O}", "name", in.sections[i].name, "dtype",
+                                    in.sections[i].dtype, "bytes",
+                                    (unsigned long long)in.sections[i].bytes, "device_resident",
+                                    in.sections[i].device_resident ? Py_True : Py_False);
+        if (!s || PyList_Append(sections, s))
+            Py_CLEAR(sections);
+        Py_XDECREF(s);
+    }
+    for (int i = 0; phases && i < in.n_phases && i < CHIMERA_MAX_PHASES; i++) {
+        PyObject *v = PyFloat_FromDouble(in.phase_seconds[i]);
+        if (!v || PyDict_SetItemString(phases, in.phase[i], v))
+            Py_CLEAR(phases);
+        Py_XDECREF(v);
+    }
+    if (!sections || !phases) {
+        Py_XDECREF(sections);
+        Py_XDECREF(phases);
+        return NULL;
+    }
+    char fmt[16];
+    snprintf(fmt, sizeof fmt, "%u.%u", in.format_major, in.format_minor);
+    return Py_BuildValue(
+        "{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:L,s:L,s:{s:L,s:L,s:L,s:d,s:d,s:I},s:K,s:K,s:K,"
+        "s:N,s:s,s:i,s:d,s:d,s:K,s:N,s:K}",
+        "format", fmt, "library_version", in.library_version, "dim", in.dim, "dim_pad",
+        in.dim_pad, "bits", in.bits, "n_clusters", in.n_clusters, "graph_degree",
+        in.graph_degree, "n_docs", (long long)in.n_docs, "n_tokens", (long long)in.n_tokens,
+        "lists", "min", (long long)in.list_min, "median", (long long)in.list_median, "max",
+        (long long)in.list_max, "mean", in.list_mean, "imbalance", in.list_imbalance, "empty",
+        in.list_empty, "bytes_device", (unsigned long long)in.bytes_device, "bytes_host",
+        (unsigned long long)in.bytes_host, "bytes_total", (unsigned long long)in.bytes_total,
+        "sections", sections, "seed", in.seed, "build_threads", in.build_threads,
+        "assign_recall", in.assign_recall, "build_seconds", in.build_seconds,
+        "build_peak_rss", (unsigned long long)in.build_peak_rss, "build_phases", phases,
+        "generation", (unsigned long long)in.generation);
+}
+
+static PyObject *py_runtime_info(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    chimera_runtime_info ri;
+    Py_BEGIN_ALLOW_THREADS
+    chimera_runtime_info_get(&ri);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("{s:s,s:s,s:z,s:i,s:O,s:i,s:s,s:O,s:s}", "version", chimera_version(),
+                         "simd", ri.simd, "blas_core", ri.blas_core, "n_cpus", ri.n_cpus,
+                         "cuda_compiled", ri.cuda_compiled ? Py_True : Py_False,
+                         "n_cuda_devices", ri.n_cuda_devices, "cuda_status", ri.cuda_status,
+                         "blas_threads_kept", ri.blas_threads_kept ? Py_True : Py_False,
+                         "blas_suggested_coretype",
+                         ri.blas_suggested_coretype ? ri.blas_suggested_coretype : "");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Search parameters <-> dicts                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+static int params_from_dict(PyObject *d, chimera_search_params *p)
+{
+    memset(p, 0, sizeof *p);
+    if (d == Py_None)
+        return 0;
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "params: expected a dict");
+        return -1;
+    }
+    PyObject *key, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &key, &val)) {
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        if (!name) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "params: keys must be strings");
+            return -1;
+        }
+        uint32_t *u = !strcmp(name, "n_probe")     ? &p->n_probe
+                      : !strcmp(name, "k_refine")  ? &p->k_refine
+                      : !strcmp(name, "k_fullbit") ? &p->k_fullbit
+                      : !strcmp(name, "chunks")    ? &p->chunks
+                                                   : NULL;
+        if (u) {
+            long long v = PyLong_AsLongLong(val);
+            if (v == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "params[%s]: expected an integer", name);
+                return -1;
+            }
+            if (to_u32(v, name, u))
+                return -1;
+            continue;
+        }
+        const char *s = PyUnicode_Check(val) ? PyUnicode_AsUTF8(val) : NULL;
+        if (!strcmp(name, "impute") || !strcmp(name, "probe")) {
+            chimera_status st = !s ? CHIMERA_ERR_INVALID_ARG
+                                : name[0] == 'i' ? chimera_impute_parse(s, &p->impute)
+                                                 : chimera_probe_parse(s, &p->probe);
+            if (st != CHIMERA_OK) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "params[%s]: unknown value", name);
+                return -1;
+            }
+            continue;
+        }
+        PyErr_Format(PyExc_ValueError,
+                     "params: unknown key '%s' (n_probe, k_refine, k_fullbit, chunks, impute, probe)",
+                     name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *params_to_dict(const chimera_search_params *p)
+{
+    const char *imp = chimera_impute_name(p->impute), *pr = chimera_probe_name(p->probe);
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s}", "n_probe", p->n_probe, "k_refine",
+                         p->k_refine, "k_fullbit", p->k_fullbit, "chunks", p->chunks, "impute",
+                         imp ? imp : "?", "probe", pr ? pr : "?");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The Index type                                                                     */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    chimera_index *index;
+    chimera_backend backend;
+    int busy; /* calls in flight with the GIL released (changed only under the GIL) */
+} IndexObject;
+
+static int index_live(IndexObject *self)
+{
+    if (!self->index) {
+        PyErr_SetString(PyExc_ValueError, "the index is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static int Index_init(IndexObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "backend", "verify", NULL};
+    const char *path, *backend = "auto";
+    int verify = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sp", names, &path, &backend, &verify))
+        return -1;
+    if (self->index) {
+        PyErr_SetString(PyExc_RuntimeError, "the index is already open");
+        return -1;
+    }
+    if (chimera_backend_parse(backend, &self->backend) != CHIMERA_OK) {
+        PyErr_Format(PyExc_ValueError, "backend: '%s' is not auto, cpu or cuda", backend);
+        return -1;
+    }
+    chimera_open_opts oo;
+    chimera_open_opts_default(&oo);
+    oo.verify = verify;
+    chimera_error err = {0};
+    chimera_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_index_open(path, &oo, &self->index, &err);
+    Py_END_ALLOW_THREADS
+    if (st != CHIMERA_OK) {
+        raise_status(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static void Index_dealloc(IndexObject *self)
+{
+    /* No call can be in flight: each holds a reference to self. */
+    chimera_index_close(self->index);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Index_close(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy)
+        return PyErr_Format(PyExc_RuntimeError,
+                            "close: %d call(s) on this index are still running", self->busy);
+    chimera_index_close(self->index);
+    self->index = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"queries", "qlens", "k", "params", "recall", "threads",
+                            "out_ids", "out_scores", "latency", NULL};
+    PyObject *q_obj, *ql_obj, *params = Py_None, *recall = Py_None, *oi_obj, *os_obj;
+    long long k_ll;
+    int threads = 0, latency = 0;
+    uint32_t k;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOLOOiOO|p", names, &q_obj, &ql_obj, &k_ll,
+                                     &params, &recall, &threads, &oi_obj, &os_obj, &latency))
+        return NULL;
+    chimera_search_opts so;
+    chimera_search_opts_default(&so);
+    chimera_search_params sp;
+    if (index_live(self) || to_u32(k_ll, "k", &k) || to_threads(threads, &so.n_threads) ||
+        params_from_dict(params, &sp))
+        return NULL;
+    if (k == 0)
+        return PyErr_Format(PyExc_ValueError, "k: must be at least 1");
+    so.backend = self->backend;
+    so.latency_mode = latency;
+    if (recall != Py_None) {
+        double target = PyFloat_AsDouble(recall);
+        if (target == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (!(target > 0 && target <= 1))
+            return PyErr_Format(PyExc_ValueError, "recall: %S is not in (0, 1]", recall);
+        chimera_error err = {0};
+        chimera_status st = chimera_index_profile_get(self->index, k, target, &sp, &err);
+        if (st == CHIMERA_ERR_EMPTY)
+            return PyErr_Format(PyExc_ValueError,
+                                "recall: the index has no tuned profile for k=%u at recall >= %S "
+                                "(run Index.tune with save=True first)", k, recall);
+        if (st != CHIMERA_OK)
+            return raise_status(st, &err);
+    }
+    chimera_queries *q = NULL;
+    Py_buffer oi = {0}, os = {0};
+    PyObject *ret = NULL;
+    if (make_queries(q_obj, ql_obj, &q) == 0 &&
+        get_output(oi_obj, &oi, "out_ids", KIND_I64, chimera_queries_count(q), k) == 0 &&
+        get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0) {
+        chimera_search_profile prof;
+        memset(&prof, 0, sizeof prof);
+        chimera_error err = {0};
+        chimera_status st;
+        self->busy++;
+        Py_BEGIN_ALLOW_THREADS
+        st = chimera_index_search(self->index, q, k, &sp, &so, oi.buf, os.buf, &prof, &err);
+        Py_END_ALLOW_THREADS
+        self->busy--;
+        if (st != CHIMERA_OK)
+            raise_status(st, &err);
+        else
+            ret = Py_BuildValue("{s:d,s:s,s:K,s:K}", "seconds", prof.seconds, "backend",
+                                prof.backend, "n_refined", (unsigned long long)prof.n_refined,
+                                "n_fullbit", (unsigned long long)prof.n_fullbit);
+    }
+    chimera_queries_free(q);
+    release(&oi);
+    release(&os);
+    return ret;
+}
+
+static PyObject *Index_tune(IndexObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"queries", "qlens", "truth", "k", "target_recall", "threads", NULL};
+    PyObject *q_obj, *ql_obj, *t_obj;
+    long long k_ll;
+    double target;
+    int threads = 0;
+    uint32_t k;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOLdi", names, &q_obj, &ql_obj, &t_obj, &k_ll,
+                                     &target, &threads))
+        return NULL;
+    chimera_search_opts so;
+    chimera_search_opts_default(&so);
+    if (index_live(self) || to_u32(k_ll, "k", &k) || to_threads(threads, &so.n_threads))
+        return NULL;
+    if (k == 0)
+        return PyErr_Format(PyExc_ValueError, "k: must be at least 1");
+    if (!(target > 0 && target <= 1))
+        return PyErr_SetString(PyExc_ValueError, "target_recall: not in (0, 1]"), NULL;
+    so.backend = self->backend;
+    chimera_queries *q = NULL;
+    Py_buffer truth = {0};
+    PyObject *ret = NULL;
+    chimera_tune_result *res = PyMem_Calloc(1, sizeof *res);
+    if (!res)
+        return PyErr_NoMemory();
+    if (make_queries(q_obj, ql_obj, &q) == 0 &&
+        get_buffer(t_obj, &truth, "truth", KIND_I64, 2, 0) == 0) {
+        if (truth.shape[0] != chimera_queries_count(q) || truth.shape[1] < (Py_ssize_t)k) {
+            PyErr_Format(PyExc_ValueError, "truth: shape (%lld, %lld) for %lld queries and k=%u",
+                         (long long)truth.shape[0], (long long)truth.shape[1],
+                         (long long)chimera_queries_count(q), k);
+        } else {
+            chimera_error err = {0};
+            chimera_status st;
+            self->busy++;
+            Py_BEGIN_ALLOW_THREADS
+            st = chimera_index_tune(self->index, q, truth.buf, (uint32_t)truth.shape[1], k,
+                                    target, &so, res, &err);
+            Py_END_ALLOW_THREADS
+            self->busy--;
+            if (st != CHIMERA_OK) {
+                raise_status(st, &err);
+            } else {
+                PyObject *points = PyList_New(0);
+                for (int i = 0; points && i < res->n_points && i < 96; i++) {
+                    PyObject *pt = Py_BuildValue("{s:N,s:d,s:d}", "params",
+                                                 params_to_dict(&res->points[i].params), "recall",
+                                                 res->points[i].recall, "qps", res->points[i].qps);
+                    if (!pt || PyList_Append(points, pt))
+                        Py_CLEAR(points);
+                    Py_XDECREF(pt);
+                }
+                /* The raw result travels with the dict so that save_profile can store it. */
+                PyObject *raw = points ? PyBytes_FromStringAndSize((const char *)res, sizeof *res)
+                                       : NULL;
+                if (raw)
+                    ret = Py_BuildValue("{s:N,s:d,s:d,s:O,s:N,s:N}", "params",
+                                        params_to_dict(&res->best), "recall", res->recall, "qps",
+                                        res->qps, "reached", res->reached ? Py_True : Py_False,
+                                        "points", points, "_raw", raw);
+                else
+                    Py_XDECREF(points);
+            }
+        }
+    }
+    chimera_queries_free(q);
+    release(&truth);
+    PyMem_Free(res);
+    return ret;
+}
+
+static PyObject *Index_check(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (index_live(self))
+        return NULL;
+    chimera_error err = {0};
+    chimera_status st;
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_index_check(self->index, &err);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    if (st != CHIMERA_OK)
+        return raise_status(st, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Index_get_n_docs(IndexObject *self, void *unused)
+{
+    (void)unused;
+    if (index_live(self))
+        return NULL;
+    return PyLong_FromLongLong(chimera_index_n_docs(self->index));
+}
+
+static PyObject *Index_get_dim(IndexObject *self, void *unused)
+{
+    (void)unused;
+    if (index_live(self))
+        return NULL;
+    return PyLong_FromUnsignedLong(chimera_index_dim(self->index));
+}
+
+static PyObject *Index_get_backend(IndexObject *self, void *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(chimera_backend_name(self->backend));
+}
+
+static PyObject *Index_get_closed(IndexObject *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->index == NULL);
+}
+
+/* Stores a tune result (the bytes Index.tune returned as "_raw") as the profile of
+ * (k, target) in the index at path. */
+static PyObject *py_profile_save(PyObject *self, PyObject *args)
+{
+    const char *path;
+    long long k_ll;
+    double target;
+    Py_buffer raw = {0};
+    uint32_t k;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "sLdy*", &path, &k_ll, &target, &raw))
+        return NULL;
+    PyObject *ret = NULL;
+    if (to_u32(k_ll, "k", &k) == 0) {
+        if (raw.len != (Py_ssize_t)sizeof(chimera_tune_result)) {
+            PyErr_SetString(PyExc_ValueError, "not a tune result");
+        } else {
+            chimera_tune_result res;
+            memcpy(&res, raw.buf, sizeof res);
+            chimera_error err = {0};
+            chimera_status st;
+            Py_BEGIN_ALLOW_THREADS
+            st = chimera_index_profile_save(path, k, target, &res, &err);
+            Py_END_ALLOW_THREADS
+            ret = st == CHIMERA_OK ? Py_NewRef(Py_None) : raise_status(st, &err);
+        }
+    }
+    PyBuffer_Release(&raw);
+    return ret;
+}
+
+static PyMethodDef Index_methods[] = {
+    {"search", (PyCFunction)(void (*)(void))Index_search, METH_VARARGS | METH_KEYWORDS,
+     "Low-level search; use chimera.Index.search."},
+    {"tune", (PyCFunction)(void (*)(void))Index_tune, METH_VARARGS | METH_KEYWORDS,
+     "Low-level tune; use chimera.Index.tune."},
+    {"check", (PyCFunction)Index_check, METH_NOARGS, "Low-level check."},
+    {"close", (PyCFunction)Index_close, METH_NOARGS, "Low-level close."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Index_getset[] = {
+    {"n_docs", (getter)Index_get_n_docs, NULL, "documents in the index", NULL},
+    {"dim", (getter)Index_get_dim, NULL, "token dimension", NULL},
+    {"backend", (getter)Index_get_backend, NULL, "backend asked for at open", NULL},
+    {"closed", (getter)Index_get_closed, NULL, "True once closed", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject IndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chimera._chimera.RawIndex",
+    .tp_basicsize = sizeof(IndexObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "An opened index (low level; chimera.Index wraps it).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Index_init,
+    .tp_dealloc = (destructor)Index_dealloc,
+    .tp_methods = Index_methods,
+    .tp_getset = Index_getset,
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* Module                                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+static PyMethodDef module_methods[] = {
+    {"build", (PyCFunction)(void (*)(void))py_build, METH_VARARGS | METH_KEYWORDS,
+     "Low-level build; use chimera.Index.build."},
+    {"exact_search", (PyCFunction)(void (*)(void))py_exact_search, METH_VARARGS | METH_KEYWORDS,
+     "Low-level exact search; use chimera.exact_search."},
+    {"recall", py_recall, METH_VARARGS, "Low-level recall; use chimera.recall."},
+    {"info", py_info, METH_VARARGS, "The manifest of the index at path, as a dict."},
+    {"runtime_info", py_runtime_info, METH_NOARGS, "This build and machine, as a dict."},
+    {"profile_save", py_profile_save, METH_VARARGS, "Low-level profile save."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "chimera._chimera", "The C extension behind chimera.", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__chimera(void)
+{
+    if (PyType_Ready(&IndexType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    ChimeraError = PyErr_NewExceptionWithDoc(
+        "chimera.ChimeraError", "An error reported by the Chimera library.", PyExc_RuntimeError,
+        NULL);
+    CorruptIndexError = ChimeraError ? PyErr_NewExceptionWithDoc(
+                                           "chimera.CorruptIndexError",
+                                           "An index failed validation, a checksum, or has an "
+                                           "unsupported format version.",
+                                           ChimeraError, NULL)
+                                     : NULL;
+    if (!CorruptIndexError || PyModule_AddObjectRef(m, "ChimeraError", ChimeraError) ||
+        PyModule_AddObjectRef(m, "CorruptIndexError", CorruptIndexError) ||
+        PyModule_AddObjectRef(m, "RawIndex", (PyObject *)&IndexType) ||
+        PyModule_AddStringConstant(m, "version", chimera_version())) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,441 @@
+"""Chimera: multi-vector (ColBERT-style, late-interaction) retrieval from Python.
+
+A corpus is a set of documents, each a matrix of token vectors (n_i, d); a query is a
+matrix (m, d). A document's score is its Chamfer (MaxSim) similarity to the query: the sum
+over query tokens of the best inner product with any document token. Chimera indexes the
+corpus (fine-grained IVF over every token, RaBitQ codes) and searches it in three stages;
+:func:`exact_search` is the brute-force reference.
+
+Quick start::
+
+    import numpy as np, chimera
+    docs = [np.random.rand(30, 128).astype(np.float32) for _ in range(1000)]
+    index = chimera.Index.build("my.idx", documents=docs)
+    queries = np.random.rand(5, 32, 128).astype(np.float32)
+    scores, ids = index.search(queries, k=10)        # both (5, 10); ids -1 past the hits
+
+Arrays: float32 or float16 (converted to float32: the library computes in float32),
+C-contiguous (a non-contiguous array raises ValueError; ``np.ascontiguousarray`` makes one).
+A float32 C-contiguous token matrix is read in place, never copied; a list of per-document
+arrays is concatenated once by this package (the library takes one matrix).
+
+Threads: an opened :class:`Index` may be searched from any number of Python threads at
+once; the GIL is released while the library works.
+
+Not yet in the library, so not here either: adding, deleting or updating documents in an
+existing index, compaction, and search filters.
+"""
+
+import errno as _errno
+import os as _os
+import sys as _sys
+
+import numpy as _np
+
+from . import _chimera
+from ._chimera import ChimeraError, CorruptIndexError
+
+__all__ = ["Index", "exact_search", "recall", "runtime_info", "ChimeraError",
+           "CorruptIndexError", "__version__"]
+
+__version__ = _chimera.version
+
+_FLOATS = (_np.dtype(_np.float32), _np.dtype(_np.float16))
+
+
+# ----------------------------------------------------------------------------------------
+# Input shaping
+# ----------------------------------------------------------------------------------------
+
+def _array(x, name, ndim):
+    """x as a float32 C-contiguous array of `ndim` dimensions (no copy when it is one)."""
+    if not isinstance(x, _np.ndarray):
+        raise ValueError(f"{name}: expected a numpy array, got {type(x).__name__}")
+    if x.dtype not in _FLOATS:
+        raise ValueError(f"{name}: dtype {x.dtype} is not float32 or float16 "
+                         f"(convert with .astype(np.float32))")
+    if x.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name}: the array is not C-contiguous "
+                         f"(np.ascontiguousarray makes a copy that is)")
+    if x.dtype != _np.float32:
+        x = x.astype(_np.float32)
+    return x
+
+
+def _matrices(seq, name):
+    """A list of (n_i, d) arrays as one float32 matrix [sum n_i, d] and lengths (int64)."""
+    if isinstance(seq, _np.ndarray):
+        raise ValueError(f"{name}: expected a list of 2-d arrays or one 3-d array")
+    seq = list(seq)
+    if not seq:
+        raise ValueError(f"{name}: the list is empty")
+    dim = None
+    for i, x in enumerate(seq):
+        if not isinstance(x, _np.ndarray):
+            raise ValueError(f"{name}[{i}]: expected a numpy array, got {type(x).__name__}")
+        if x.dtype not in _FLOATS:
+            raise ValueError(f"{name}[{i}]: dtype {x.dtype} is not float32 or float16")
+        if x.ndim != 2:
+            raise ValueError(f"{name}[{i}]: expected (n, d), got shape {x.shape}")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name}[{i}]: the array is not C-contiguous")
+        if x.shape[0] == 0:
+            raise ValueError(f"{name}[{i}]: has no tokens")
+        if dim is None:
+            dim = x.shape[1]
+        elif x.shape[1] != dim:
+            raise ValueError(f"{name}[{i}]: dimension {x.shape[1]}, but {name}[0] has {dim}")
+    lens = _np.fromiter((x.shape[0] for x in seq), dtype=_np.int64, count=len(seq))
+    return _np.concatenate(seq, axis=0, dtype=_np.float32), lens
+
+
+def _ids(ids, n, name="ids"):
+    if ids is None:
+        return None
+    ids = _np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integers, got dtype {ids.dtype}")
+    if ids.ndim != 1 or ids.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} ids (one per document), got shape {ids.shape}")
+    return _np.ascontiguousarray(ids, dtype=_np.int64)
+
+
+def _corpus(documents, tokens, doclens, ids):
+    """(tokens float32 [n_tokens, d], doclens int64 [n_docs], ids int64 or None)."""
+    if documents is not None:
+        if tokens is not None or doclens is not None:
+            raise ValueError("give documents= or tokens= with doclens=, not both")
+        if isinstance(documents, _np.ndarray):
+            x = _array(documents, "documents", 3)      # [n_docs, L, d]: every doc L tokens
+            n, length, d = x.shape
+            if n == 0 or length == 0:
+                raise ValueError(f"documents: shape {x.shape} holds no tokens")
+            tok, lens = x.reshape(n * length, d), _np.full(n, length, dtype=_np.int64)
+        else:
+            tok, lens = _matrices(documents, "documents")
+    else:
+        if tokens is None or doclens is None:
+            raise ValueError("give documents= (a list of (n_i, d) arrays) or tokens= and doclens=")
+        tok = _array(tokens, "tokens", 2)
+        lens = _np.asarray(doclens)
+        if lens.dtype.kind not in "iu" or lens.ndim != 1:
+            raise ValueError(f"doclens: expected a 1-d integer array, got {lens.dtype} {lens.shape}")
+        lens = _np.ascontiguousarray(lens, dtype=_np.int64)
+        if lens.size == 0:
+            raise ValueError("doclens: no documents")
+        if int(lens.sum()) != tok.shape[0]:
+            raise ValueError(f"doclens: lengths sum to {int(lens.sum())}, tokens has {tok.shape[0]} rows")
+    return tok, lens, _ids(ids, lens.shape[0])
+
+
+def _queries(queries):
+    """(tokens float32 [total, d], qlens int64 [nq])."""
+    if isinstance(queries, _np.ndarray):
+        q = _array(queries, "queries", 3)
+        nq, m, d = q.shape
+        if nq == 0 or m == 0:
+            raise ValueError(f"queries: shape {q.shape} holds no tokens")
+        return q.reshape(nq * m, d), _np.full(nq, m, dtype=_np.int64)
+    return _matrices(queries, "queries")
+
+
+def _threads(threads):
+    if threads is None:
+        return 0
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError(f"threads: {threads} (give None for one per CPU, or a count >= 1)")
+    return threads
+
+
+def _k(k):
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k: {k} (must be at least 1)")
+    return k
+
+
+def _outputs(nq, k):
+    return _np.empty((nq, k), dtype=_np.int64), _np.empty((nq, k), dtype=_np.float32)
+
+
+def _progress(progress):
+    """A (phase, fraction) callable for progress=True (tqdm when installed), or None."""
+    if progress is None or progress is False:
+        return None
+    if callable(progress):
+        return progress
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    state = {"phase": None, "bar": None}
+
+    def report(phase, fraction):
+        if phase != state["phase"]:
+            if state["bar"] is not None:
+                state["bar"].close()
+            state["phase"] = phase
+            state["bar"] = tqdm(total=100, desc=phase, leave=False) if tqdm else None
+        pct = int(round(100 * fraction))
+        if state["bar"] is not None:
+            state["bar"].update(pct - state["bar"].n)
+            if fraction >= 1:
+                state["bar"].close()
+                state["bar"], state["phase"] = None, None
+        else:
+            print(f"\rchimera: {phase} {pct:3d}%", end="\n" if fraction >= 1 else "",
+                  file=_sys.stderr, flush=True)
+    return report
+
+
+def _missing(path, what):
+    raise FileNotFoundError(_errno.ENOENT, f"{what}: {_os.strerror(_errno.ENOENT)}", path)
+
+
+# ----------------------------------------------------------------------------------------
+# Index
+# ----------------------------------------------------------------------------------------
+
+class Index:
+    """An opened Chimera index (a directory on disk, memory-mapped).
+
+    Make one with :meth:`Index.build` or :meth:`Index.open`. Searching is thread-safe:
+    any number of Python threads may call :meth:`search` on one index at once. Close it
+    with :meth:`close` or a ``with`` block (or let it be garbage-collected).
+    """
+
+    def __init__(self, path, backend="auto", verify=False):
+        """Open the index at `path`; same as :meth:`Index.open`."""
+        path = _os.fspath(path)
+        if not _os.path.isdir(path):
+            _missing(path, "no index directory")
+        self._path = path
+        self._raw = _chimera.RawIndex(path, backend=backend, verify=bool(verify))
+        self._corpus = None
+
+    # -- life cycle --------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path, backend="auto", verify=False):
+        """Open (memory-map) the index at `path`.
+
+        backend: "auto" (CUDA when a device is usable, else CPU), "cpu" or "cuda".
+        verify: recompute every section's checksum first (reads all the data once).
+
+        Raises FileNotFoundError (no such directory), CorruptIndexError (damaged, or an
+        unsupported format version), OSError, MemoryError.
+        """
+        return cls(path, backend=backend, verify=verify)
+
+    @classmethod
+    def build(cls, path, documents=None, *, tokens=None, doclens=None, ids=None, bits=4,
+              threads=None, seed=0, n_clusters=None, progress=False, backend="auto"):
+        """Build an index of a corpus into directory `path`, then open it.
+
+        The corpus is either ``documents``, a list of (n_i, d) arrays (or one
+        [n_docs, L, d] array), or ``tokens`` [n_tokens, d] with ``doclens`` [n_docs]
+        (documents are consecutive runs of rows). float32 or float16; tokens should be
+        L2-normalised, as ColBERT-style encoders emit them.
+
+        ids: optional user ids (int64, one per document, unique, >= 0); by default a
+            document's id is its position.
+        bits: bits per dimension of the full-precision codes, 1..8.
+        threads: worker threads (None: one per CPU).
+        seed: every random step derives from it (same input and seed, same index).
+        n_clusters: IVF clusters (None: about one per 100 tokens).
+        progress: True for a progress bar (tqdm when installed, else lines on stderr),
+            or a callable(phase, fraction), called from worker threads.
+
+        The build writes beside `path` and swaps the result in only when complete, so an
+        existing index at `path` survives a failed build. The GIL is released meanwhile.
+        Raises ValueError (shapes, dtypes, NaN/Inf, empty documents, duplicate ids),
+        FileNotFoundError (the parent directory is missing), OSError, MemoryError.
+        """
+        path = _os.fspath(path)
+        parent = _os.path.dirname(_os.path.abspath(path))
+        if not _os.path.isdir(parent):
+            _missing(parent, "no such directory")
+        tok, lens, uids = _corpus(documents, tokens, doclens, ids)
+        report = _chimera.build(path, tok, lens, uids, bits=int(bits), threads=_threads(threads),
+                                seed=int(seed), n_clusters=int(n_clusters or 0),
+                                progress=_progress(progress))
+        index = cls(path, backend=backend)
+        index._corpus = (tok, lens, uids)
+        index.build_report = report
+        return index
+
+    def close(self):
+        """Unmap the index. Raises RuntimeError while another thread is searching it."""
+        self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self._raw.closed else f"{self._raw.n_docs} documents, dim {self._raw.dim}"
+        return f"chimera.Index({self._path!r}: {state})"
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def path(self):
+        """The index directory."""
+        return self._path
+
+    @property
+    def n_docs(self):
+        """Number of documents."""
+        return self._raw.n_docs
+
+    def __len__(self):
+        return self._raw.n_docs
+
+    @property
+    def dim(self):
+        """Token dimension."""
+        return self._raw.dim
+
+    @property
+    def info(self):
+        """The index's manifest as a dict (what ``chimera info IDX`` prints): dimension,
+        bits, clusters, documents, tokens, posting-list statistics, sections and sizes,
+        build times. Read from disk at each access."""
+        return _chimera.info(self._path)
+
+    # -- search --------------------------------------------------------------------------
+
+    def search(self, queries, k=10, recall=None, params=None, threads=None, latency=False):
+        """Top-k documents for each query.
+
+        queries: a [nq, m, d] array, or a list of (m_i, d) arrays; float32 or float16.
+        k: results per query.
+        recall: use the profile that :meth:`tune` stored for this k and the smallest
+            target >= recall (ValueError if there is none).
+        params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks
+            (ints), impute ("probe", "zero", "min"), probe ("auto", "brute", "graph").
+            Unset ones take the library's defaults for k (or the profile's with recall=).
+        threads: worker threads for this call (None: one per CPU). Give concurrent
+            callers a share each (threads=1 for one search per Python thread).
+        latency: one query at a time with all threads, instead of queries spread over
+            the threads.
+
+        Returns (scores float32 [nq, k], ids int64 [nq, k]), best first; ids are the
+        user ids, padded with -1 (score -inf) where fewer than k documents qualify.
+        Raises ValueError (shapes, dtypes, NaN/Inf, dimension mismatch),
+        CorruptIndexError, MemoryError, ChimeraError.
+        """
+        k = _k(k)
+        qt, ql = _queries(queries)
+        if qt.shape[1] != self._raw.dim:
+            raise ValueError(f"queries: dimension {qt.shape[1]}, the index's is {self._raw.dim}")
+        ids, scores = _outputs(ql.shape[0], k)
+        if params is not None:
+            params = dict(params)
+        self.last_profile = self._raw.search(qt, ql, k, params, recall, _threads(threads),
+                                             ids, scores, bool(latency))
+        return scores, ids
+
+    def tune(self, queries, k=10, target_recall=0.95, truth=None, documents=None, *,
+             tokens=None, doclens=None, ids=None, threads=None, save=False):
+        """Find the fastest search setting that reaches Recall@k >= target_recall.
+
+        The library's backward procedure (generous n_probe and k_refine, raise k_fullbit
+        until the target is met, then shrink k_refine, then n_probe). Recall is measured
+        against `truth`, the exact top-k ids [nq, >= k]; when it is not given it is
+        computed by :func:`exact_search` over the corpus: ``documents`` (or tokens and
+        doclens, ids), or, for an index made by :meth:`build` in this process, the corpus
+        it was built from.
+
+        save: when the target is reached, store the result in the index as the profile
+            for (k, target_recall), for
+            ``search(recall=...)`` here and ``chimera search --recall`` (takes effect for
+            handles opened after the save).
+
+        Returns a dict: params (the setting), recall and qps measured with it, reached
+        (False: the target was out of reach and params is the closest), points (every
+        setting tried), saved (whether it was stored).
+        """
+        k = _k(k)
+        if not 0 < target_recall <= 1:
+            raise ValueError(f"target_recall: {target_recall} is not in (0, 1]")
+        qt, ql = _queries(queries)
+        if truth is None:
+            if documents is not None or tokens is not None:
+                corpus = _corpus(documents, tokens, doclens, ids)
+            elif self._corpus is not None:
+                corpus = self._corpus
+            else:
+                raise ValueError("tune: give truth= (exact top-k ids) or the corpus "
+                                 "(documents=, or tokens= and doclens=)")
+            truth = _exact(corpus, qt, ql, k, _threads(threads))[1]
+        else:
+            truth = _np.asarray(truth)
+            if truth.dtype.kind not in "iu" or truth.ndim != 2:
+                raise ValueError(f"truth: expected a 2-d integer array, got {truth.dtype} {truth.shape}")
+            truth = _np.ascontiguousarray(truth, dtype=_np.int64)
+        res = self._raw.tune(qt, ql, truth, k, float(target_recall), _threads(threads))
+        raw = res.pop("_raw")
+        res["saved"] = bool(save and res["reached"])
+        if res["saved"]:
+            _chimera.profile_save(self._path, k, float(target_recall), raw)
+        return res
+
+    def check(self):
+        """The deep consistency check (``chimera check``): every checksum, posting list,
+        code, factor and graph edge. Returns None; raises CorruptIndexError naming the
+        damaged section."""
+        self._raw.check()
+
+
+# ----------------------------------------------------------------------------------------
+# Functions
+# ----------------------------------------------------------------------------------------
+
+def _exact(corpus, qt, ql, k, threads):
+    tok, lens, uids = corpus
+    if qt.shape[1] != tok.shape[1]:
+        raise ValueError(f"queries: dimension {qt.shape[1]}, the documents' is {tok.shape[1]}")
+    ids, scores = _outputs(ql.shape[0], k)
+    _chimera.exact_search(tok, lens, uids, qt, ql, k, threads, ids, scores)
+    return scores, ids
+
+
+def exact_search(documents, queries, k=10, *, ids=None, threads=None):
+    """Exact Chamfer top-k by brute force: the ground truth recall is measured against.
+
+    documents: a list of (n_i, d) arrays, one [n_docs, L, d] array, or a tuple
+        (tokens [n_tokens, d], doclens [n_docs]).
+    queries: a [nq, m, d] array or a list of (m_i, d) arrays.
+    ids: optional user ids of the documents (default: their positions).
+
+    Returns (scores float32 [nq, k], ids int64 [nq, k]), best first (ties to the earlier
+    document), -1 / -inf padding. The GIL is released meanwhile.
+    """
+    k = _k(k)
+    if isinstance(documents, tuple):
+        if len(documents) != 2:
+            raise ValueError("documents: a tuple must be (tokens, doclens)")
+        corpus = _corpus(None, documents[0], documents[1], ids)
+    else:
+        corpus = _corpus(documents, None, None, ids)
+    qt, ql = _queries(queries)
+    return _exact(corpus, qt, ql, k, _threads(threads))
+
+
+def recall(run_ids, truth_ids, k):
+    """Recall@k of result ids [nq, >= k] against exact ids [nq, >= k]: per query,
+    |top-k(run) ∩ top-k(truth)| / k, averaged (-1 entries are padding)."""
+    run = _np.ascontiguousarray(run_ids, dtype=_np.int64)
+    truth = _np.ascontiguousarray(truth_ids, dtype=_np.int64)
+    return _chimera.recall(run, truth, _k(k))
+
+
+def runtime_info():
+    """This build and machine: library version, SIMD level, BLAS, CPUs, CUDA."""
+    return _chimera.runtime_info()

@@ -1,0 +1,102 @@
+# Type stubs for the chimera package (python/chimera/__init__.py holds the docstrings).
+from os import PathLike
+from typing import Any, Callable, Sequence, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+_Floats = npt.NDArray[np.float32] | npt.NDArray[np.float16]
+_Docs = Sequence[_Floats] | _Floats
+_Path = str | PathLike[str]
+_Progress = bool | Callable[[str, float], None]
+
+class ChimeraError(RuntimeError): ...
+class CorruptIndexError(ChimeraError): ...
+
+class SearchParams(TypedDict, total=False):
+    n_probe: int
+    k_refine: int
+    k_fullbit: int
+    chunks: int
+    impute: str  # "probe" | "zero" | "min"
+    probe: str   # "auto" | "brute" | "graph"
+
+class TuneResult(TypedDict):
+    params: SearchParams
+    recall: float
+    qps: float
+    reached: bool
+    points: list[dict[str, Any]]
+    saved: bool
+
+class Index:
+    build_report: dict[str, Any]
+    last_profile: dict[str, Any]
+    def __init__(self, path: _Path, backend: str = "auto", verify: bool = False) -> None: ...
+    @classmethod
+    def open(cls, path: _Path, backend: str = "auto", verify: bool = False) -> Index: ...
+    @classmethod
+    def build(
+        cls,
+        path: _Path,
+        documents: _Docs | None = None,
+        *,
+        tokens: _Floats | None = None,
+        doclens: npt.ArrayLike | None = None,
+        ids: npt.ArrayLike | None = None,
+        bits: int = 4,
+        threads: int | None = None,
+        seed: int = 0,
+        n_clusters: int | None = None,
+        progress: _Progress = False,
+        backend: str = "auto",
+    ) -> Index: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Index: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def n_docs(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def info(self) -> dict[str, Any]: ...
+    def search(
+        self,
+        queries: _Docs,
+        k: int = 10,
+        recall: float | None = None,
+        params: SearchParams | None = None,
+        threads: int | None = None,
+        latency: bool = False,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def tune(
+        self,
+        queries: _Docs,
+        k: int = 10,
+        target_recall: float = 0.95,
+        truth: npt.ArrayLike | None = None,
+        documents: _Docs | None = None,
+        *,
+        tokens: _Floats | None = None,
+        doclens: npt.ArrayLike | None = None,
+        ids: npt.ArrayLike | None = None,
+        threads: int | None = None,
+        save: bool = False,
+    ) -> TuneResult: ...
+    def check(self) -> None: ...
+
+def exact_search(
+    documents: _Docs | tuple[_Floats, npt.ArrayLike],
+    queries: _Docs,
+    k: int = 10,
+    *,
+    ids: npt.ArrayLike | None = None,
+    threads: int | None = None,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+def recall(run_ids: npt.ArrayLike, truth_ids: npt.ArrayLike, k: int) -> float: ...
+def runtime_info() -> dict[str, Any]: ...
