@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what Chimera needs on Debian 12 (bookworm): compilers (gcc, and clang with its
 # sanitizer and libFuzzer runtime) and CMake, OpenBLAS, xxHash and cJSON (all from
-# Debian), and numpy for the tests' fixture conversions.
+# Debian), Python's venv module and headers (the Python package), and numpy for the
+# tests' fixture conversions.
 # Idempotent: installs only what is missing. The CUDA toolkit is optional and is not
 # installed here (the build uses nvcc when it finds one).
 set -euo pipefail
 # clang and its runtime (sanitizers, libFuzzer) for the clang sanitizer pass and the fuzz
 # target of scripts/test.sh.
-pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev clang libclang-rt-14-dev)
+# python3-venv and python3-dev for the Python package's pass (a venv under build-python/,
+# and Python.h for its C extension); pip fetches scikit-build-core, numpy and pytest
+# from PyPI into that venv.
+pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev clang libclang-rt-14-dev
+      python3-venv python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Builds and runs every test twice: a RelWithDebInfo build (asserts on) and an
 # AddressSanitizer + UndefinedBehaviorSanitizer build; then, with clang, a third time
-# under clang's sanitizers; then the concurrency tests under ThreadSanitizer; and the
-# index-open fuzz target under libFuzzer for FUZZ_SECONDS (default 60). Installs
-# missing dependencies.
+# under clang's sanitizers; then the concurrency tests under ThreadSanitizer; the
+# index-open fuzz target under libFuzzer for FUZZ_SECONDS (default 60); and the Python
+# package: `pip install .[test]` into a venv under build-python/ and its pytest tests
+# (python/tests). Installs missing dependencies.
 #
 # With no arguments this is the full run (the README's test command and CI's). Options
 # narrow it (tests/README.md):
 #   -L LABEL, -LE LABEL   run only the tests with (without) a label: unit, cli, slow,
-#                         gpu, fuzz; passed to ctest in every pass
+#                         gpu, fuzz, python; passed to ctest in every pass (-L python
+#                         alone runs only the Python pass; -LE slow skips its wheel test)
 #   -R REGEX, -E REGEX    run only the tests whose names match (do not match)
 #   --fast                only the plain build (build-test/), no sanitizer or fuzz pass
 #   -j N                  parallel build and test jobs (default: nproc)
 #   -- ARGS...            further arguments for ctest
 # The fuzz pass runs in a full run, or when the fuzz label is asked for (-L fuzz); the
-# ThreadSanitizer pass only in a full run.
+# ThreadSanitizer pass only in a full run; the Python pass in a full run, with --fast
+# and no filter, or when the python label is asked for (-L python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { sed -n '/^# With no arguments/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -23,6 +26,8 @@ fast=0
 filter=()
 extra=()
 want_fuzz=1
+want_python=1
+python_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -L|-LE|-R|-E)
@@ -30,6 +35,13 @@ while [ $# -gt 0 ]; do
       filter+=("$1" "$2")
       want_fuzz=0
       [ "$1" = -L ] && [[ fuzz =~ $2 ]] && want_fuzz=2
+      # The Python pass: asked for by -L python, left out by any other -L, -R or -E,
+      # and by an -LE that matches python.
+      case "$1" in
+        -L) if [[ python =~ $2 ]]; then want_python=2; else want_python=0; fi ;;
+        -LE) [[ python =~ $2 ]] && want_python=0 ;;
+        *) want_python=0 ;;
+      esac
       shift 2 ;;
     --fast) fast=1; shift ;;
     -j) [ $# -ge 2 ] || { echo "test.sh: -j needs an argument" >&2; exit 2; }
@@ -51,8 +63,18 @@ if [ $want_fuzz = 2 ]; then
   done
 fi
 [ $fast = 1 ] && want_fuzz=0
+# -L python (the only filter): just the Python pass, with the CLI it compares against.
+if [ ${#filter[@]} -eq 2 ] && [ "${filter[0]}" = -L ] && [ "${filter[1]}" = python ]; then
+  python_only=1
+fi
+# -LE slow leaves out the Python pass's slow test (the wheel built and installed afresh).
+pytest_mark=()
+for ((i = 0; i < ${#filter[@]}; i += 2)); do
+  [ "${filter[i]}" = -LE ] && [[ slow =~ ${filter[i+1]} ]] && pytest_mark=(-m "not slow")
+done
 scripts/install-deps.sh
 passes=("build-test:")
+[ $python_only = 1 ] && passes=()
 if [ $fast = 0 ]; then
   passes+=("build-asan:-DCHIMERA_SANITIZE=address,undefined")
   # clang's UndefinedBehaviorSanitizer finds what gcc's does not (and float-cast-overflow,
@@ -61,7 +83,7 @@ if [ $fast = 0 ]; then
     passes+=("build-clang:-DCMAKE_C_COMPILER=clang -DCHIMERA_CUDA=OFF -DCHIMERA_SANITIZE=address,undefined")
   fi
 fi
-for cfg in "${passes[@]}"; do
+for cfg in ${passes[@]+"${passes[@]}"}; do
   dir=${cfg%%:*}
   flags=${cfg#*:}
   echo "== $dir ${flags:-(asserts on)}"
@@ -94,4 +116,29 @@ if [ $want_fuzz != 0 ] && command -v clang >/dev/null; then
   grep -q "^CHIMERA_FUZZ:BOOL=ON" build-fuzz/CMakeCache.txt && targets+=(fuzz_open)
   cmake --build build-fuzz -j"$jobs" --target "${targets[@]}"
   (cd build-fuzz && ctest --output-on-failure -R '^fuzz_open')
+fi
+# The Python package (pyproject.toml, python/): installed with pip into a venv under
+# build-python/ exactly as a user's `pip install .` does (scikit-build-core over this
+# CMake build, dependencies from PyPI), then its pytest tests, which compare with the CLI
+# of build-test/ and build a wheel into a fresh venv (the slow one). CUDA is left out of
+# this build: build-test/ already compiles and tests the .cu files, and nvcc would add
+# minutes for no new coverage. The CMake build directory build-python/cmake persists, so
+# a rerun recompiles only what changed. pytest's exit 5 (no test collected) fails here.
+if [ $want_python != 0 ]; then
+  echo "== build-python (pip install .[test], pytest python/tests)"
+  if [ $python_only = 1 ]; then
+    cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF >/dev/null
+    cmake --build build-test -j"$jobs" --target chimera
+  fi
+  [ -x build-python/venv/bin/python ] || python3 -m venv build-python/venv
+  skbuild=(-C build-dir=build-python/cmake -C cmake.define.CHIMERA_CUDA=OFF)
+  build-python/venv/bin/python -m pip install -q --disable-pip-version-check ".[test]" "${skbuild[@]}"
+  rc=0
+  CHIMERA_CLI="$PWD/build-test/chimera" CHIMERA_WHEEL_ARGS="${skbuild[*]}" \
+    build-python/venv/bin/python -m pytest -q -p no:cacheprovider python/tests \
+    ${pytest_mark[@]+"${pytest_mark[@]}"} || rc=$?
+  if [ $rc = 5 ]; then
+    echo "test.sh: pytest collected no tests in python/tests" >&2
+  fi
+  [ $rc = 0 ] || exit $rc
 fi

@@ -104,11 +104,13 @@ def test_tune_profile_info_check(corpus, tmp_path):
     res = ix.tune(queries, k=10, target_recall=0.9, threads=2, save=True)
     assert res["reached"] and res["saved"] and res["recall"] >= 0.9
     assert set(res["params"]) == {"n_probe", "k_refine", "k_fullbit", "chunks", "impute", "probe"}
-    # With explicit truth, on a reopened handle: the same result.
+    # With explicit truth, on a reopened handle (the choice among settings that reach the
+    # target depends on measured speed, so only the recall is compared).
     truth = chimera.exact_search((tokens, lens), queries, k=10)[1]
     ix2 = chimera.Index.open(path)
     res2 = ix2.tune(queries, k=10, target_recall=0.9, truth=truth, threads=2)
-    assert res2["params"] == res["params"]
+    assert res2["reached"] and res2["recall"] >= 0.9 and not res2["saved"]
+    assert chimera.recall(ix2.search(queries, k=10, params=res2["params"])[1], truth, 10) >= 0.9
     with pytest.raises(ValueError, match="truth"):
         ix2.tune(queries, k=10, target_recall=0.9)          # no corpus known, no truth
     a = ix2.search(queries, k=10, recall=0.9, threads=2)
