@@ -72,6 +72,11 @@ def test_lists_equal_concatenated(index, corpus, tmp_path):
     b = chimera.exact_search((tokens, lens), queries, k=10)
     np.testing.assert_array_equal(a[1], b[1])
     np.testing.assert_array_equal(a[0], b[0])
+    # One [n_docs, L, d] array is n_docs documents of L tokens.
+    cube = tokens[: 50 * 8].reshape(50, 8, -1)
+    a = chimera.exact_search(cube, queries, k=5)
+    b = chimera.exact_search(list(cube), queries, k=5)
+    np.testing.assert_array_equal(a[1], b[1])
     # Queries of different lengths in a list: each equals its own search.
     ql = [queries[0][:5], queries[1], queries[2][:11]]
     s, i = index.search(ql, k=10, threads=2)
