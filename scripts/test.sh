@@ -141,4 +141,21 @@ if [ $want_python != 0 ]; then
     echo "test.sh: pytest collected no tests in python/tests" >&2
   fi
   [ $rc = 0 ] || exit $rc
+  # In a full run, the same tests once more with the extension and the library built
+  # under gcc's AddressSanitizer and UndefinedBehaviorSanitizer (build-pyasan/, CMake
+  # directly), loaded into the venv's Python by LD_PRELOAD of the runtimes: bad inputs
+  # and concurrent searches must not touch memory they should not. Leak checking is off:
+  # CPython keeps memory until exit by design. The wheel test does not use this build.
+  if [ $fast = 0 ] && [ ${#filter[@]} -eq 0 ]; then
+    echo "== build-pyasan (Python tests, extension under ASan+UBSan)"
+    cmake -S . -B build-pyasan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF -DCHIMERA_TESTS=OFF \
+      -DCHIMERA_CUDA=OFF -DCHIMERA_SANITIZE=address,undefined -DCHIMERA_PYTHON=ON \
+      -DPython_EXECUTABLE="$PWD/build-python/venv/bin/python" >/dev/null
+    cmake --build build-pyasan -j"$jobs" --target _chimera
+    rm -rf build-pyasan/pkg && mkdir -p build-pyasan/pkg/chimera
+    cp python/chimera/*.py build-pyasan/pkg/chimera/ && cp build-pyasan/_chimera*.so build-pyasan/pkg/chimera/
+    CHIMERA_CLI="$PWD/build-test/chimera" PYTHONPATH="$PWD/build-pyasan/pkg" ASAN_OPTIONS=detect_leaks=0 \
+      LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
+      build-python/venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" python/tests
+  fi
 fi
