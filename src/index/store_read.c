@@ -25,10 +25,13 @@
  * emptied under the reader (the writer deletes the index it replaced), so an attempt
  * that fails with CHIMERA_ERR_CORRUPT or _IO is retried when the index at the path is
  * no longer the one read: another directory (device and inode differ) or another
- * generation in the manifest read through the path. STORE_OPEN_ATTEMPTS bounds the
- * retries: a real fault is reported after one extra look, and only writers committing
- * back to back, each within one open, could exhaust them. Readers take no lock: they may
- * be on read-only media and must never wait for a writer.
+ * generation in the manifest read through the path. A real fault is reported after one
+ * extra look (the index did not change). While the index keeps changing the reader keeps
+ * trying, backing off from 1 ms to 50 ms between attempts so that it finds a gap between
+ * commits, for up to STORE_OPEN_RETRY_MS: a fixed number of attempts can be exhausted by
+ * writers committing back to back (seen with 3 under a sanitizer's slowdown), and a
+ * reader must never report a healthy index as corrupt. Readers take no lock: they may be
+ * on read-only media and must never wait for a writer.
  *
  * The manifest is the commit point of the writer (store_write.c), so a directory without
  * one is not an index. If the directory itself is missing, the reader looks beside it for
@@ -47,6 +50,7 @@
 
 #include <xxhash.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/fileio.h"
 #include "core/mapreg.h"
@@ -62,9 +66,9 @@ typedef struct rsection {
     int map_reg;          /* cm_map_register handle (0: none) */
 } rsection;
 
-/* Opening attempts when the index changes under the reader (see the top of the file):
- * one retry is enough for one swap; the third covers a swap during the retry. */
-#define STORE_OPEN_ATTEMPTS 3
+/* How long a reader keeps retrying while writers keep changing the index (see the top of
+ * the file); as long as a writer waits for the lock. */
+#define STORE_OPEN_RETRY_MS 30000
 
 struct store {
     char *dir;
@@ -578,7 +582,9 @@ static chimera_status open_impl(const char *dir, int map, int verify, store **ou
     *out = NULL;
     if (!dir || !dir[0]) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index path is empty");
     chimera_status st = CHIMERA_OK;
-    for (int attempt = 0; attempt < STORE_OPEN_ATTEMPTS; attempt++) {
+    double t0 = cm_now();
+    useconds_t nap = 1000;
+    for (int attempt = 0;; attempt++) {
         struct stat seen;
         int64_t gen_seen;
         st = open_once(dir, map, verify, out, &seen, &gen_seen, err);
@@ -586,6 +592,11 @@ static chimera_status open_impl(const char *dir, int map, int verify, store **ou
          * order problems are not */
         if (st == CHIMERA_OK || (st != CHIMERA_ERR_CORRUPT && st != CHIMERA_ERR_IO)) break;
         if (!changed_under(dir, &seen, gen_seen)) break;
+        if ((cm_now() - t0) * 1000.0 > STORE_OPEN_RETRY_MS) break;
+        if (attempt >= 2) { /* the first retries are immediate: one swap needs only one */
+            usleep(nap);
+            nap = nap * 2 > 50000 ? 50000 : nap * 2;
+        }
     }
     return st;
 }
