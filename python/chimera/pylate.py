@@ -2,12 +2,15 @@
 
 PyLate (https://github.com/lightonai/pylate) encodes text with ColBERT models and hands
 the token embeddings to an index object. Its retriever, ``pylate.retrieve.ColBERT``,
-treats any index that is not its Voyager index the way it treats PLAID: it calls
-``index(queries_embeddings, k=k, subset=subset)`` and returns what that gives, a list
-per query of ``{"id": document_id, "score": float}`` best first. This class implements
-that interface, and the rest of PyLate's index interface, over ``chimera.Index``:
+passes the queries straight to an end-to-end index (PLAID's kind: the class attribute
+``is_end_to_end_index = True`` in PyLate 1.6; earlier versions treat any index that is
+not Voyager that way): it calls ``index(queries_embeddings=..., k=k, subset=subset)`` and
+returns what that gives, a list per query of ``{"id": document_id, "score": float}``
+best first. This class implements that interface, and the rest of PyLate's index
+interface, over ``chimera.Index``:
 
-    add_documents(documents_ids, documents_embeddings) -> self
+    is_end_to_end_index = True
+    add_documents(documents_ids, documents_embeddings, **kwargs) -> self
     remove_documents(documents_ids) -> self
     __call__(queries_embeddings, k=10, subset=None) -> list[list[dict]]
     get_documents_embeddings(documents_ids: list[list[id]]) -> list[list[array]]
@@ -15,7 +18,8 @@ that interface, and the rest of PyLate's index interface, over ``chimera.Index``
 Based on reading PyLate's sources (not copied): ``pylate/indexes/base.py`` (the abstract
 interface), ``pylate/indexes/plaid.py`` and ``pylate/indexes/fast_plaid.py`` (argument
 shapes, result format, ``index_folder``/``index_name``/``override``),
-``pylate/retrieve/colbert.py`` (how the retriever calls an index).
+``pylate/retrieve/colbert.py`` and, in PyLate 1.6, ``pylate/retrieve/base.py`` (how the
+retriever calls an index). Checked against PyLate 1.6.0's ``retrieve.ColBERT``.
 
 Differences, since Chimera has no incremental update yet:
 
@@ -102,6 +106,9 @@ class Chimera:
     store_dtype
         dtype of the kept embeddings, ``"float16"`` (default) or ``"float32"``.
     """
+
+    # PyLate's retriever hands queries to __call__ and returns its ranked results as they are
+    is_end_to_end_index = True
 
     def __init__(self, index_folder="indexes", index_name="chimera", override=False, *,
                  bits=4, threads=None, seed=0, n_clusters=None, recall=None, params=None,

@@ -16,6 +16,7 @@ def _docs(corpus, n):
 
 def test_import_is_light():
     assert "torch" not in sys.modules and "pylate" not in sys.modules
+    assert Chimera.is_end_to_end_index is True    # PyLate's retriever: results as they are
 
 
 def test_add_search_get_remove(tmp_path, corpus):
