@@ -180,7 +180,7 @@ typedef enum chimera_status {
     CHIMERA_ERR_EMPTY = -9,       /* an empty document or query where none is allowed */
     CHIMERA_ERR_DEVICE = -10,     /* a GPU call failed or no device is usable */
     CHIMERA_ERR_UNSUPPORTED = -11, /* valid but not supported (dtype, byte order, ...) */
-    CHIMERA_ERR_CANCELLED = -12,  /* a progress callback asked to stop */
+    CHIMERA_ERR_CANCELLED = -12,  /* the caller's cancel callback asked to stop */
     CHIMERA_ERR_INTERNAL = -13,   /* a bug in Chimera; please report it */
     CHIMERA_ERR_BUSY = -14,       /* another process is changing the index and kept it
                                      locked past the wait; try again later */
@@ -210,6 +210,22 @@ CHIMERA_API const char *chimera_simd_level(void);
  * `fraction` runs from 0 to 1 (1 once per phase, at its end). May be called from
  * worker threads, so it must be thread-safe. */
 typedef void (*chimera_progress_fn)(void *user, const char *phase, double fraction);
+
+/* Cancel callback for long work (the `cancel` field of chimera_build_opts and
+ * chimera_exact_opts): polled at the same points as progress (about 200 times per
+ * phase, whether or not a progress callback is set) and between stages; a non-zero
+ * return asks the call to stop, and it then returns CHIMERA_ERR_CANCELLED soon after,
+ * having left no trace (a build leaves no temporary files, and the index previously at
+ * its path untouched). Once it has returned non-zero it is not called again in that
+ * call. May be called from worker threads, so it must be thread-safe, and it should be
+ * cheap (read a flag).
+ * Why a separate callback rather than a progress callback returning int: changing
+ * chimera_progress_fn's return type would stop every caller's source from compiling and
+ * make programs built against the older header (whose callbacks return void) stop at
+ * random; a field added at the end of the options structs keeps both meaning what they
+ * meant (zero: never cancelled), as the rules above require, and lets a caller cancel
+ * without asking for progress. */
+typedef int (*chimera_cancel_fn)(void *user);
 
 /* ---------------------------------------------------------------------------------- */
 /* Enums                                                                              */
@@ -373,6 +389,8 @@ typedef struct chimera_exact_opts {
     int n_threads;               /* 0: one per CPU */
     chimera_progress_fn progress; /* optional */
     void *progress_user;
+    chimera_cancel_fn cancel;    /* optional: non-zero stops the search (_CANCELLED) */
+    void *cancel_user;
 } chimera_exact_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -385,7 +403,8 @@ CHIMERA_API void chimera_exact_opts_default(chimera_exact_opts *opts);
  * own threads and scratch; the corpus is only read).
  * @param err  optional; receives this call's error (code and message)
  * @return CHIMERA_OK, _INVALID_ARG (k == 0), _DIM (query dim differs), _NOMEM, _VALUE
- *         (a float16 token overflows). */
+ *         (a float16 token overflows), _CANCELLED (opts->cancel asked to stop; ids and
+ *         scores are then unspecified). */
 CHIMERA_API chimera_status chimera_corpus_search(const chimera_corpus *corpus,
                                                  const chimera_queries *queries, uint32_t k,
                                                  const chimera_exact_opts *opts, int64_t *ids,
@@ -406,6 +425,9 @@ typedef struct chimera_build_opts {
     int no_sync;            /* 1: skip fsyncs (scratch indexes; the swap stays atomic) */
     chimera_progress_fn progress;
     void *progress_user;
+    chimera_cancel_fn cancel; /* optional: non-zero stops the build (_CANCELLED); see
+                                 chimera_cancel_fn */
+    void *cancel_user;
 } chimera_build_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -428,7 +450,9 @@ typedef struct chimera_build_report {
  * writes into a temporary directory beside `dir` and swaps it in only when complete and
  * synced, so an existing index at `dir` is never damaged by a failed or killed build;
  * a non-index directory at `dir` is refused. report (may be NULL) gets per-phase times.
- * @return CHIMERA_OK, _INVALID_ARG, _IO, _NOMEM; message in err. */
+ * @return CHIMERA_OK, _INVALID_ARG, _IO, _NOMEM, _CANCELLED (opts->cancel asked to
+ *         stop: the temporary directory is removed and `dir` is as it was); message in
+ *         err. */
 CHIMERA_API chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir,
                                                const chimera_build_opts *opts,
                                                chimera_build_report *report, chimera_error *err);

@@ -18,6 +18,7 @@
 #include "index/index.h"
 #include "index/profile.h"
 #include "search/eval.h"
+#include "core/progress.h"
 #include "search/exact.h"
 #include "search/pipeline.h"
 #include "search/session.h"
@@ -291,8 +292,13 @@ chimera_status chimera_corpus_search(const chimera_corpus *corpus, const chimera
     chimera_exact_opts o = {0};
     if (opts) o = *opts;
     CM_TRY(check_threads(o.n_threads, "exact search", err));
-    return sp_exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress, o.progress_user,
-                           ids, scores, err);
+    if (!o.cancel)
+        return sp_exact_search(&corpus->c, &queries->q, k, o.n_threads, o.progress,
+                               o.progress_user, ids, scores, err);
+    cm_watch watch;
+    cm_watch_init(&watch, o.progress, o.progress_user, o.cancel, o.cancel_user);
+    return sp_exact_search_watch(&corpus->c, &queries->q, k, o.n_threads, &watch, ids, scores,
+                                 err);
 }
 
 /* ---- runs and evaluation ----------------------------------------------------------- */
@@ -390,7 +396,7 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
                        "index_build: graph degree %u, expected 1..%d (0: default)", o.graph_degree,
                        GRAPH_DEGREE_MAX);
     ix_build_opts bo = {o.bits, o.n_clusters, o.graph_degree, o.n_threads, o.seed, o.no_sync,
-                        o.progress, o.progress_user};
+                        o.progress, o.progress_user, o.cancel, o.cancel_user};
     ix_build_report r;
     chimera_status s = ix_build(&corpus->c, dir, &bo, &r, err);
     if (report) {

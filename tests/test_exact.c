@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "core/f16.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "data/synth.h"
 #include "search/exact.h"
@@ -136,6 +137,53 @@ static void test_random_shapes(void)
     }
 }
 
+/* Asks to stop on its (n+1)-th poll (n < 0: never); counts the polls. */
+typedef struct stop_after {
+    int n;
+    int polls;
+} stop_after;
+
+static int stop_poll(void *user)
+{
+    stop_after *st = user;
+    return st->n >= 0 && st->polls++ >= st->n;
+}
+
+/* A cancelled exact search returns CHIMERA_ERR_CANCELLED with a message (at the first
+ * poll, and mid-search from worker threads); a cancel callback that never stops leaves
+ * the results exactly those of the plain search. */
+static void check_cancel(const data_corpus *c, const data_queries *q)
+{
+    const uint32_t k = 10;
+    int64_t *ids = cm_malloc((size_t)q->n * k * sizeof *ids), *ids2 = cm_malloc((size_t)q->n * k * sizeof *ids2);
+    float *sc = cm_malloc((size_t)q->n * k * sizeof *sc), *sc2 = cm_malloc((size_t)q->n * k * sizeof *sc2);
+    chimera_error err;
+    CHECK_OK(sp_exact_search(c, q, k, 2, NULL, NULL, ids, sc, &err), &err);
+    stop_after never = {-1, 0};
+    cm_watch w;
+    cm_watch_init(&w, NULL, NULL, stop_poll, &never);
+    CHECK_OK(sp_exact_search_watch(c, q, k, 2, &w, ids2, sc2, &err), &err);
+    CHECK(memcmp(ids, ids2, (size_t)q->n * k * sizeof *ids) == 0 &&
+          memcmp(sc, sc2, (size_t)q->n * k * sizeof *sc) == 0);
+    static const int at[] = {0, 1, 5, 40};
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++)
+        for (int threads = 1; threads <= 2; threads++) {
+            stop_after st = {at[i], 0};
+            cm_watch_init(&w, NULL, NULL, stop_poll, &st);
+            memset(&err, 0, sizeof err);
+            chimera_status s = sp_exact_search_watch(c, q, k, threads, &w, ids2, sc2, &err);
+            CHECKF(s == CHIMERA_ERR_CANCELLED && strstr(err.msg, "cancelled"),
+                   "exact search cancelled at poll %d (%d threads): %s: %s", at[i], threads,
+                   chimera_status_str(s), err.msg);
+            CHECKF(st.polls == at[i] + 1, "exact search: %d polls, expected %d (none after "
+                   "the stop)", st.polls, at[i] + 1);
+        }
+    cm_free(ids);
+    cm_free(ids2);
+    cm_free(sc);
+    cm_free(sc2);
+}
+
 static void test_synthetic(void)
 {
     chimera_synth_opts o = {.n_docs = 300, .dim = 128, .n_queries = 20, .seed = 5};
@@ -147,6 +195,7 @@ static void test_synthetic(void)
     CHECK_OK(data_corpus_wrap(&c, s.tokens, s.n_tokens, s.dim, s.doclens, s.n_docs, NULL, NULL, &err), &err);
     CHECK_OK(data_queries_new(&q, s.queries, s.n_queries, s.dim, NULL, s.query_len, &err), &err);
     compare(&c, &q, 50, 2, "synthetic");
+    check_cancel(&c, &q);
     data_queries_free(&q);
     data_corpus_free(&c);
     data_synth_free(&s);

@@ -18,7 +18,8 @@
  * reported), a non-empty directory that is not an index; meta counts that no integer
  * holds (1e300, -5, 3.7) fail ix_info and ix_open naming the member; and a build
  * that fails at any one of its allocations leaves the previous index at its path
- * intact (it opens, checks and holds the old content) and no temporary directory. */
+ * intact (it opens, checks and holds the old content) and no temporary directory, and so
+ * does a build cancelled through its cancel callback at any of its phases. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -811,6 +812,103 @@ static void test_failed_build_keeps_old(void)
     fixture_free(&f);
 }
 
+/* ---- cancellation ------------------------------------------------------------------ */
+
+/* Cancels when progress first reaches `phase` (a prefix) past `after` (< 0: at the very
+ * first poll, before any progress); counts the polls and notes any progress after. */
+typedef struct cancel_at {
+    const char *phase;
+    double after;
+    int stop;             /* set by the progress callback, read by the cancel callback */
+    int polls_after_stop; /* cancel calls once it has returned non-zero: must stay 0 */
+    int progress_after;   /* progress reports of a later phase after the stop */
+    char last[32];
+} cancel_at;
+
+static void cancel_progress(void *user, const char *phase, double fraction)
+{
+    cancel_at *c = user;
+    /* a stage's sub-phases ("graph knn", "graph prune") may still finish after the stop;
+     * a later stage must not start */
+    if (c->stop && strncmp(phase, c->last, strcspn(c->last, " ")) != 0) c->progress_after++;
+    if (!c->stop && c->phase && strncmp(phase, c->phase, strlen(c->phase)) == 0 &&
+        fraction >= c->after && fraction < 1.0) {
+        c->stop = 1;
+        snprintf(c->last, sizeof c->last, "%s", phase);
+    }
+}
+
+static int cancel_poll(void *user)
+{
+    cancel_at *c = user;
+    if (c->stop == 2) c->polls_after_stop++;
+    if (c->after < 0) c->stop = 1;
+    if (c->stop) c->stop = 2;
+    return c->stop != 0;
+}
+
+/* A build cancelled from its callbacks at its first poll, mid-k-means, mid-assignment,
+ * mid-graph and mid-encoding (1 and 2 threads) returns CHIMERA_ERR_CANCELLED with a
+ * message, starts no later stage, never polls again once told to stop, leaves the
+ * previous index at its path byte-identical (every section) and opening, and leaves no
+ * temporary directory; the uncancelled build then replaces it. */
+static void test_cancelled_build_keeps_old(void)
+{
+    fixture f;
+    fixture_make(&f, 300, 64, 8, 60, 21);
+    char dir[512], ref[512];
+    path_in(dir, sizeof dir, "cancel");
+    path_in(ref, sizeof ref, "cancelref");
+    chimera_error err;
+    CHECK_OK(build(&f.c, dir, 4, 32, 1, 1, &err), &err);
+    CHECK_OK(build(&f.c, ref, 4, 32, 1, 1, &err), &err);
+    static const struct {
+        const char *phase;
+        double after;
+    } points[] = {{NULL, -1}, {"kmeans", 0.3}, {"assign", 0.2}, {"graph", 0.0}, {"encode", 0.3}};
+    for (int threads = 1; threads <= 2; threads++)
+        for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
+            cancel_at c = {.phase = points[i].phase, .after = points[i].after};
+            ix_build_opts o = {.bits = 4, .n_clusters = 32, .seed = 2, .n_threads = threads,
+                               .no_sync = 1, .progress = cancel_progress, .progress_user = &c,
+                               .cancel = cancel_poll, .cancel_user = &c};
+            const char *at = points[i].phase ? points[i].phase : "first poll";
+            memset(&err, 0, sizeof err);
+            chimera_status s = ix_build(&f.c, dir, &o, NULL, &err);
+            CHECKF(s == CHIMERA_ERR_CANCELLED, "cancel at %s (%d threads): %s: %s", at, threads,
+                   chimera_status_str(s), err.msg);
+            CHECKF(err.code == CHIMERA_ERR_CANCELLED && strstr(err.msg, "cancelled"),
+                   "cancel at %s: message '%s'", at, err.msg);
+            CHECKF(c.stop == 2, "cancel at %s: the cancel point was never reached", at);
+            CHECKF(c.polls_after_stop == 0, "cancel at %s: polled %d times after the stop", at,
+                   c.polls_after_stop);
+            CHECKF(c.progress_after == 0, "cancel at %s: %d progress reports of later phases",
+                   at, c.progress_after);
+            const char *diff;
+            CHECKF(same_sections(dir, ref, &diff),
+                   "cancel at %s: the old index differs in %s", at, diff);
+            ix_index ix;
+            if (ix_open(dir, 1, &ix, &err) == CHIMERA_OK) {
+                CHECK_OK(ix_check(&ix, &err), &err);
+                ix_close(&ix);
+            } else {
+                CHECKF(0, "cancel at %s: the old index does not open: %s", at, err.msg);
+            }
+            CHECKF(count_named(".tmp-") == 0, "cancel at %s: a temporary directory remains", at);
+        }
+    /* A cancel callback that never asks to stop changes nothing. */
+    cancel_at never = {0};
+    ix_build_opts o = {.bits = 4, .n_clusters = 32, .seed = 1, .n_threads = 2, .no_sync = 1,
+                       .cancel = cancel_poll, .cancel_user = &never};
+    CHECK_OK(ix_build(&f.c, dir, &o, NULL, &err), &err);
+    const char *diff;
+    CHECKF(same_sections(dir, ref, &diff), "an uncancelled build differs in %s", diff);
+    CHECK(count_named(".tmp-") == 0 && count_named(".old-") == 0);
+    rm_rf(dir);
+    rm_rf(ref);
+    fixture_free(&f);
+}
+
 #include "core/clock.h"
 #define RUN(fn)                                                                                \
     do {                                                                                       \
@@ -827,5 +925,6 @@ int main(void)
     RUN(test_corruption);
     RUN(test_bad_input);
     RUN(test_failed_build_keeps_old);
+    RUN(test_cancelled_build_keeps_old);
     return check_report();
 }

@@ -26,3 +26,33 @@ void cm_progress_end(cm_progress *p)
 {
     if (p && p->fn) p->fn(p->user, p->phase, 1.0);
 }
+
+void cm_watch_init(cm_watch *w, chimera_progress_fn fn, void *user, chimera_cancel_fn cancel,
+                   void *cancel_user)
+{
+    w->fn = fn;
+    w->user = user;
+    w->cancel = cancel;
+    w->cancel_user = cancel_user;
+    atomic_store(&w->stop, 0);
+}
+
+int cm_watch_flag(cm_watch *w)
+{
+    return w && atomic_load_explicit(&w->stop, memory_order_relaxed);
+}
+
+int cm_watch_stopped(cm_watch *w)
+{
+    if (!w) return 0;
+    if (!cm_watch_flag(w) && w->cancel && w->cancel(w->cancel_user))
+        atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
+    return cm_watch_flag(w);
+}
+
+void cm_watch_progress(void *user, const char *phase, double fraction)
+{
+    cm_watch *w = user;
+    if (w->fn) w->fn(w->user, phase, fraction);
+    cm_watch_stopped(w);
+}

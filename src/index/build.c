@@ -69,6 +69,7 @@ static void phase_end(phase_clock *pc, const char *name)
 typedef struct pass_ctx {
     const data_corpus *c;
     cm_progress *prog;
+    cm_watch *watch; /* set once the caller cancels: the remaining tasks are skipped */
     /* assignment */
     ivf_assigner *assigner;
     uint32_t *assign;
@@ -86,6 +87,7 @@ typedef struct pass_ctx {
 static void assign_task(void *ctx, int64_t t, int w)
 {
     pass_ctx *p = ctx;
+    if (cm_watch_flag(p->watch)) return;
     int64_t r0 = t * ROWS_PER_TASK, n = p->c->n_tokens - r0;
     if (n > ROWS_PER_TASK) n = ROWS_PER_TASK;
     const float *rows = data_corpus_rows(p->c, r0, n, p->conv[w]);
@@ -96,6 +98,7 @@ static void assign_task(void *ctx, int64_t t, int w)
 static void encode_task(void *ctx, int64_t t, int w)
 {
     pass_ctx *p = ctx;
+    if (cm_watch_flag(p->watch)) return;
     int64_t r0 = t * ROWS_PER_TASK, n = p->c->n_tokens - r0;
     if (n > ROWS_PER_TASK) n = ROWS_PER_TASK;
     uint32_t dp = p->rot->dim_pad;
@@ -160,7 +163,8 @@ static cJSON *build_meta(const data_corpus *c, const ix_build_opts *o, uint32_t 
 /* Everything the stages share; build_state_free releases what is set. */
 typedef struct build_state {
     const data_corpus *c;
-    ix_build_opts o;         /* defaults filled in */
+    ix_build_opts o;         /* defaults filled in; progress goes through watch */
+    cm_watch watch;          /* the caller's progress and cancel callbacks */
     ix_build_report *rep;
     uint32_t k, d, dp;
     int64_t N;
@@ -238,11 +242,12 @@ static chimera_status stage_assign(build_state *b, chimera_error *err)
     if (!b->assign) return nomem(err);
     cm_progress prog;
     cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "assign", (uint64_t)b->N);
-    pass_ctx p = {.c = b->c, .prog = &prog, .assigner = b->assigner, .assign = b->assign,
+    pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assigner = b->assigner, .assign = b->assign,
                   .conv = b->conv};
     int64_t n_tasks = (b->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     for (int64_t t = 0; t < n_tasks; t++) assign_task(&p, t, 0);
     cm_progress_end(&prog);
+    if (cm_watch_flag(&b->watch)) return CHIMERA_ERR_CANCELLED; /* assign is partial */
     b->rep->assign_recall =
         ivf_assign_recall(b->assigner, b->sample, b->n_train, b->d, 20000, b->o.seed + 7);
     return CHIMERA_OK;
@@ -280,11 +285,12 @@ static chimera_status stage_encode(build_state *b, chimera_error *err)
     quant_rotate_n(b->rot, k, b->km.centroids, d, b->c_rot, dp);
     cm_progress prog;
     cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "encode", (uint64_t)N);
-    pass_ctx p = {.c = b->c, .prog = &prog, .assign = b->assign, .rot = b->rot,
+    pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assign = b->assign, .rot = b->rot,
                   .c_rot = b->c_rot, .bits = b->o.bits, .d1 = b->d1, .dB = b->dB, .f1 = b->f1,
                   .fB = b->fB, .conv = b->conv, .rot_buf = b->rot_buf, .status = CHIMERA_OK};
     cm_pool_run(b->pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, encode_task, &p);
     cm_progress_end(&prog);
+    if (cm_watch_flag(&b->watch)) return CHIMERA_ERR_CANCELLED; /* codes are partial */
     if (p.status != CHIMERA_OK)
         return cm_fail(err, p.status, "build: encoding failed (%s)",
                        chimera_status_str(p.status));
@@ -423,6 +429,15 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     b.nw = cm_pool_size(b.pool);
     o.n_threads = b.nw;
     b.o = o;
+    /* Every stage reports progress through the watch, so each progress point (about 200
+     * a phase, in k-means and the graph too) also polls the caller's cancel callback;
+     * the stages are checked between, and the writer's abort removes the temporary
+     * directory, leaving the index at out_dir as it was. */
+    cm_watch_init(&b.watch, o.progress, o.progress_user, o.cancel, o.cancel_user);
+    if (o.progress || o.cancel) {
+        b.o.progress = cm_watch_progress;
+        b.o.progress_user = &b.watch;
+    }
     b.rot = cm_malloc(sizeof *b.rot);
     if (!b.pool || !b.rot) {
         s = nomem(err);
@@ -435,7 +450,15 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     if (s != CHIMERA_OK) goto done;
 
     /* The phase names are the manifest's meta.build.seconds keys (`chimera info`). */
-#define STAGE(name, call)                                                                          do {                                                                                               phase_start(&pc);                                                                              if ((s = (call)) != CHIMERA_OK) goto done;                                                     phase_end(&pc, name);                                                                      } while (0)
+#define STAGE(name, call)                                                                      \
+    do {                                                                                       \
+        if (cm_watch_stopped(&b.watch)) goto cancelled;                                        \
+        phase_start(&pc);                                                                      \
+        s = (call);                                                                            \
+        if (cm_watch_flag(&b.watch)) goto cancelled; /* whatever the stage returned */        \
+        if (s != CHIMERA_OK) goto done;                                                        \
+        phase_end(&pc, name);                                                                  \
+    } while (0)
     STAGE("sample", stage_sample(&b, err));
     STAGE("kmeans", stage_train(&b, err));
     STAGE("assign", stage_assign(&b, err));
@@ -443,6 +466,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     STAGE("encode", stage_encode(&b, err));
     STAGE("write", stage_write(&b, w, err));
 #undef STAGE
+    if (cm_watch_stopped(&b.watch)) goto cancelled;
     rep->total_seconds = cm_now() - t_start;
     meta = build_meta(c, &o, b.dp, k, &b.g, &b.pst, rep);
     if (!meta) {
@@ -454,6 +478,11 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     w = NULL; /* consumed */
     rep->total_seconds = cm_now() - t_start;
     rep->peak_rss = cm_peak_rss_bytes();
+    goto done;
+cancelled:
+    s = cm_fail(err, CHIMERA_ERR_CANCELLED,
+                "build: cancelled after %s; %s is as it was before the build",
+                rep->n_phases ? rep->phase[rep->n_phases - 1] : "no phase", out_dir);
 done:
     if (w) ix_store_writer_abort(w);
     cJSON_Delete(meta);

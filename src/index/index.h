@@ -32,6 +32,8 @@ typedef struct ix_build_opts {
     int no_sync;            /* skip fsyncs (tests, scratch indexes) */
     chimera_progress_fn progress;
     void *progress_user;
+    chimera_cancel_fn cancel; /* optional: non-zero stops the build (CHIMERA_ERR_CANCELLED) */
+    void *cancel_user;
 } ix_build_opts;
 
 typedef struct ix_build_report {

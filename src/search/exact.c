@@ -49,6 +49,7 @@ typedef struct job {
     const int64_t *blk; /* block b = documents [blk[b], blk[b+1]) */
     worker *w;
     cm_progress *prog;
+    cm_watch *watch; /* NULL: not cancellable */
 } job;
 
 static void finish_doc(const job *jb, worker *w, int64_t doc)
@@ -66,6 +67,7 @@ static void run_block(void *ctx, int64_t b, int wi)
     const job *jb = ctx;
     const data_corpus *c = jb->c;
     worker *w = &jb->w[wi];
+    if (cm_watch_flag(jb->watch)) return; /* cancelled: skip the rest */
     const int64_t d0 = jb->blk[b], d1 = jb->blk[b + 1];
     const int64_t r0 = c->doc_off[d0], r1 = c->doc_off[d1], mq = jb->mq;
     const float *qt = jb->q->tokens + jb->q->off[jb->q0] * (int64_t)c->dim;
@@ -115,6 +117,16 @@ chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint
                                int n_threads, chimera_progress_fn progress, void *progress_user,
                                int64_t *ids, float *scores, chimera_error *err)
 {
+    if (!progress) return sp_exact_search_watch(c, q, k, n_threads, NULL, ids, scores, err);
+    cm_watch watch;
+    cm_watch_init(&watch, progress, progress_user, NULL, NULL);
+    return sp_exact_search_watch(c, q, k, n_threads, &watch, ids, scores, err);
+}
+
+chimera_status sp_exact_search_watch(const data_corpus *c, const data_queries *q, uint32_t k,
+                                     int n_threads, cm_watch *watch, int64_t *ids,
+                                     float *scores, chimera_error *err)
+{
     if (k == 0) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "exact search: k must be > 0");
     if (q->dim != c->dim)
         return cm_fail(err, CHIMERA_ERR_DIM,
@@ -144,12 +156,16 @@ chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint
         }
     }
     cm_progress prog;
-    cm_progress_begin(&prog, progress, progress_user, "exact search",
+    cm_progress_begin(&prog, watch ? cm_watch_progress : NULL, watch, "exact search",
                       (uint64_t)c->n_tokens * (uint64_t)((q->n + BATCH_QUERIES - 1) / BATCH_QUERIES));
     for (int64_t q0 = 0; q0 < q->n;) {
         int64_t q1 = q0 + 1;
         while (q1 < q->n && q1 - q0 < BATCH_QUERIES && q->off[q1 + 1] - q->off[q0] <= mq_cap) q1++;
-        job jb = {c, q, k, q0, q1, q->off[q1] - q->off[q0], blk, w, &prog};
+        if (cm_watch_stopped(watch)) {
+            s = cm_fail(err, CHIMERA_ERR_CANCELLED, "exact search: cancelled");
+            goto done;
+        }
+        job jb = {c, q, k, q0, q1, q->off[q1] - q->off[q0], blk, w, &prog, watch};
         for (int i = 0; i < nw; i++)
             for (int64_t j = 0; j < q1 - q0; j++)
                 cm_topk_init(&w[i].heap[j], k, w[i].hs + j * k, w[i].hi + j * k);
@@ -166,6 +182,10 @@ chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint
                 if (oi[r] >= 0) oi[r] = data_corpus_id(c, oi[r]);
         }
         q0 = q1;
+    }
+    if (cm_watch_stopped(watch)) {
+        s = cm_fail(err, CHIMERA_ERR_CANCELLED, "exact search: cancelled");
+        goto done;
     }
     cm_progress_end(&prog);
 done:

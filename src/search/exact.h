@@ -16,6 +16,14 @@ chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint
 
 /* The same scores by a plain triple loop in double precision, for tests: out[i*n_docs + d]
  * is query i's Chamfer score against document d (-inf for empty documents). */
+/* The same, cancellable: watch (core/progress.h; NULL: never stops) reports progress and
+ * polls the caller's cancel callback; once it stops, the remaining blocks are skipped and
+ * the call returns CHIMERA_ERR_CANCELLED (ids and scores unspecified). */
+struct cm_watch;
+chimera_status sp_exact_search_watch(const data_corpus *c, const data_queries *q, uint32_t k,
+                                     int n_threads, struct cm_watch *watch, int64_t *ids,
+                                     float *scores, chimera_error *err);
+
 void sp_exact_scores_naive(const data_corpus *c, const data_queries *q, double *out);
 
 #endif
