@@ -155,16 +155,16 @@ static int stop_poll(void *user)
 static void check_cancel(const data_corpus *c, const data_queries *q)
 {
     const uint32_t k = 10;
-    int64_t *ids = cm_malloc((size_t)q->n * k * sizeof *ids), *ids2 = cm_malloc((size_t)q->n * k * sizeof *ids2);
-    float *sc = cm_malloc((size_t)q->n * k * sizeof *sc), *sc2 = cm_malloc((size_t)q->n * k * sizeof *sc2);
+    const size_t n = (size_t)q->n * k;
+    int64_t *ids = cm_malloc(n * sizeof *ids), *ids2 = cm_malloc(n * sizeof *ids2);
+    float *sc = cm_malloc(n * sizeof *sc), *sc2 = cm_malloc(n * sizeof *sc2);
     chimera_error err;
     CHECK_OK(sp_exact_search(c, q, k, 2, NULL, NULL, ids, sc, &err), &err);
     stop_after never = {-1, 0};
     cm_watch w;
     cm_watch_init(&w, NULL, NULL, stop_poll, &never);
     CHECK_OK(sp_exact_search_watch(c, q, k, 2, &w, ids2, sc2, &err), &err);
-    CHECK(memcmp(ids, ids2, (size_t)q->n * k * sizeof *ids) == 0 &&
-          memcmp(sc, sc2, (size_t)q->n * k * sizeof *sc) == 0);
+    CHECK(memcmp(ids, ids2, n * sizeof *ids) == 0 && memcmp(sc, sc2, n * sizeof *sc) == 0);
     static const int at[] = {0, 1, 5, 40};
     for (size_t i = 0; i < sizeof at / sizeof *at; i++)
         for (int threads = 1; threads <= 2; threads++) {

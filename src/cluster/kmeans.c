@@ -104,11 +104,13 @@ typedef struct flat_run {
     cm_pool *pool;      /* NULL: serial (cm_pool_run runs the tasks inline) */
     cm_progress *prog;  /* may be NULL */
     const uint32_t *parent; /* k: coarse parent of each centroid, for sibling splits */
+    cm_watch *watch;    /* may be NULL; stopped: the iterations end early */
 } flat_run;
 
 static void assign_task(void *ctx, int64_t task, int worker)
 {
     flat_run *f = ctx;
+    if (cm_watch_flag(f->watch)) return; /* cancelled: the iteration is dropped */
     int64_t r0 = task * EXACT_ROWS_PER_TASK;
     int64_t r1 = r0 + EXACT_ROWS_PER_TASK < f->n ? r0 + EXACT_ROWS_PER_TASK : f->n;
     for (int64_t b = r0; b < r1; b += IVF_TILE_ROWS) {
@@ -264,6 +266,10 @@ static chimera_status flat_kmeans(flat_run *f, ivf_kmeans_init init, uint32_t n_
     if (!sums || !counts || (!idx && !dist)) goto done;
     seed_centroids(f, init, &rng, idx, dist);
     for (uint32_t it = 0; it < n_iter; it++) {
+        if (cm_watch_flag(f->watch)) {
+            st = CHIMERA_ERR_CANCELLED;
+            goto done;
+        }
         assign_exact(f);
         double o = objective(f->ip, f->n);
         if (trace && *n_trace < KMEANS_TRACE_MAX) trace[(*n_trace)++] = o;
@@ -294,6 +300,7 @@ typedef struct hier_ctx {
     float *cent;             /* k x d */
     float **tiles;
     cm_progress *prog;
+    cm_watch *watch;
     _Atomic int failed;
     _Atomic uint32_t repaired;
     double *obj_sum;         /* per coarse cluster: sum of cosine distances */
@@ -307,6 +314,10 @@ static void fine_task(void *ctx, int64_t task, int worker)
     uint32_t km = h->child_off[m + 1] - h->child_off[m];
     h->obj_sum[m] = 0;
     if (km == 0 || nm == 0) return;
+    if (cm_watch_flag(h->watch)) {
+        atomic_store(&h->failed, 1);
+        return;
+    }
     float *buf = cm_aligned_alloc(64, sizeof(float) * (size_t)nm * h->d);
     uint32_t *as = cm_malloc(sizeof(uint32_t) * (size_t)nm);
     float *ip = cm_malloc(sizeof(float) * (size_t)nm);
@@ -318,7 +329,7 @@ static void fine_task(void *ctx, int64_t task, int worker)
         memcpy(buf + (size_t)i * h->d, h->x + (size_t)h->members[h->mem_off[m] + i] * h->ldx,
                sizeof(float) * h->d);
     flat_run f = {buf, nm, h->d, h->d, km, h->cent + (size_t)h->child_off[m] * h->d, as, ip,
-                  h->tiles + worker, NULL, NULL, NULL};
+                  h->tiles + worker, NULL, NULL, NULL, h->watch};
     /* tiles + worker: the serial run uses tiles[0] of the array it is given. */
     uint32_t rep = 0, nt = 0;
     double obj = 0;
@@ -436,7 +447,8 @@ static chimera_status hier_coarse(hier_state *h, chimera_error *err)
     cm_progress prog;
     cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans coarse",
                       (uint64_t)nc * h->n_iter);
-    flat_run f = {cx, nc, cld, d, M, h->coarse, h->cid, h->cip, h->tiles, o->pool, &prog, NULL};
+    flat_run f = {cx, nc, cld, d, M, h->coarse, h->cid, h->cip, h->tiles, o->pool, &prog, NULL,
+                  o->watch};
     uint32_t nt = 0;
     double obj = 0;
     chimera_status st = flat_kmeans(&f, init, h->n_iter, h->seed, 0x636f61727365ull, NULL, &nt,
@@ -506,11 +518,15 @@ static chimera_status hier_fine(hier_state *h, chimera_error *err)
     cm_progress prog;
     hier_ctx hc = {h->x, h->ldx, h->d, h->n_iter, h->seed,
                    o->init == KMEANS_INIT_PLUSPLUS ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM,
-                   h->members, h->size, order, child_off, h->r->centroids, h->tiles, &prog, 0, 0,
-                   obj_sum};
+                   h->members, h->size, order, child_off, h->r->centroids, h->tiles, &prog,
+                   o->watch, 0, 0, obj_sum};
     cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans fine", (uint64_t)h->n);
     cm_pool_run(o->pool, M, fine_task, &hc);
     cm_progress_end(&prog);
+    if (cm_watch_flag(o->watch)) {
+        st = cm_fail(err, CHIMERA_ERR_CANCELLED, "kmeans: cancelled");
+        goto done;
+    }
     if (atomic_load(&hc.failed)) {
         st = hier_nomem(h, err);
         goto done;
@@ -549,11 +565,11 @@ static chimera_status hier_finetune(hier_state *h, int n_finetune, uint32_t prob
     cm_rng rng;
     cm_rng_seed(&rng, h->seed, 0x74756e65ull);
     flat_run f = {h->x, h->n, h->ldx, d, k, r->centroids, h->cid, h->cip, h->tiles, o->pool,
-                  NULL, h->parent};
+                  NULL, h->parent, o->watch};
     cm_progress prog;
     cm_progress_begin(&prog, o->progress, o->progress_user, "kmeans finetune",
                       (uint64_t)n_finetune);
-    for (int it = 0; it < n_finetune; it++) {
+    for (int it = 0; it < n_finetune && !cm_watch_flag(o->watch); it++) {
         ivf_assign(as, h->x, h->n, h->ldx, h->cid, h->cip);
         double obj = objective(h->cip, h->n);
         if (r->n_trace < KMEANS_TRACE_MAX) r->trace[r->n_trace++] = obj;
@@ -577,6 +593,7 @@ static chimera_status hier_finetune(hier_state *h, int n_finetune, uint32_t prob
     cm_free(sums);
     cm_free(counts);
     ivf_assigner_free(as);
+    if (cm_watch_flag(o->watch)) return cm_fail(err, CHIMERA_ERR_CANCELLED, "kmeans: cancelled");
     return CHIMERA_OK;
 }
 
@@ -700,7 +717,8 @@ chimera_status ivf_kmeans_train(const float *x, int64_t n, uint32_t d, size_t ld
             init = (double)k * nt * d <= PLUSPLUS_MAX_WORK ? KMEANS_INIT_PLUSPLUS : KMEANS_INIT_RANDOM;
         cm_progress prog;
         cm_progress_begin(&prog, o.progress, o.progress_user, "kmeans", (uint64_t)nt * n_iter);
-        flat_run f = {tx, nt, tld, d, k, out->centroids, as, ip, tiles, o.pool, &prog, NULL};
+        flat_run f = {tx, nt, tld, d, k, out->centroids, as, ip, tiles, o.pool, &prog, NULL,
+                      o.watch};
         st = flat_kmeans(&f, init, n_iter, seed, 0x666c6174ull, out->trace, &out->n_trace,
                          &out->n_empty_repaired, &out->objective);
         cm_progress_end(&prog);

@@ -45,6 +45,8 @@ typedef struct ivf_kmeans_opts {
     cm_pool *pool;               /* worker threads (NULL: the calling thread only) */
     chimera_progress_fn progress; /* optional */
     void *progress_user;
+    struct cm_watch *watch;      /* optional (core/progress.h): once it is stopped, the
+                                    training ends early with CHIMERA_ERR_CANCELLED */
 } ivf_kmeans_opts;
 
 #define KMEANS_TRACE_MAX 64

@@ -227,6 +227,7 @@ static chimera_status stage_train(build_state *b, chimera_error *err)
                           .pool = b->pool,
                           .progress = b->o.progress,
                           .progress_user = b->o.progress_user,
+                          .watch = &b->watch,
                           .max_points_per_centroid = TRAIN_POINTS_PER_CENTROID};
     return ivf_kmeans_train(b->sample, b->n_train, b->d, b->d, b->k, &ko, &b->km, err);
 }
@@ -242,8 +243,8 @@ static chimera_status stage_assign(build_state *b, chimera_error *err)
     if (!b->assign) return nomem(err);
     cm_progress prog;
     cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "assign", (uint64_t)b->N);
-    pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assigner = b->assigner, .assign = b->assign,
-                  .conv = b->conv};
+    pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assigner = b->assigner,
+                  .assign = b->assign, .conv = b->conv};
     int64_t n_tasks = (b->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     for (int64_t t = 0; t < n_tasks; t++) assign_task(&p, t, 0);
     cm_progress_end(&prog);
@@ -285,9 +286,10 @@ static chimera_status stage_encode(build_state *b, chimera_error *err)
     quant_rotate_n(b->rot, k, b->km.centroids, d, b->c_rot, dp);
     cm_progress prog;
     cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "encode", (uint64_t)N);
-    pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assign = b->assign, .rot = b->rot,
-                  .c_rot = b->c_rot, .bits = b->o.bits, .d1 = b->d1, .dB = b->dB, .f1 = b->f1,
-                  .fB = b->fB, .conv = b->conv, .rot_buf = b->rot_buf, .status = CHIMERA_OK};
+    pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assign = b->assign,
+                  .rot = b->rot, .c_rot = b->c_rot, .bits = b->o.bits, .d1 = b->d1, .dB = b->dB,
+                  .f1 = b->f1, .fB = b->fB, .conv = b->conv, .rot_buf = b->rot_buf,
+                  .status = CHIMERA_OK};
     cm_pool_run(b->pool, (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK, encode_task, &p);
     cm_progress_end(&prog);
     if (cm_watch_flag(&b->watch)) return CHIMERA_ERR_CANCELLED; /* codes are partial */
@@ -420,6 +422,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     rep->n_clusters = k;
 
     chimera_status s = CHIMERA_OK;
+    const char *stage = "start"; /* the stage running, for a cancellation's message */
     ix_store_writer *w = NULL;
     cJSON *meta = NULL;
     phase_clock pc = {rep, 0};
@@ -452,6 +455,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     /* The phase names are the manifest's meta.build.seconds keys (`chimera info`). */
 #define STAGE(name, call)                                                                      \
     do {                                                                                       \
+        stage = name;                                                                          \
         if (cm_watch_stopped(&b.watch)) goto cancelled;                                        \
         phase_start(&pc);                                                                      \
         s = (call);                                                                            \
@@ -466,6 +470,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     STAGE("encode", stage_encode(&b, err));
     STAGE("write", stage_write(&b, w, err));
 #undef STAGE
+    stage = "commit";
     if (cm_watch_stopped(&b.watch)) goto cancelled;
     rep->total_seconds = cm_now() - t_start;
     meta = build_meta(c, &o, b.dp, k, &b.g, &b.pst, rep);
@@ -480,9 +485,8 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     rep->peak_rss = cm_peak_rss_bytes();
     goto done;
 cancelled:
-    s = cm_fail(err, CHIMERA_ERR_CANCELLED,
-                "build: cancelled after %s; %s is as it was before the build",
-                rep->n_phases ? rep->phase[rep->n_phases - 1] : "no phase", out_dir);
+    s = cm_fail(err, CHIMERA_ERR_CANCELLED, "build: cancelled (at %s); %s is as it was",
+                stage, out_dir);
 done:
     if (w) ix_store_writer_abort(w);
     cJSON_Delete(meta);
