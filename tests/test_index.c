@@ -868,7 +868,8 @@ static void test_cancelled_build_keeps_old(void)
     static const struct {
         const char *phase;
         double after;
-    } points[] = {{NULL, -1}, {"kmeans", 0.3}, {"assign", 0.2}, {"graph", 0.0}, {"encode", 0.3}};
+    } points[] = {{NULL, -1},     {"kmeans", 0.0}, {"kmeans", 0.01}, {"kmeans", 0.3},
+                  {"assign", 0.2}, {"graph", 0.0},  {"encode", 0.3}};
     for (int threads = 1; threads <= 2; threads++)
         for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
             cancel_at c = {.phase = points[i].phase, .after = points[i].after};

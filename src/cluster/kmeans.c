@@ -266,11 +266,13 @@ static chimera_status flat_kmeans(flat_run *f, ivf_kmeans_init init, uint32_t n_
     if (!sums || !counts || (!idx && !dist)) goto done;
     seed_centroids(f, init, &rng, idx, dist);
     for (uint32_t it = 0; it < n_iter; it++) {
+        assign_exact(f);
+        /* cancelled: tasks were skipped and their assignments are garbage, which
+         * update() must not index with */
         if (cm_watch_flag(f->watch)) {
             st = CHIMERA_ERR_CANCELLED;
             goto done;
         }
-        assign_exact(f);
         double o = objective(f->ip, f->n);
         if (trace && *n_trace < KMEANS_TRACE_MAX) trace[(*n_trace)++] = o;
         *obj = o;
