@@ -22,15 +22,25 @@
  *     CorruptIndexError for _CORRUPT and _VERSION, MemoryError for _NOMEM, ChimeraError
  *     (RuntimeError) for the rest.
  *
- * XXX: a build cannot be interrupted with Ctrl-C: chimera_progress_fn returns nothing, so
- * the library has no way to be asked to stop. The interrupt is seen when the build ends
- * (the index it wrote is complete; an old one is replaced only by a complete one).
+ *   - Ctrl-C interrupts a build or an exact search (run_interruptible): the library call
+ *     runs on a helper thread while the calling thread waits with the GIL released and,
+ *     every 50 ms, takes the GIL and runs PyErr_CheckSignals(). Python runs signal
+ *     handlers only on the main thread, and the library calls its callbacks from its
+ *     own worker threads, so the check cannot sit in the progress bridge itself. When a
+ *     handler raises (KeyboardInterrupt), a flag is set that the library's cancel
+ *     callback returns; the call ends with CHIMERA_ERR_CANCELLED (a build removes its
+ *     temporary directory and leaves the old index as it was) and the handler's
+ *     exception is raised in its place. The cancel callback is always installed, with or
+ *     without progress, and costs an atomic load per progress point.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "chimera.h"
 
@@ -188,8 +198,8 @@ static int to_threads(int v, int *out)
 /* ---------------------------------------------------------------------------------- */
 
 /* Calls the Python callable (phase, fraction) from whatever thread the library uses. An
- * exception in the callable is reported as unraisable and ignored: the library cannot
- * be stopped from here. */
+ * exception in the callable is reported as unraisable and ignored (signals are handled
+ * by run_interruptible, on the calling thread). */
 static void progress_cb(void *user, const char *phase, double fraction)
 {
     PyGILState_STATE g = PyGILState_Ensure();
@@ -198,6 +208,97 @@ static void progress_cb(void *user, const char *phase, double fraction)
         PyErr_WriteUnraisable((PyObject *)user);
     Py_XDECREF(r);
     PyGILState_Release(g);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Interruptible calls                                                                */
+/* ---------------------------------------------------------------------------------- */
+
+/* How often the waiting thread looks for a signal (PyErr_CheckSignals). */
+#define SIGNAL_CHECK_NS 50000000L
+
+/* One library call run on a helper thread: `run` does the work (no Python API) and
+ * stores its status; `stop` is what the cancel callback returns. */
+typedef struct interruptible {
+    chimera_status (*run)(void *ctx);
+    void *ctx;
+    chimera_status status;
+    atomic_int stop;
+    int done; /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} interruptible;
+
+static int cancel_cb(void *user)
+{
+    return atomic_load_explicit(&((interruptible *)user)->stop, memory_order_relaxed);
+}
+
+static void *interruptible_main(void *arg)
+{
+    interruptible *it = arg;
+    chimera_status st = it->run(it->ctx);
+    pthread_mutex_lock(&it->mu);
+    it->status = st;
+    it->done = 1;
+    pthread_cond_signal(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+    return NULL;
+}
+
+/* Runs it->run(it->ctx) with the GIL released, checking for signals meanwhile (see the
+ * top of this file). Called with the GIL held; the caller has pointed its options'
+ * cancel callback at cancel_cb with `it` as user. Returns the call's status; when a
+ * signal handler raised, its exception is set (the status is then normally
+ * CHIMERA_ERR_CANCELLED, or the call's own result if it finished first). */
+static chimera_status run_interruptible(interruptible *it)
+{
+    atomic_store(&it->stop, 0);
+    it->done = 0;
+    it->status = CHIMERA_ERR_INTERNAL;
+    pthread_mutex_init(&it->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&it->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_t th;
+    int raised = 0;
+    if (pthread_create(&th, NULL, interruptible_main, it) != 0) {
+        /* no thread: run here, not interruptible */
+        Py_BEGIN_ALLOW_THREADS
+        it->status = it->run(it->ctx);
+        Py_END_ALLOW_THREADS
+    } else {
+        PyThreadState *ts = PyEval_SaveThread();
+        pthread_mutex_lock(&it->mu);
+        while (!it->done) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += SIGNAL_CHECK_NS;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&it->cv, &it->mu, &until);
+            if (it->done || raised)
+                continue;
+            pthread_mutex_unlock(&it->mu);
+            PyEval_RestoreThread(ts);
+            if (PyErr_CheckSignals() < 0) { /* the exception stays set */
+                raised = 1;
+                atomic_store(&it->stop, 1);
+            }
+            ts = PyEval_SaveThread();
+            pthread_mutex_lock(&it->mu);
+        }
+        pthread_mutex_unlock(&it->mu);
+        pthread_join(th, NULL);
+        PyEval_RestoreThread(ts);
+    }
+    pthread_cond_destroy(&it->cv);
+    pthread_mutex_destroy(&it->mu);
+    return it->status;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -240,6 +341,20 @@ static int wrap_corpus(PyObject *tok_obj, PyObject *dl_obj, PyObject *ids_obj, P
     return 0;
 }
 
+typedef struct build_call {
+    const chimera_corpus *corpus;
+    const char *path;
+    chimera_build_opts *bo;
+    chimera_build_report *rep;
+    chimera_error *err;
+} build_call;
+
+static chimera_status build_run(void *ctx)
+{
+    build_call *c = ctx;
+    return chimera_index_build(c->corpus, c->path, c->bo, c->rep, c->err);
+}
+
 static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"path", "tokens", "doclens", "ids", "bits", "threads", "seed",
@@ -273,11 +388,14 @@ static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
     if (wrap_corpus(tok_obj, dl_obj, ids_obj, &tok, &dl, &ids, &corpus) == 0) {
         chimera_build_report rep = {0};
         chimera_error err = {0};
-        chimera_status st;
-        Py_BEGIN_ALLOW_THREADS
-        st = chimera_index_build(corpus, path, &bo, &rep, &err);
-        Py_END_ALLOW_THREADS
-        if (st != CHIMERA_OK) {
+        build_call bc = {corpus, path, &bo, &rep, &err};
+        interruptible it = {.run = build_run, .ctx = &bc};
+        bo.cancel = cancel_cb;
+        bo.cancel_user = &it;
+        chimera_status st = run_interruptible(&it);
+        if (PyErr_Occurred()) {
+            /* a signal handler raised (KeyboardInterrupt): that is the error */
+        } else if (st != CHIMERA_OK) {
             raise_status(st, &err);
         } else {
             PyObject *phases = PyDict_New();
@@ -305,6 +423,22 @@ static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
     return ret;
 }
 
+typedef struct exact_call {
+    const chimera_corpus *corpus;
+    const chimera_queries *q;
+    uint32_t k;
+    const chimera_exact_opts *eo;
+    int64_t *ids;
+    float *scores;
+    chimera_error *err;
+} exact_call;
+
+static chimera_status exact_run(void *ctx)
+{
+    exact_call *c = ctx;
+    return chimera_corpus_search(c->corpus, c->q, c->k, c->eo, c->ids, c->scores, c->err);
+}
+
 static PyObject *py_exact_search(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"tokens", "doclens", "ids", "queries", "qlens", "k", "threads",
@@ -330,11 +464,14 @@ static PyObject *py_exact_search(PyObject *self, PyObject *args, PyObject *kw)
         get_output(oi_obj, &oi, "out_ids", KIND_I64, chimera_queries_count(q), k) == 0 &&
         get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0) {
         chimera_error err = {0};
-        chimera_status st;
-        Py_BEGIN_ALLOW_THREADS
-        st = chimera_corpus_search(corpus, q, k, &eo, oi.buf, os.buf, &err);
-        Py_END_ALLOW_THREADS
-        if (st != CHIMERA_OK)
+        exact_call ec = {corpus, q, k, &eo, oi.buf, os.buf, &err};
+        interruptible it = {.run = exact_run, .ctx = &ec};
+        eo.cancel = cancel_cb;
+        eo.cancel_user = &it;
+        chimera_status st = run_interruptible(&it);
+        if (PyErr_Occurred())
+            ; /* a signal handler raised (KeyboardInterrupt): that is the error */
+        else if (st != CHIMERA_OK)
             raise_status(st, &err);
         else
             ret = Py_NewRef(Py_None);

@@ -251,6 +251,9 @@ class Index:
 
         The build writes beside `path` and swaps the result in only when complete, so an
         existing index at `path` survives a failed build. The GIL is released meanwhile.
+        Ctrl-C (SIGINT) stops the build within about 50 ms of a progress point and
+        raises KeyboardInterrupt; the temporary directory is removed and an index
+        previously at `path` is left as it was.
         Raises ValueError (shapes, dtypes, NaN/Inf, empty documents, duplicate ids),
         FileNotFoundError (the parent directory is missing), OSError, MemoryError.
         """
@@ -415,7 +418,8 @@ def exact_search(documents, queries, k=10, *, ids=None, threads=None):
     ids: optional user ids of the documents (default: their positions).
 
     Returns (scores float32 [nq, k], ids int64 [nq, k]), best first (ties to the earlier
-    document), -1 / -inf padding. The GIL is released meanwhile.
+    document), -1 / -inf padding. The GIL is released meanwhile; Ctrl-C stops the
+    search and raises KeyboardInterrupt.
     """
     k = _k(k)
     if isinstance(documents, tuple):
