@@ -251,9 +251,9 @@ class Index:
 
         The build writes beside `path` and swaps the result in only when complete, so an
         existing index at `path` survives a failed build. The GIL is released meanwhile.
-        Ctrl-C (SIGINT) stops the build within about 50 ms of a progress point and
-        raises KeyboardInterrupt; the temporary directory is removed and an index
-        previously at `path` is left as it was.
+        Ctrl-C (SIGINT) stops the build (the signal is seen within 50 ms, the build
+        stops at its next progress point) and raises KeyboardInterrupt; the temporary
+        directory is removed and an index previously at `path` is left as it was.
         Raises ValueError (shapes, dtypes, NaN/Inf, empty documents, duplicate ids),
         FileNotFoundError (the parent directory is missing), OSError, MemoryError.
         """
