@@ -82,8 +82,8 @@
  *
  * Version history
  *   1.0  (Chimera 0.1.0) first version: the layout above.
- *   1.1  the manifest member "generation" (optional; a 1.0 reader ignores it, a 1.1
- *        reader reads its absence as 0). Nothing else changed.
+ *   1.1  (Chimera 0.2.0) the manifest member "generation" (optional; a 1.0 reader
+ *        ignores it, a 1.1 reader reads its absence as 0). Nothing else changed.
  */
 #ifndef CHIMERA_INDEX_FORMAT_H
 #define CHIMERA_INDEX_FORMAT_H
