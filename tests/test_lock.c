@@ -404,17 +404,17 @@ static void test_killed_holder(void)
 
 /* ---- generations and compare-and-swap ------------------------------------------------- */
 
-/* Removes "generation" from the manifest and re-signs it: an index as format 1.0 wrote. */
-static void make_legacy(const char *dir)
+/* Rewrites the manifest of the index at dir after `edit` changed its tree, re-signed
+ * (manifest_xxh3 recomputed) so that only the edit itself can be caught. */
+static void rewrite_manifest(const char *dir, void (*edit)(cJSON *root))
 {
     char mp[800];
     snprintf(mp, sizeof mp, "%s/%s", dir, FMT_MANIFEST_NAME);
     cJSON *root = NULL;
     chimera_error err;
     if (ix_store_manifest_load(mp, &root, NULL, &err) != CHIMERA_OK) return;
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "generation");
+    edit(root);
     cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
-    cJSON_ReplaceItemInObjectCaseSensitive(root, "format_minor", cJSON_CreateNumber(0));
     uint64_t d;
     char hex[17];
     ix_store_manifest_digest(root, &d);
@@ -427,6 +427,20 @@ static void make_legacy(const char *dir)
     cJSON_free(text);
     cJSON_Delete(root);
 }
+
+static void edit_legacy(cJSON *root)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "generation");
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "format_minor", cJSON_CreateNumber(0));
+}
+
+static void edit_bad_generation(cJSON *root)
+{
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "generation", cJSON_CreateNumber(-1));
+}
+
+/* Removes "generation" from the manifest and re-signs it: an index as format 1.0 wrote. */
+static void make_legacy(const char *dir) { rewrite_manifest(dir, edit_legacy); }
 
 static void test_generations(void)
 {
@@ -494,24 +508,7 @@ static void test_generations(void)
     }
     /* and a malformed generation is corruption, reported as such */
     {
-        char mp[800];
-        snprintf(mp, sizeof mp, "%s/%s", dir, FMT_MANIFEST_NAME);
-        cJSON *root = NULL;
-        if (ix_store_manifest_load(mp, &root, NULL, &err) == CHIMERA_OK) {
-            cJSON_ReplaceItemInObjectCaseSensitive(root, "generation", cJSON_CreateNumber(-1));
-            cJSON_DeleteItemFromObjectCaseSensitive(root, "manifest_xxh3");
-            uint64_t d;
-            char hex[17];
-            ix_store_manifest_digest(root, &d);
-            ix_fmt_hex_format(hex, d);
-            cJSON_AddStringToObject(root, "manifest_xxh3", hex);
-            char *text = cJSON_Print(root);
-            FILE *f = fopen(mp, "w");
-            if (f && text) fputs(text, f);
-            if (f) fclose(f);
-            cJSON_free(text);
-            cJSON_Delete(root);
-        }
+        rewrite_manifest(dir, edit_bad_generation);
         CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
         CHECKF(strstr(err.msg, "generation") != NULL, "%s", err.msg);
         /* a build still replaces it (the damaged number restarts the count) */
