@@ -269,7 +269,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memcpy(hdr, s->raw_header, sizeof hdr);
             if (!(s->hflags & 2)) ix_fmt_put_u32(hdr + 60, (uint32_t)XXH3_64bits(hdr, 60));
         } else {
-            ix_fmt_header_encode(hdr, s->name, s->bytes, XXH3_64bits(s->payload, s->bytes));
+            ix_fmt_header_encode(hdr, s->name, FMT_VERSION_MAJOR, FMT_VERSION_MINOR, s->bytes, XXH3_64bits(s->payload, s->bytes));
         }
         char file[FMT_NAME_BYTES + 8];
         memcpy(file, s->name, FMT_NAME_BYTES); /* NUL-terminated: at most 23 characters */

@@ -21,7 +21,17 @@
  *                  CPU_TOL * m;
  *   determinism    a second run of the whole query gives bit-identical outputs.
  * Also: upload refused with CHIMERA_ERR_DEVICE under a too-small memory budget, argument
- * errors, score1 of zero documents. */
+ * errors, score1 of zero documents.
+ *
+ * Segments (split_check): the built index (one dense segment) is cut into two, documents
+ * [0, D1) as a dense segment and [D1, D) as a sparse one (post_cid: only the clusters it
+ * holds), posting lists partitioned and renumbered locally. Both backends must give the
+ * same results on the split index as on the whole one: the estimates are per posting
+ * entry and the reductions are maxima, so bit for bit (CPU always; CUDA with a device).
+ * With a device, also refresh: upload the first segment alone, query, refresh with both
+ * (bit-identical to the whole index again), refresh with a new bitmap (a document
+ * deleted since no longer comes back), and refused refreshes (a changed segment, fewer
+ * segments) that leave the engine working. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +63,7 @@ typedef struct fix {
     data_corpus c;
     ix_index ix;
     uint8_t *deleted;
+    be_segment *segs; /* r.segments */
     be_resident r;
 } fix;
 
@@ -80,14 +91,21 @@ static int fix_make(fix *f, uint32_t dim, const char *name)
     size_t nb = (size_t)(ix->n_docs + 7) / 8;
     f->deleted = cm_calloc(nb ? nb : 1, 1);
     for (int64_t d = 0; d < ix->n_docs; d += 7) f->deleted[d >> 3] |= (uint8_t)(1u << (d & 7));
+    f->segs = cm_calloc(ix->n_segs ? ix->n_segs : 1, sizeof *f->segs);
+    for (uint32_t i = 0; i < ix->n_segs; i++) {
+        const ix_segment *sg = &ix->segs[i];
+        f->segs[i] = (be_segment){
+            .doc_base = sg->doc_base, .n_docs = sg->n_docs, .n_tokens = sg->n_tokens,
+            .n_lists = sg->n_lists, .post_cid = sg->post_cid, .post_off = sg->post_off,
+            .post_doc = sg->post_doc, .c1_codes = sg->c1_codes, .c1_fact = sg->c1_fact,
+            .d1_codes = sg->d1_codes, .d1_fact = sg->d1_fact, .tok_cid = sg->tok_cid,
+            .doc_off = sg->doc_off};
+    }
     f->r = (be_resident){.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
                          .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
                          .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
                          .graph_adj = ix->g.adj, .graph_entry = ix->g.entry,
-                         .post_off = ix->post_off, .post_doc = ix->post_doc,
-                         .c1_codes = ix->c1_codes, .c1_fact = ix->c1_fact,
-                         .d1_codes = ix->d1_codes, .d1_fact = ix->d1_fact,
-                         .tok_cid = ix->tok_cid, .doc_off = ix->doc_off, .deleted = f->deleted};
+                         .n_segments = ix->n_segs, .segments = f->segs, .deleted = f->deleted};
     return 0;
 }
 
@@ -97,6 +115,7 @@ static void fix_free(fix *f)
     data_corpus_free(&f->c);
     data_synth_free(&f->s);
     cm_free(f->deleted);
+    cm_free(f->segs);
 }
 
 /* ---- host reference of the GPU arithmetic ------------------------------------------- */
@@ -161,14 +180,20 @@ static uint32_t ref_refine(const fix *f, const ref_q *rq, const uint32_t *cid, c
         float mn = INFINITY;
         for (uint32_t p = 0; p < NP; p++) {
             uint32_t c = cid[j * NP + p];
-            for (int64_t pos = r->post_off[c]; pos < r->post_off[c + 1]; pos++) {
-                float ip = qm_lut_ip(rq->lut + (size_t)j * r->dim_pad * 4,
-                                     r->c1_codes + (size_t)pos * cb, r->dim_pad);
-                float e = qm_est1(qc[j * NP + p], &r->c1_fact[pos], ip);
-                uint32_t d = r->post_doc[pos];
-                seen[d] = 1;
-                if (e > Mt[(size_t)d * M + j]) Mt[(size_t)d * M + j] = e;
-                if (e < mn) mn = e;
+            if (c >= r->n_clusters) continue;
+            for (uint32_t si = 0; si < r->n_segments; si++) {
+                const be_segment *sg = &r->segments[si];
+                int64_t p0, n;
+                be_segment_list(sg, c, &p0, &n);
+                for (int64_t pos = p0; pos < p0 + n; pos++) {
+                    float ip = qm_lut_ip(rq->lut + (size_t)j * r->dim_pad * 4,
+                                         sg->c1_codes + (size_t)pos * cb, r->dim_pad);
+                    float e = qm_est1(qc[j * NP + p], &sg->c1_fact[pos], ip);
+                    uint32_t d = (uint32_t)(sg->doc_base + sg->post_doc[pos]);
+                    seen[d] = 1;
+                    if (e > Mt[(size_t)d * M + j]) Mt[(size_t)d * M + j] = e;
+                    if (e < mn) mn = e;
+                }
             }
         }
         floor_[j] = imp == BE_IMPUTE_ZERO ? 0.0f
@@ -202,15 +227,16 @@ static float ref_score1(const fix *f, const ref_q *rq, uint32_t d)
 {
     const be_resident *r = &f->r;
     uint32_t cb = r->dim_pad / 8;
-    int64_t t0 = r->doc_off[d], t1 = r->doc_off[d + 1];
+    const be_segment *sg = be_doc_segment(r, d);
+    int64_t ld = d - sg->doc_base, t0 = sg->doc_off[ld], t1 = sg->doc_off[ld + 1];
     if (t1 == t0) return -INFINITY;
     float s = 0.0f;
     for (uint32_t j = 0; j < M; j++) {
         float mx = -INFINITY;
         for (int64_t t = t0; t < t1; t++) {
-            float ip = qm_lut_ip(rq->lut + (size_t)j * r->dim_pad * 4, r->d1_codes + (size_t)t * cb,
+            float ip = qm_lut_ip(rq->lut + (size_t)j * r->dim_pad * 4, sg->d1_codes + (size_t)t * cb,
                                  r->dim_pad);
-            float e = qm_est1(rq->S[(size_t)r->tok_cid[t] * M + j], &r->d1_fact[t], ip);
+            float e = qm_est1(rq->S[(size_t)sg->tok_cid[t] * M + j], &sg->d1_fact[t], ip);
             if (e > mx) mx = e;
         }
         s += mx;
@@ -412,6 +438,189 @@ static void cpu_probe_check(fix *f)
     backend_free(&cpu);
 }
 
+/* ---- segments ------------------------------------------------------------------------ */
+
+/* The fixture's index cut into two segments at document D1 (see the header comment). */
+typedef struct split {
+    be_segment seg[2];
+    int64_t *post_off[2];
+    uint32_t *post_doc[2];
+    uint8_t *c1_codes[2];
+    quant_f1 *c1_fact[2];
+    uint32_t *post_cid_b;
+    int64_t *doc_off_b;
+    be_resident r;   /* both segments */
+    be_resident r_a; /* the first alone (documents [0, D1)) */
+} split;
+
+static void split_free(split *sp)
+{
+    for (int i = 0; i < 2; i++) {
+        cm_free(sp->post_off[i]);
+        cm_free(sp->post_doc[i]);
+        cm_free(sp->c1_codes[i]);
+        cm_free(sp->c1_fact[i]);
+    }
+    cm_free(sp->post_cid_b);
+    cm_free(sp->doc_off_b);
+}
+
+static int split_make(const fix *f, split *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    const be_resident *r = &f->r;
+    if (r->n_segments != 1 || r->segments[0].post_cid) return -1; /* a built index */
+    const be_segment *s0 = &r->segments[0];
+    uint32_t K = r->n_clusters, cb = r->dim_pad / 8;
+    int64_t D = s0->n_docs, N = s0->n_tokens, D1 = D / 2 + 3, T1 = s0->doc_off[D1];
+    for (int i = 0; i < 2; i++) {
+        sp->post_off[i] = cm_malloc((size_t)(K + 1) * sizeof(int64_t));
+        sp->post_doc[i] = cm_malloc((size_t)N * sizeof(uint32_t));
+        sp->c1_codes[i] = cm_malloc((size_t)N * cb);
+        sp->c1_fact[i] = cm_malloc((size_t)N * sizeof(quant_f1));
+    }
+    sp->post_cid_b = cm_malloc((size_t)K * sizeof(uint32_t));
+    sp->doc_off_b = cm_malloc((size_t)(D - D1 + 1) * sizeof(int64_t));
+    int64_t n[2] = {0, 0};
+    uint32_t nl_b = 0;
+    sp->post_off[0][0] = sp->post_off[1][0] = 0;
+    for (uint32_t k = 0; k < K; k++) {
+        int64_t p0, len, before_b = n[1];
+        be_segment_list(s0, k, &p0, &len);
+        for (int64_t t = p0; t < p0 + len; t++) {
+            uint32_t d = s0->post_doc[t];
+            int i = d >= D1;
+            sp->post_doc[i][n[i]] = i ? (uint32_t)(d - D1) : d;
+            memcpy(sp->c1_codes[i] + (size_t)n[i] * cb, s0->c1_codes + (size_t)t * cb, cb);
+            sp->c1_fact[i][n[i]] = s0->c1_fact[t];
+            n[i]++;
+        }
+        sp->post_off[0][k + 1] = n[0];
+        if (n[1] > before_b) { /* the second segment lists only the clusters it holds */
+            sp->post_cid_b[nl_b] = k;
+            sp->post_off[1][++nl_b] = n[1];
+        }
+    }
+    if (n[0] != T1 || n[1] != N - T1) return -1; /* every token in exactly one list */
+    for (int64_t d = 0; d <= D - D1; d++) sp->doc_off_b[d] = s0->doc_off[D1 + d] - T1;
+    sp->seg[0] = (be_segment){.doc_base = 0, .n_docs = D1, .n_tokens = T1, .n_lists = K,
+                              .post_off = sp->post_off[0], .post_doc = sp->post_doc[0],
+                              .c1_codes = sp->c1_codes[0], .c1_fact = sp->c1_fact[0],
+                              .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact,
+                              .tok_cid = s0->tok_cid, .doc_off = s0->doc_off};
+    sp->seg[1] = (be_segment){.doc_base = D1, .n_docs = D - D1, .n_tokens = N - T1,
+                              .n_lists = nl_b, .post_cid = sp->post_cid_b,
+                              .post_off = sp->post_off[1], .post_doc = sp->post_doc[1],
+                              .c1_codes = sp->c1_codes[1], .c1_fact = sp->c1_fact[1],
+                              .d1_codes = s0->d1_codes + (size_t)T1 * cb,
+                              .d1_fact = s0->d1_fact + T1, .tok_cid = s0->tok_cid + T1,
+                              .doc_off = sp->doc_off_b};
+    sp->r = *r;
+    sp->r.n_segments = 2;
+    sp->r.segments = sp->seg;
+    sp->r_a = sp->r;
+    sp->r_a.n_segments = 1;
+    sp->r_a.n_docs = D1;
+    sp->r_a.n_tokens = T1;
+    return 0;
+}
+
+/* Every query on backend `a` and backend `b` (same worker) gives bit-identical runs. */
+static void same_runs(const fix *f, cm_backend *a, cm_backend *b, const char *what)
+{
+    chimera_error err = {0};
+    run *x = cm_malloc(sizeof *x), *y = cm_malloc(sizeof *y);
+    for (int64_t qi = 0; qi < f->s.n_queries; qi++) {
+        const float *q = f->s.queries + (size_t)qi * M * f->r.dim;
+        CHECK_OK(run_query(a, 0, q, x, &err) == 0 ? CHIMERA_OK : err.code, &err);
+        CHECK_OK(run_query(b, 0, q, y, &err) == 0 ? CHIMERA_OK : err.code, &err);
+        CHECKF(memcmp(x, y, sizeof *x) == 0, "%s: query %lld differs", what, (long long)qi);
+    }
+    cm_free(x);
+    cm_free(y);
+}
+
+static void split_check(fix *f, int gpu)
+{
+    chimera_error err = {0};
+    split sp;
+    if (split_make(f, &sp) != 0) {
+        CHECKF(0, "split: the fixture is not one dense segment or its lists are inconsistent");
+        split_free(&sp);
+        return;
+    }
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = M, .max_probe = 64,
+                     .max_refine = 256, .device_memory_budget = 0};
+    const char *name = gpu ? "cuda" : "cpu";
+    cm_backend whole, two;
+    CHECK_OK(backend_new(name, &whole, &err), &err);
+    CHECK_OK(backend_new(name, &two, &err), &err);
+    CHECK_OK(whole.iface->upload(whole.ctx, &f->r, &cfg, &err), &err);
+    CHECK_OK(two.iface->upload(two.ctx, &sp.r, &cfg, &err), &err);
+    same_runs(f, &whole, &two, gpu ? "cuda split" : "cpu split");
+    backend_free(&two);
+    if (!gpu) {
+        backend_free(&whole);
+        split_free(&sp);
+        return;
+    }
+
+    /* refresh: the first segment alone, then both */
+    cm_backend grow;
+    CHECK_OK(backend_new("cuda", &grow, &err), &err);
+    CHECK_OK(grow.iface->upload(grow.ctx, &sp.r_a, &cfg, &err), &err);
+    run *x = cm_malloc(sizeof *x);
+    CHECK_OK(run_query(&grow, 0, f->s.queries, x, &err) == 0 ? CHIMERA_OK : err.code, &err);
+    for (uint32_t i = 0; i < x->n[0]; i++) CHECK(x->docs[0][i] < sp.r_a.n_docs);
+    CHECK(grow.iface->refresh != NULL);
+    CHECK_OK(grow.iface->refresh(grow.ctx, &sp.r, &err), &err);
+    same_runs(f, &whole, &grow, "cuda refresh");
+
+    /* refused: a segment that differs from the uploaded one, fewer segments */
+    be_segment changed[2] = {sp.seg[0], sp.seg[1]};
+    changed[0].post_doc = sp.post_doc[1];
+    be_resident bad = sp.r;
+    bad.segments = changed;
+    CHECK_STATUS(grow.iface->refresh(grow.ctx, &bad, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK_STATUS(grow.iface->refresh(grow.ctx, &sp.r_a, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    same_runs(f, &whole, &grow, "cuda after a refused refresh");
+
+    /* a new bitmap: the best document of the first query is deleted */
+    CHECK_OK(run_query(&grow, 0, f->s.queries, x, &err) == 0 ? CHIMERA_OK : err.code, &err);
+    if (x->n[0] > 0) {
+        uint32_t top = x->docs[0][0];
+        size_t nb = (size_t)(f->r.n_docs + 7) / 8;
+        uint8_t *del = cm_malloc(nb);
+        memcpy(del, f->deleted, nb);
+        del[top >> 3] |= (uint8_t)(1u << (top & 7));
+        be_resident rd = sp.r;
+        rd.deleted = del;
+        CHECK_OK(grow.iface->refresh(grow.ctx, &rd, &err), &err);
+        CHECK_OK(run_query(&grow, 0, f->s.queries, x, &err) == 0 ? CHIMERA_OK : err.code, &err);
+        for (int imp = 0; imp < 3; imp++)
+            for (uint32_t i = 0; i < x->n[imp]; i++)
+                CHECKF(x->docs[imp][i] != top, "impute %d: deleted document %u returned", imp, top);
+        cm_free(del);
+    }
+    cm_free(x);
+    backend_free(&grow);
+    backend_free(&whole);
+    split_free(&sp);
+}
+
+/* What runs with or without a device, and what needs one, on one fixture each. */
+static void cpu_checks(fix *f)
+{
+    cpu_probe_check(f);
+    split_check(f, 0);
+}
+
+static void gpu_checks(fix *f)
+{
+    compare_fixture(f);
+    split_check(f, 1);
+}
+
 /* Runs fn on the fixture of each dimension (index directories PREFIX128, PREFIX96). */
 static void each_fixture(const char *prefix, void (*fn)(fix *))
 {
@@ -431,7 +640,7 @@ static void each_fixture(const char *prefix, void (*fn)(fix *))
 
 int main(void)
 {
-    each_fixture("cpu", cpu_probe_check);
+    each_fixture("cpu", cpu_checks);
     char status[256];
     int n = backend_cuda_device_count(status, sizeof status);
     if (!backend_cuda_compiled() || n == 0) {
@@ -440,6 +649,6 @@ int main(void)
     }
     printf("device: %s\n", status);
     setenv("CHIMERA_CUDA_POISON", "1", 1);
-    each_fixture("idx", compare_fixture);
+    each_fixture("idx", gpu_checks);
     return check_report();
 }

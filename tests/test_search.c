@@ -202,7 +202,7 @@ static void test_exhaustive(const bench *b)
         const float *qt = query(&b->q, i, &m);
         chimera_error err;
         CHECK_OK(sp_fullbit_all(ix, qt, m, all, &err), &err);
-        for (uint32_t d = 0; d < nd; d++) ref[d] = (scored){all[d], ix->doc_ids[d]};
+        for (uint32_t d = 0; d < nd; d++) ref[d] = (scored){all[d], ix->segs[0].doc_ids[d]};
         qsort(ref, nd, sizeof *ref, by_score);
         for (uint32_t r = 0; r < p.k; r++) {
             int64_t got = ids[i * p.k + r];
@@ -765,9 +765,14 @@ static void test_long_document(const bench *b)
         return;
     }
     ix_index ix = b->ix;
+    ix_segment seg = b->ix.segs[0]; /* a private copy: the bench's index stays as it is */
     int64_t off[2] = {0, (int64_t)UINT32_MAX};
     ix.n_docs = 1;
-    ix.doc_off = off;
+    ix.n_segs = 1;
+    ix.segs = &seg;
+    seg.n_docs = 1;
+    seg.doc_off = off;
+    ix.max_doc_len = (int64_t)UINT32_MAX;
     sp_params p = {.k = 10, .n_probe = 4, .k_refine = 20, .k_fullbit = 10, .chunks = 1};
     sp_engine *e = NULL;
     chimera_error err = {0};
@@ -789,13 +794,17 @@ static void test_probe_unfilled(const bench *b)
     float *cent = cm_malloc(nc * sizeof *cent), *q = cm_malloc((size_t)4 * ix->dim * sizeof *q);
     for (size_t i = 0; i < nc; i++) cent[i] = -3e38f;
     for (size_t i = 0; i < (size_t)4 * ix->dim; i++) q[i] = 1.0f;
+    const ix_segment *s0 = &ix->segs[0];
+    be_segment seg = {.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
+                      .n_lists = s0->n_lists, .post_cid = s0->post_cid, .post_off = s0->post_off,
+                      .post_doc = s0->post_doc, .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
+                      .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact, .tok_cid = s0->tok_cid,
+                      .doc_off = s0->doc_off};
     be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
                      .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
                      .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = cent,
-                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .post_off = ix->post_off,
-                     .post_doc = ix->post_doc, .c1_codes = ix->c1_codes, .c1_fact = ix->c1_fact,
-                     .d1_codes = ix->d1_codes, .d1_fact = ix->d1_fact, .tok_cid = ix->tok_cid,
-                     .doc_off = ix->doc_off, .deleted = ix->deleted};
+                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
+                     .segments = &seg, .deleted = ix->deleted};
     be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 4, .max_probe = 8, .max_refine = 16};
     cm_backend be;
     chimera_error err;

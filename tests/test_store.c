@@ -437,7 +437,7 @@ static void edit_manifest(const char *dir, void (*edit)(cJSON *), int resign)
 
 static void edit_major(cJSON *r)
 {
-    cJSON_ReplaceItemInObject(r, "format_major", cJSON_CreateNumber(2));
+    cJSON_ReplaceItemInObject(r, "format_major", cJSON_CreateNumber(3));
     cJSON_ReplaceItemInObject(r, "format_minor", cJSON_CreateNumber(3));
 }
 static void edit_minor(cJSON *r)
@@ -489,7 +489,7 @@ static void test_manifest_edits(void)
     /* another major: refused before anything else, even without re-signing */
     edit_manifest(dir, edit_major, 0);
     CHECK_STATUS(ix_store_open(dir, 1, &st, &err), CHIMERA_ERR_VERSION, &err);
-    CHECKF(strstr(err.msg, "index format 2.3, this library reads 1.x") != NULL, "%s", err.msg);
+    CHECKF(strstr(err.msg, "index format 3.3, this library reads 1.x to 2.x") != NULL, "%s", err.msg);
     CHECK_STATUS(ix_store_info(dir, &st, &err), CHIMERA_ERR_VERSION, &err);
     write_all_file(mp, orig, mlen);
 

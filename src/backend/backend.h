@@ -31,25 +31,72 @@
 
 #define BE_API_VERSION 1
 
-/* Everything a device keeps for the life of an index: plain pointers into the mapped
- * index (layout: index/index.h), uploaded as they are. */
-typedef struct be_resident {
-    uint32_t dim, dim_pad, n_clusters, degree, n_entry;
-    int64_t n_docs, n_tokens;
-    const quant_rotation *rot;
-    const float *centroids;       /* [K, dim] */
-    const uint32_t *graph_adj;    /* [K, degree] */
-    const uint32_t *graph_entry;  /* [n_entry] */
-    const int64_t *post_off;      /* [K + 1] */
-    const uint32_t *post_doc;     /* [N] document of each posting position */
+/* One segment of the index (index/index.h: ix_segment): documents doc_base ..
+ * doc_base + n_docs - 1 and their tokens. Numbers inside are local to the segment
+ * (post_doc, doc_off); the backend adds doc_base to report global documents. */
+typedef struct be_segment {
+    int64_t doc_base, n_docs, n_tokens;
+    uint32_t n_lists;             /* n_clusters, or the length of post_cid */
+    const uint32_t *post_cid;     /* [n_lists] cluster of each list, increasing; NULL:
+                                     list l is cluster l */
+    const int64_t *post_off;      /* [n_lists + 1] */
+    const uint32_t *post_doc;     /* [N] local document of each posting position */
     const uint8_t *c1_codes;      /* [N, dim_pad/8] cluster-major */
     const quant_f1 *c1_fact;
     const uint8_t *d1_codes;      /* [N, dim_pad/8] doc-major */
     const quant_f1 *d1_fact;
-    const uint32_t *tok_cid;      /* [N] */
-    const int64_t *doc_off;       /* [D + 1] */
-    const uint8_t *deleted;       /* [ceil(D/8)] */
+    const uint32_t *tok_cid;      /* [N] global centroid ids */
+    const int64_t *doc_off;       /* [D + 1] local token offsets */
+} be_segment;
+
+/* Everything a device keeps for the life of an index: plain pointers into the mapped
+ * index (layout: index/index.h), uploaded as they are. A built index is one segment;
+ * every `chimera add` appends one (docs/format.md, "Segments"). */
+typedef struct be_resident {
+    uint32_t dim, dim_pad, n_clusters, degree, n_entry;
+    int64_t n_docs, n_tokens;     /* over all segments */
+    const quant_rotation *rot;
+    const float *centroids;       /* [K, dim] */
+    const uint32_t *graph_adj;    /* [K, degree] */
+    const uint32_t *graph_entry;  /* [n_entry] */
+    uint32_t n_segments;
+    const be_segment *segments;   /* by increasing doc_base */
+    const uint8_t *deleted;       /* [ceil(n_docs/8)] over all segments */
 } be_resident;
+
+/* The segment of global document d. */
+static inline const be_segment *be_doc_segment(const be_resident *r, int64_t d)
+{
+    uint32_t lo = 0, hi = r->n_segments - 1;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (r->segments[mid].doc_base <= d) lo = mid;
+        else hi = mid - 1;
+    }
+    return &r->segments[lo];
+}
+
+/* Posting list of cluster cid in segment sg: positions [*p0, *p0 + *n). */
+static inline void be_segment_list(const be_segment *sg, uint32_t cid, int64_t *p0, int64_t *n)
+{
+    uint32_t l = cid;
+    *p0 = 0;
+    *n = 0;
+    if (sg->post_cid) {
+        uint32_t lo = 0, hi = sg->n_lists;
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (sg->post_cid[mid] < cid) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == sg->n_lists || sg->post_cid[lo] != cid) return;
+        l = lo;
+    } else if (cid >= sg->n_lists) {
+        return;
+    }
+    *p0 = sg->post_off[l];
+    *n = sg->post_off[l + 1] - *p0;
+}
 
 typedef enum be_impute {
     BE_IMPUTE_PROBE_FLOOR = 0, /* the n_probe-th centroid score of the query token: a
@@ -107,6 +154,12 @@ struct cm_backend_i {
      * CPU backend); search/ then reuses them for full-bit scoring. */
     const float *(*host_centroid_scores)(void *ctx, int worker);
     void (*release)(void *ctx);
+    /* (optional; default NULL) The index changed (index/update.c: documents appended as
+     * new segments, deletions): r extends the uploaded one (the same shared data, the
+     * same segments first, maybe more, a new deletion bitmap). A backend that can, takes
+     * only what is new (a GPU: the new segments and the bitmap); without it, the engine
+     * is made anew. No query runs during the call. */
+    chimera_status (*refresh)(void *ctx, const be_resident *r, chimera_error *err);
     /* (optional; default NULL) Announces the worker's next n queries (qs[i]: ms[i] x dim
      * tokens, host memory, valid until they have run): the backend may do their shared
      * work at once (the CPU: one sgemm for all their centroid scores). *taken: how many

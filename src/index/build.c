@@ -22,6 +22,7 @@
  * nearest centroid is measured on a sample and reported. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cluster/assign.h"
@@ -144,6 +145,7 @@ static cJSON *build_meta(const data_corpus *c, const ix_build_opts *o, uint32_t 
     cJSON_AddNumberToObject(b, "threads", o->n_threads);
     cJSON_AddStringToObject(b, "source_dtype", cm_dtype_name(c->dtype));
     cJSON_AddNumberToObject(b, "assign_recall", r->assign_recall);
+    cJSON_AddNumberToObject(b, "assign_sim_p10", r->assign_sim_p10);
     cJSON_AddNumberToObject(b, "graph_repair_edges", g->n_repair_edges);
     cJSON *ph = cJSON_AddObjectToObject(b, "seconds");
     for (int i = 0; i < r->n_phases; i++) cJSON_AddNumberToObject(ph, r->phase[i], r->seconds[i]);
@@ -232,6 +234,12 @@ static chimera_status stage_train(build_state *b, chimera_error *err)
     return ivf_kmeans_train(b->sample, b->n_train, b->d, b->d, b->k, &ko, &b->km, err);
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
 /* Every token to its centroid, and the accuracy of that on the sample. The assigner
  * parallelises each block over the pool itself, so blocks go one after another. */
 static chimera_status stage_assign(build_state *b, chimera_error *err)
@@ -251,6 +259,21 @@ static chimera_status stage_assign(build_state *b, chimera_error *err)
     if (cm_watch_flag(&b->watch)) return CHIMERA_ERR_CANCELLED; /* assign is partial */
     b->rep->assign_recall =
         ivf_assign_recall(b->assigner, b->sample, b->n_train, b->d, 20000, b->o.seed + 7);
+    /* The 10th percentile of a token's similarity to its centroid, on (part of) the
+     * training sample: the yardstick for tokens appended later (update.h, "Drift"). */
+    int64_t ns = b->n_train < 20000 ? b->n_train : 20000;
+    uint32_t *ids = cm_malloc((size_t)ns * sizeof *ids);
+    float *ips = cm_malloc((size_t)ns * sizeof *ips);
+    if (!ids || !ips) {
+        cm_free(ids);
+        cm_free(ips);
+        return nomem(err);
+    }
+    ivf_assign(b->assigner, b->sample, ns, b->d, ids, ips);
+    qsort(ips, (size_t)ns, sizeof *ips, cmp_float);
+    b->rep->assign_sim_p10 = ips[ns / 10];
+    cm_free(ids);
+    cm_free(ips);
     return CHIMERA_OK;
 }
 
@@ -323,13 +346,15 @@ static chimera_status stage_write(build_state *b, ix_store_writer *w, chimera_er
     const uint64_t rbytes = quant_rotation_serialized_size(b->rot);
     chimera_status s = CHIMERA_ERR_NOMEM;
     int64_t *doc_ids = cm_malloc((size_t)(c->n_docs + 1) * sizeof *doc_ids);
+    uint32_t *id_order = cm_malloc((size_t)(c->n_docs + 1) * sizeof *id_order);
     uint8_t *deleted = cm_calloc((size_t)(c->n_docs + 8) / 8, 1);
     uint8_t *rbuf = cm_malloc(rbytes);
-    if (!doc_ids || !deleted || !rbuf) {
+    if (!doc_ids || !id_order || !deleted || !rbuf) {
         s = nomem(err);
         goto done;
     }
     for (int64_t i = 0; i < c->n_docs; i++) doc_ids[i] = data_corpus_id(c, i);
+    if ((s = ix_id_order_compute(doc_ids, c->n_docs, id_order, err)) != CHIMERA_OK) goto done;
     quant_rotation_serialize(b->rot, rbuf);
     const section_out out[IX_N_SECTIONS] = {
         [IX_SEC_rotation] = {1, rbytes, 0, rbuf},
@@ -349,10 +374,12 @@ static chimera_status stage_write(build_state *b, ix_store_writer *w, chimera_er
         [IX_SEC_doc_off] = {1, D + 1, 0, c->doc_off},
         [IX_SEC_doc_ids] = {1, D, 0, doc_ids},
         [IX_SEC_deleted] = {1, (D + 7) / 8, 0, deleted},
+        [IX_SEC_id_order] = {1, D, 0, id_order},
     };
     uint64_t total = 0;
     for (int i = 0; i < IX_N_SECTIONS; i++) {
         const section_out *o = &out[i];
+        if (i == IX_SEC_post_cid) continue; /* dense lists: one per cluster */
         ix_store_type t = {ix_sections[i].dtype, o->ndim, {o->d0, o->d1, 0, 0}};
         uint64_t bytes = ix_fmt_dtype_size(t.dtype) * o->d0 * (o->ndim > 1 ? o->d1 : 1);
         total += bytes;
@@ -363,6 +390,7 @@ static chimera_status stage_write(build_state *b, ix_store_writer *w, chimera_er
 done:
     cm_free(rbuf);
     cm_free(doc_ids);
+    cm_free(id_order);
     cm_free(deleted);
     return s;
 }

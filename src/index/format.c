@@ -20,13 +20,13 @@ static uint32_t header_check(const uint8_t *h)
     return (uint32_t)XXH3_64bits(h, FMT_HEADER_BYTES - 4);
 }
 
-void ix_fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint64_t payload_bytes,
-                          uint64_t payload_xxh3)
+void ix_fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint16_t major,
+                          uint16_t minor, uint64_t payload_bytes, uint64_t payload_xxh3)
 {
     memset(out, 0, FMT_HEADER_BYTES);
     memcpy(out, FMT_SECTION_MAGIC, 8); /* includes the terminating NUL */
-    ix_fmt_put_u16(out + 8, FMT_VERSION_MAJOR);
-    ix_fmt_put_u16(out + 10, FMT_VERSION_MINOR);
+    ix_fmt_put_u16(out + 8, major);
+    ix_fmt_put_u16(out + 10, minor);
     const uint32_t mark = FMT_ENDIAN_MARK; /* native order, on purpose */
     memcpy(out + 12, &mark, 4);
     ix_fmt_put_u64(out + 16, payload_bytes);

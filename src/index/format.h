@@ -84,6 +84,15 @@
  *   1.0  (Chimera 0.1.0) first version: the layout above.
  *   1.1  (Chimera 0.2.0) the manifest member "generation" (optional; a 1.0 reader
  *        ignores it, a 1.1 reader reads its absence as 0). Nothing else changed.
+ *   1.1  (Chimera 0.3.0) adds the optional per-segment section id_order; a build writes
+ *        it, a reader computes it for indexes without.
+ *   2.0  (Chimera 0.3.0) a living index: documents appended as segments and deletions
+ *        as tombstone lists (meta "segments", "tombstones"; sections "s<seq>_<name>",
+ *        "t<seq>_del"). A 1.x reader could not ignore them (it would miss documents
+ *        or bring deleted ones back), hence the major. The container is unchanged; a
+ *        section file's header carries the major of the writer that made it (1 or 2),
+ *        at most the manifest's. A compaction writes 1.1 again. This library reads
+ *        both majors.
  */
 #ifndef CHIMERA_INDEX_FORMAT_H
 #define CHIMERA_INDEX_FORMAT_H
@@ -93,8 +102,11 @@
 
 #include "chimera.h"
 
-#define FMT_VERSION_MAJOR 1
+#define FMT_VERSION_MAJOR 1 /* what a build or a compaction writes */
 #define FMT_VERSION_MINOR 1
+#define FMT_LIVING_MAJOR 2  /* an index with appended segments or tombstone lists */
+#define FMT_LIVING_MINOR 0
+#define FMT_MAX_MAJOR 2     /* this library reads majors 1 .. FMT_MAX_MAJOR */
 
 #define FMT_MANIFEST_NAME "manifest.json"
 #define FMT_MANIFEST_MAGIC "chimera-index"
@@ -159,10 +171,10 @@ static inline uint64_t ix_fmt_get_u64(const uint8_t *p)
     return v;
 }
 
-/* Encodes a header for section `name` (valid per ix_fmt_name_valid) into out[64], with the
- * writer's version, the native endianness mark and the header checksum. */
-void ix_fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint64_t payload_bytes,
-                          uint64_t payload_xxh3);
+/* Encodes a header for section `name` (valid per ix_fmt_name_valid) into out[64], with
+ * format version major.minor, the native endianness mark and the header checksum. */
+void ix_fmt_header_encode(uint8_t out[FMT_HEADER_BYTES], const char *name, uint16_t major,
+                          uint16_t minor, uint64_t payload_bytes, uint64_t payload_xxh3);
 
 /* Decodes in[64] field by field; never fails (the reader judges the fields). */
 void ix_fmt_header_decode(const uint8_t in[FMT_HEADER_BYTES], ix_fmt_section_header *h);

@@ -44,6 +44,7 @@ typedef struct ix_build_report {
     uint64_t peak_rss;
     uint32_t n_clusters;
     double assign_recall;   /* fraction of tokens given their true nearest centroid */
+    double assign_sim_p10;  /* 10th percentile of a token's similarity to its centroid */
     uint64_t bytes_written;
 } ix_build_report;
 
@@ -55,24 +56,97 @@ uint32_t ix_auto_clusters(int64_t n_tokens);
 chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_build_opts *opts,
                         ix_build_report *report, chimera_error *err);
 
-/* An opened index: views into the mapped sections. */
-typedef struct ix_index {
-    store *st;
-    uint32_t dim, dim_pad, bits, n_clusters, degree, n_entry;
+/* One segment: a run of consecutive documents with everything that is per document
+ * or per token (sections.h: IX_SEGMENT). A built or compacted index is one segment;
+ * `chimera add` appends one per commit (docs/format.md, "Segments"). Within a segment
+ * numbers are local: post_doc and post_tok count from its first document and token,
+ * doc_off from 0; tok_cid holds global centroid ids. */
+typedef struct ix_segment {
+    int64_t doc_base, tok_base; /* global number of its first document and token */
     int64_t n_docs, n_tokens;
-    quant_rotation rot;
-    const float *centroids;
-    graph g; /* adj and entry point into the mapping; never graph_free it */
-    const int64_t *post_off;
+    uint32_t n_lists;           /* posting lists: n_clusters, or post_cid's length */
+    const uint32_t *post_cid;   /* [n_lists] cluster of each list, increasing; NULL: list
+                                   l is cluster l */
+    const int64_t *post_off;    /* [n_lists + 1] */
     const uint32_t *post_tok, *post_doc;
     const uint8_t *c1_codes, *d1_codes, *dB_codes;
     const quant_f1 *c1_fact, *d1_fact;
     const quant_fB *dB_fact;
     const uint32_t *tok_cid;
     const int64_t *doc_off, *doc_ids;
-    const uint8_t *deleted;
+    const uint32_t *id_order;   /* [n_docs] local documents by increasing id */
+    uint32_t *id_order_own;     /* id_order when open computed it (older indexes) */
+    uint32_t seq;               /* 0 for the base; its sections' "s<seq>_" otherwise */
+} ix_segment;
+
+#define IX_MAX_SEGMENTS 64
+
+/* An opened index: views into the mapped sections. */
+typedef struct ix_index {
+    store *st;
+    uint32_t dim, dim_pad, bits, n_clusters, degree, n_entry;
+    int64_t n_docs, n_tokens;    /* over all segments */
+    quant_rotation rot;
+    const float *centroids;
+    graph g; /* adj and entry point into the mapping; never graph_free it */
+    uint32_t n_segs;
+    ix_segment *segs;            /* [n_segs], by increasing doc_base */
+    const uint8_t *deleted;      /* [ceil(n_docs/8)] over all segments */
+    uint8_t *deleted_own;        /* deleted, when composed from the base bitmap and the
+                                    tombstone lists */
     int64_t n_deleted; /* documents marked in `deleted` (counted at open) */
+    int64_t max_doc_len;
+    uint32_t n_tombstone_lists;
 } ix_index;
+
+/* The segment holding global document `doc` (0 <= doc < n_docs). */
+static inline const ix_segment *ix_doc_segment(const ix_index *ix, int64_t doc)
+{
+    uint32_t lo = 0, hi = ix->n_segs - 1;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (ix->segs[mid].doc_base <= doc) lo = mid;
+        else hi = mid - 1;
+    }
+    return &ix->segs[lo];
+}
+
+/* Posting list of cluster `cid` in segment `sg`: positions [*p0, *p0 + *n). */
+static inline void ix_segment_list(const ix_segment *sg, uint32_t cid, int64_t *p0, int64_t *n)
+{
+    uint32_t l = cid;
+    if (sg->post_cid) {
+        uint32_t lo = 0, hi = sg->n_lists;
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (sg->post_cid[mid] < cid) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == sg->n_lists || sg->post_cid[lo] != cid) {
+            *p0 = 0;
+            *n = 0;
+            return;
+        }
+        l = lo;
+    } else if (cid >= sg->n_lists) {
+        *p0 = 0;
+        *n = 0;
+        return;
+    }
+    *p0 = sg->post_off[l];
+    *n = sg->post_off[l + 1] - *p0;
+}
+
+/* The user id of global document `doc`. */
+static inline int64_t ix_doc_id(const ix_index *ix, int64_t doc)
+{
+    const ix_segment *sg = ix_doc_segment(ix, doc);
+    return sg->doc_ids[doc - sg->doc_base];
+}
+
+/* The global document that holds user id `id` and is not deleted, or -1: a binary
+ * search of each segment's id_order (a deleted document's id may be used again). */
+int64_t ix_find_id(const ix_index *ix, int64_t id);
 
 /* Opens and validates, as hostile input, everything that costs at most one pass over a
  * small section or over the id-sized ones search indexes with: sizes against the meta's
@@ -84,7 +158,14 @@ typedef struct ix_index {
  * doc-major ones. With verify, every payload checksum. Errors name the section and what
  * was expected: CHIMERA_ERR_CORRUPT, or the store's statuses. */
 chimera_status ix_open(const char *dir, int verify, ix_index *ix, chimera_error *err);
+/* The same over a store already opened (a writer that opened it under the lock); the
+ * index takes the store, and closes it on failure too. */
+chimera_status ix_open_store(store *st, ix_index *ix, chimera_error *err);
 void ix_close(ix_index *ix);
+
+/* order[0..n) = 0..n-1 sorted by (ids[i], i): a segment's id_order. */
+chimera_status ix_id_order_compute(const int64_t *ids, int64_t n, uint32_t *order,
+                                   chimera_error *err);
 
 /* Deep check (chimera check), after every payload checksum: every token in exactly one
  * posting list, post_doc and tok_cid consistent with the lists and the documents, the
@@ -95,6 +176,11 @@ void ix_close(ix_index *ix);
  *         every document is deleted (a consistent index that no search can answer);
  *         CHIMERA_ERR_NOMEM. */
 chimera_status ix_check(const ix_index *ix, chimera_error *err);
+
+/* The generation and data identity (ix_store_data_id) of the index at dir now, from its
+ * manifest alone: how a handle learns that there is something new to open. */
+chimera_status ix_peek(const char *dir, uint64_t *generation, uint64_t *data_id,
+                       chimera_error *err);
 
 /* The manifest-only summary behind `chimera info`. */
 chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error *err);

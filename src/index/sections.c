@@ -5,14 +5,27 @@
 #include "index/sections.h"
 
 const ix_section_def ix_sections[IX_N_SECTIONS] = {
-#define IX_SEC_DEF(name, dtype, shape, where, need, content)                                  \
-    [IX_SEC_##name] = {#name, dtype, shape, content, where, need},
+#define IX_SEC_DEF(name, dtype, shape, where, need, scope, content)                           \
+    [IX_SEC_##name] = {#name, dtype, shape, content, where, need, scope},
     IX_SECTIONS(IX_SEC_DEF)
 #undef IX_SEC_DEF
 };
 
+static const ix_section_def tombstones = {"del", "u32", "[n]", "deleted documents", 1, 0,
+                                          IX_SHARED};
+
 const ix_section_def *ix_section_find(const char *name)
 {
+    /* "s<digits>_<name>" is a segment's copy of <name>; "t<digits>_del" a tombstone list */
+    if ((name[0] == 's' || name[0] == 't') && name[1] >= '0' && name[1] <= '9') {
+        const char *p = name + 1;
+        while (*p >= '0' && *p <= '9') p++;
+        if (*p == '_') {
+            if (name[0] == 't') return strcmp(p + 1, "del") == 0 ? &tombstones : NULL;
+            const ix_section_def *d = ix_section_find(p + 1);
+            return d && d->scope == IX_SEGMENT ? d : NULL;
+        }
+    }
     for (int i = 0; i < IX_N_SECTIONS; i++)
         if (strcmp(ix_sections[i].name, name) == 0) return &ix_sections[i];
     return NULL;

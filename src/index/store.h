@@ -84,6 +84,9 @@ typedef struct ix_store_write_opts {
                               writers that derive the new index from the current one
                               (add, delete, compact); a build replaces whatever is there */
     uint64_t expect_generation;
+    struct ix_store_lock *lock; /* the writer lock, when the caller holds it around a
+                                   longer change (add, compact): begin and commit then
+                                   use it instead of taking it themselves */
 } ix_store_write_opts;
 
 /* Element type and shape of a section, recorded in the manifest (optional). */
@@ -150,6 +153,32 @@ chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chi
 
 /* Removes the temporary directory and frees the writer. NULL is a no-op. */
 void ix_store_writer_abort(ix_store_writer *w);
+
+/* ---- changing an index in place ------------------------------------------------------ */
+
+/* Starts a change committed into the index directory itself (add, delete, update): new
+ * sections are written next to the current ones under names no manifest lists, and
+ * ix_store_delta_commit then writes a manifest that lists the current sections (minus
+ * those it drops) plus the new ones, and renames it over manifest.json. Sections are
+ * never written twice under one name: every change uses fresh names (index/update.c
+ * numbers them). Until the rename, readers and a crash see the old index; files of a
+ * killed writer are removed by the next one (ix_store_clean_stale).
+ * @param current  the index as it is, opened (ix_store_open or ix_store_info) by the
+ *                 caller while holding `lock`, which it keeps until the commit or abort
+ * The manifest is written as format FMT_LIVING_MAJOR (format.h says why). Abort removes
+ * the sections written so far. Same statuses as ix_store_writer_begin. */
+struct ix_store_lock;
+typedef struct store store;
+chimera_status ix_store_delta_begin(const char *dir, const store *current,
+                                    struct ix_store_lock *lock, const ix_store_write_opts *opts,
+                                    ix_store_writer **out, chimera_error *err);
+
+/* Commits an in-place change: the manifest (generation + 1, `meta`, the current sections
+ * but the n_drop named ones, then the new ones), synced and renamed into place; then
+ * the dropped sections' files are deleted. Consumes the writer; on failure the new
+ * files are removed and the index is as it was. */
+chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
+                                     const char *const *drop, uint32_t n_drop, chimera_error *err);
 
 /* ---- reading ---------------------------------------------------------------------- */
 
@@ -260,7 +289,7 @@ chimera_status ix_store_update_meta(const char *dir, const ix_store_update_opts 
  * (stopped, or on a hung network file system). */
 #define STORE_LOCK_WAIT_MS 30000
 
-typedef struct ix_store_lock ix_store_lock;
+typedef struct ix_store_lock ix_store_lock; /* declared above as struct ix_store_lock */
 
 /* Takes the writer lock of the index at `dir` (whether or not it exists yet): creates
  * "<dir>.lock" if needed (it is never deleted: removing a lock file races with a

@@ -237,6 +237,26 @@ static int empty_ours(int dfd)
     return !left;
 }
 
+/* 1 when `name` is "<section>.bin" for a valid section name that the manifest's
+ * "sections" array does not list. */
+static int unlisted_section_file(const cJSON *secs, const char *name)
+{
+    size_t n = strlen(name), sl = strlen(FMT_SECTION_SUFFIX);
+    if (n <= sl || n - sl > FMT_NAME_MAX || strcmp(name + n - sl, FMT_SECTION_SUFFIX) != 0)
+        return 0;
+    char sec[FMT_NAME_BYTES];
+    memcpy(sec, name, n - sl);
+    sec[n - sl] = '\0';
+    if (!ix_fmt_name_valid(sec)) return 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, secs)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, sec) == 0) return 0;
+    }
+    return 1;
+}
+
 int ix_store_clean_stale(const char *dir, int dir_is_index)
 {
     char *parent = cm_path_dir(dir);
@@ -249,19 +269,27 @@ int ix_store_clean_stale(const char *dir, int dir_is_index)
     cm_free(parent);
     if (pfd < 0) return 0;
 
-    /* inside the index: manifest temporaries of killed meta updates */
+    /* inside the index: manifest temporaries of killed meta updates, and section files
+     * of killed in-place writers (ix_store_delta_begin), which no manifest lists */
     if (dir_is_index) {
         int ifd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *d = ifd >= 0 ? fdopendir(ifd) : NULL;
         if (!d && ifd >= 0) close(ifd);
+        cJSON *man = NULL;
+        if (d && ix_store_manifest_loadat(dirfd(d), FMT_MANIFEST_NAME, FMT_MANIFEST_NAME, &man,
+                                          NULL, NULL) != CHIMERA_OK)
+            man = NULL; /* unreadable: leave every section file alone */
+        const cJSON *secs = man ? cJSON_GetObjectItemCaseSensitive(man, "sections") : NULL;
         struct dirent *e;
         while (d && (e = readdir(d)) != NULL) {
             struct stat sb;
-            if (ix_store_is_manifest_tmp(e->d_name) &&
-                fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            int stale = ix_store_is_manifest_tmp(e->d_name);
+            if (!stale && cJSON_IsArray(secs) && unlisted_section_file(secs, e->d_name)) stale = 1;
+            if (stale && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
                 S_ISREG(sb.st_mode) && unlinkat(dirfd(d), e->d_name, 0) == 0)
                 removed++;
         }
+        cJSON_Delete(man);
         if (d) closedir(d);
     }
 

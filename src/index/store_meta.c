@@ -28,13 +28,15 @@ static cJSON *with_generation(cJSON *root, uint64_t gen)
 {
     cJSON *out = cJSON_CreateObject();
     int ok = out != NULL, placed = 0;
+    const cJSON *major = cJSON_GetObjectItemCaseSensitive(root, "format_major");
+    int is_1x = cJSON_IsNumber(major) && major->valuedouble == 1;
     while (ok && root->child) {
         cJSON *c = cJSON_DetachItemViaPointer(root, root->child);
         if (!c->string || strcmp(c->string, "generation") == 0) {
             cJSON_Delete(c);
             continue;
         }
-        if (strcmp(c->string, "format_minor") == 0 && cJSON_IsNumber(c) &&
+        if (is_1x && strcmp(c->string, "format_minor") == 0 && cJSON_IsNumber(c) &&
             c->valuedouble < FMT_VERSION_MINOR)
             cJSON_SetNumberValue(c, FMT_VERSION_MINOR);
         if (!placed && strcmp(c->string, "meta") == 0) {

@@ -274,9 +274,10 @@ static chimera_status check_manifest(store *st, chimera_error *err)
         !json_uint(member(root, "format_minor"), 65535, &minor))
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "%s/%s: format version is missing or malformed",
                        dir, FMT_MANIFEST_NAME);
-    if (major != FMT_VERSION_MAJOR)
-        return cm_fail(err, CHIMERA_ERR_VERSION, "%s: index format %u.%u, this library reads %d.x",
-                       dir, (unsigned)major, (unsigned)minor, FMT_VERSION_MAJOR);
+    if (major < 1 || major > FMT_MAX_MAJOR)
+        return cm_fail(err, CHIMERA_ERR_VERSION,
+                       "%s: index format %u.%u, this library reads 1.x to %d.x", dir,
+                       (unsigned)major, (unsigned)minor, FMT_MAX_MAJOR);
     st->major = (uint32_t)major;
     st->minor = (uint32_t)minor;
 
@@ -414,7 +415,7 @@ static chimera_status map_section(store *st, int dfd, rsection *r, int verify,
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "%s: section '%s': header checksum is %08x, the header says %08x "
                        "(damaged header)", dir, nm, h.header_check_calc, h.header_check);
-    if (h.format_major != st->major)
+    if (h.format_major < 1 || h.format_major > st->major) /* 1.x sections stay in a 2.x index */
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "%s: section '%s': header format %u.%u, the manifest says %u.x", dir, nm,
                        h.format_major, h.format_minor, st->major);

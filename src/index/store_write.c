@@ -103,6 +103,13 @@ struct ix_store_writer {
     uint8_t *buf;
     size_t buf_used;
     chimera_error failed; /* sticky: code != OK once an I/O or memory error happened */
+    uint16_t major, minor; /* written into section headers and the manifest */
+    /* in place (ix_store_delta_begin): sections go into the index directory itself,
+     * next to the ones the current manifest lists (keep) */
+    int in_place;
+    wsection *keep;
+    uint32_t n_keep;
+    uint64_t base_gen;
 };
 
 /* ---- small helpers ----------------------------------------------------------------- */
@@ -261,6 +268,7 @@ static void writer_free(ix_store_writer *w)
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->tmp_fd >= 0) close(w->tmp_fd);
+    cm_free(w->keep);
     cm_free(w->cur_path);
     cm_free(w->buf);
     cm_free(w->secs);
@@ -270,12 +278,26 @@ static void writer_free(ix_store_writer *w)
     cm_free(w);
 }
 
+/* An in-place writer's files: no manifest lists them, so removing them is the abort. */
+static void remove_written(ix_store_writer *w)
+{
+    if (w->cur_path) unlink(w->cur_path);
+    for (uint32_t i = 0; i < w->n_secs; i++) {
+        char file[FMT_NAME_BYTES + sizeof FMT_SECTION_SUFFIX];
+        snprintf(file, sizeof file, "%s%s", w->secs[i].name, FMT_SECTION_SUFFIX);
+        char *path = cm_path_join(w->tmp_dir, file);
+        if (path) unlink(path);
+        cm_free(path);
+    }
+}
+
 void ix_store_writer_abort(ix_store_writer *w)
 {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     w->fd = -1;
-    if (w->tmp_dir) remove_tree(w->tmp_dir);
+    if (w->in_place) remove_written(w);
+    else if (w->tmp_dir) remove_tree(w->tmp_dir);
     writer_free(w); /* closes tmp_fd, dropping the claim only once the directory is gone */
 }
 
@@ -299,6 +321,8 @@ chimera_status ix_store_writer_begin(const char *out_dir, const ix_store_write_o
     w->fd = -1;
     w->tmp_fd = -1;
     if (opts) w->opts = *opts;
+    w->major = FMT_VERSION_MAJOR;
+    w->minor = FMT_VERSION_MINOR;
     chimera_status s = CHIMERA_OK;
     ix_store_lock *lock = NULL;
     /* the mkdtemp template stays out of w->tmp_dir until the directory exists, so that
@@ -331,7 +355,8 @@ chimera_status ix_store_writer_begin(const char *out_dir, const ix_store_write_o
     /* Refuse a target that may not be replaced before taking the lock, so that a refusal
      * leaves nothing behind, not even a lock file beside a stranger's directory. */
     if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
-    if ((s = ix_store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
+    if (!w->opts.lock &&
+        (s = ix_store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
         goto fail;
     if ((s = classify_target(w->out_dir, &kind, &gen, err)) != CHIMERA_OK) goto fail;
     ix_store_clean_stale(w->out_dir, kind == TARGET_INDEX);
@@ -506,7 +531,7 @@ chimera_status ix_store_section_end(ix_store_writer *w, chimera_error *err)
     if (w->buf_used) CM_TRY(flush_buf(w, err));
     w->cur.xxh3 = XXH3_64bits_digest(&w->hash);
     uint8_t hdr[FMT_HEADER_BYTES];
-    ix_fmt_header_encode(hdr, w->cur.name, w->cur.bytes, w->cur.xxh3);
+    ix_fmt_header_encode(hdr, w->cur.name, w->major, w->minor, w->cur.bytes, w->cur.xxh3);
     int e = pwrite_all(w->fd, hdr, sizeof hdr, 0);
     if (!e && !w->opts.no_sync && fsync(w->fd) != 0) e = errno;
     if (close(w->fd) != 0 && !e) e = errno;
@@ -557,8 +582,8 @@ static chimera_status build_manifest(const ix_store_writer *w, const cJSON *meta
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
     ok = ok && cJSON_AddStringToObject(root, "magic", FMT_MANIFEST_MAGIC);
-    ok = ok && cJSON_AddNumberToObject(root, "format_major", FMT_VERSION_MAJOR);
-    ok = ok && cJSON_AddNumberToObject(root, "format_minor", FMT_VERSION_MINOR);
+    ok = ok && cJSON_AddNumberToObject(root, "format_major", w->major);
+    ok = ok && cJSON_AddNumberToObject(root, "format_minor", w->minor);
     ok = ok && cJSON_AddStringToObject(root, "library_version", CHIMERA_VERSION_STRING);
     ok = ok && cJSON_AddStringToObject(root, "endian", "little");
     ok = ok && cJSON_AddNumberToObject(root, "generation", (double)gen);
@@ -569,8 +594,9 @@ static chimera_status build_manifest(const ix_store_writer *w, const cJSON *meta
     }
     cJSON *arr = ok ? cJSON_AddArrayToObject(root, "sections") : NULL;
     ok = arr != NULL;
-    for (uint32_t i = 0; ok && i < w->n_secs; i++) {
-        const wsection *s = &w->secs[i];
+    for (uint32_t i = 0; ok && i < w->n_keep + w->n_secs; i++) {
+        const wsection *s = i < w->n_keep ? &w->keep[i] : &w->secs[i - w->n_keep];
+        if (!s->name[0]) continue; /* a kept section the commit drops */
         char file[FMT_NAME_BYTES + sizeof FMT_SECTION_SUFFIX], hex[17];
         snprintf(file, sizeof file, "%s%s", s->name, FMT_SECTION_SUFFIX);
         ix_fmt_hex_format(hex, s->xxh3);
@@ -715,7 +741,13 @@ chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chi
      * is the one the new index succeeds, and nothing can change the target in between
      * (before, a tune's manifest update racing this swap could land in the new index
      * with the old index's sections listed, which made it unreadable). */
-    if ((s = ix_store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
+    if (w->in_place) {
+        s = cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: an in-place writer commits with "
+                    "ix_store_delta_commit", w->out_dir);
+        goto fail;
+    }
+    if (!w->opts.lock &&
+        (s = ix_store_lock_acquire(w->out_dir, w->opts.lock_timeout_ms, &lock, err)) != CHIMERA_OK)
         goto fail;
     int kind;
     uint64_t gen;
@@ -738,7 +770,7 @@ chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chi
     /* out_dir is an index now, so every leftover beside it is obsolete (even the copies
      * an interrupted replace left while it was missing) */
     ix_store_clean_stale(w->out_dir, 1);
-    ix_store_lock_release(lock);
+    ix_store_lock_release(lock); /* NULL when the caller holds it (opts.lock) */
     /* Past the commit point: tmp_dir names nothing of ours any more (it was renamed into
      * place, or it held the old index and was deleted), so it must not be removed. */
     cm_free(w->tmp_dir);
@@ -752,5 +784,125 @@ fail:
     cJSON_Delete(root);
     ix_store_writer_abort(w);
     ix_store_lock_release(lock);
+    return s;
+}
+
+/* ---- in place: a change committed into the index directory ---------------------------- */
+
+chimera_status ix_store_delta_begin(const char *dir, const store *current, ix_store_lock *lock,
+                                    const ix_store_write_opts *opts, ix_store_writer **out,
+                                    chimera_error *err)
+{
+    *out = NULL;
+    if (!lock)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: an in-place change needs the writer lock",
+                       dir);
+    if (!ix_fmt_host_little_endian())
+        return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
+                       "%s: the index format is little-endian; this host is not", dir);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    ix_store_writer *w = cm_aligned_alloc(64, sizeof *w);
+    if (!w) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->tmp_fd = -1;
+    if (opts) w->opts = *opts;
+    w->opts.lock = lock;
+    w->in_place = 1;
+    w->major = FMT_LIVING_MAJOR;
+    w->minor = FMT_LIVING_MINOR;
+    w->base_gen = ix_store_generation(current);
+    w->out_dir = cm_malloc(n + 1);
+    if (w->out_dir) {
+        memcpy(w->out_dir, dir, n);
+        w->out_dir[n] = '\0';
+        w->parent = cm_path_dir(w->out_dir);
+        w->tmp_dir = concat(w->out_dir, "");
+    }
+    w->buf = cm_malloc(STORE_BUF_BYTES);
+    w->n_keep = ix_store_n_sections(current);
+    w->keep = cm_calloc(w->n_keep ? w->n_keep : 1, sizeof *w->keep);
+    if (!w->out_dir || !w->parent || !w->tmp_dir || !w->buf || !w->keep) {
+        writer_free(w);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    for (uint32_t i = 0; i < w->n_keep; i++) {
+        const ix_store_section_desc *d = ix_store_section_at(current, i);
+        wsection *k = &w->keep[i];
+        snprintf(k->name, sizeof k->name, "%s", d->name);
+        k->bytes = d->bytes;
+        k->xxh3 = d->xxh3;
+        if (d->dtype) snprintf(k->dtype, sizeof k->dtype, "%s", d->dtype);
+        k->ndim = d->ndim;
+        memcpy(k->shape, d->shape, sizeof k->shape);
+    }
+    /* section files a killed in-place writer left (listed nowhere) */
+    ix_store_clean_stale(w->out_dir, 1);
+    *out = w;
+    return CHIMERA_OK;
+}
+
+chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
+                                     const char *const *drop, uint32_t n_drop, chimera_error *err)
+{
+    chimera_status s;
+    cJSON *root = NULL;
+    char *text = NULL, *path = NULL;
+    if (w->failed.code != CHIMERA_OK) {
+        s = sticky(w, err);
+        goto fail;
+    }
+    if (!w->in_place || w->fd >= 0 || !cJSON_IsObject(meta)) {
+        s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                    "%s: delta commit without an in-place writer, with a section open, or "
+                    "without a meta object", w->out_dir);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < n_drop; i++)
+        for (uint32_t j = 0; j < w->n_keep; j++)
+            if (strcmp(w->keep[j].name, drop[i]) == 0) w->keep[j].name[0] = '\0';
+    uint64_t next = w->base_gen < (uint64_t)FMT_MAX_JSON_INT ? w->base_gen + 1 : 1;
+    if ((s = build_manifest(w, meta, next, &root, err)) != CHIMERA_OK) goto fail;
+    /* the commit point: the new manifest renamed over the old one (cm_writer: temporary
+     * file, fsync, rename, fsync of the directory). Section files were synced at their
+     * end, so a manifest that lists them never names data that is not on disk. */
+    text = cJSON_Print(root);
+    path = cm_path_join(w->out_dir, FMT_MANIFEST_NAME);
+    if (!text || !path) {
+        s = cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory writing the manifest", w->out_dir);
+        goto fail;
+    }
+    cm_writer mw;
+    s = cm_writer_open(&mw, path, err);
+    if (s == CHIMERA_OK) {
+        s = cm_writer_write(&mw, text, strlen(text), err);
+        if (s == CHIMERA_OK) s = cm_writer_write(&mw, "\n", 1, err);
+        if (s == CHIMERA_OK) s = cm_writer_commit(&mw, err);
+        else cm_writer_abort(&mw);
+    }
+    if (s != CHIMERA_OK) goto fail;
+    /* Past the commit point. Files no manifest lists any more go; readers that mapped
+     * them keep their mappings (an unlinked file stays mapped), and an open that
+     * started before the commit finds them gone and retries (store_read.c). A failure
+     * to delete leaves a file the next writer's clean-up removes. */
+    for (uint32_t i = 0; i < n_drop; i++) {
+        char file[FMT_NAME_BYTES + sizeof FMT_SECTION_SUFFIX];
+        snprintf(file, sizeof file, "%s%s", drop[i], FMT_SECTION_SUFFIX);
+        char *p = cm_path_join(w->out_dir, file);
+        if (p) unlink(p);
+        cm_free(p);
+    }
+    if (n_drop && !w->opts.no_sync) cm_fsync_dir(w->out_dir, NULL);
+    cJSON_Delete(root);
+    cJSON_free(text);
+    cm_free(path);
+    writer_free(w);
+    return CHIMERA_OK;
+fail:
+    cJSON_Delete(root);
+    cJSON_free(text);
+    cm_free(path);
+    ix_store_writer_abort(w);
     return s;
 }

@@ -69,6 +69,7 @@ struct sp_engine {
     const ix_index *ix;
     cm_backend be;
     be_resident res;
+    be_segment *segs; /* res.segments */
     sp_params max;
     uint32_t max_m;
     uint64_t max_doc_len; /* up to n_tokens, 2^32 - 1: "+ 1" must not wrap */
@@ -105,14 +106,15 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
                            const float *S, const float *q, uint32_t m, uint32_t doc,
                            float *cs_local, uint32_t *cid_local)
 {
-    int64_t t0 = ix->doc_off[doc], n = ix->doc_off[doc + 1] - t0;
+    const ix_segment *sg = ix_doc_segment(ix, doc);
+    int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
     if (n == 0) return -INFINITY;
     for (int64_t t = 0; t < n; t++)
-        if (!fB_usable(&ix->dB_fact[t0 + t])) return NAN;
+        if (!fB_usable(&sg->dB_fact[t0 + t])) return NAN;
     size_t cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
     float mx[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) mx[j] = -INFINITY;
-    const uint32_t *cid = ix->tok_cid + t0;
+    const uint32_t *cid = sg->tok_cid + t0;
     if (!S) {
         /* centroid scores of this document's tokens only: cs_local[t][j] = <c_t, q_j> */
         for (int64_t t = 0; t < n; t++) cid_local[t] = (uint32_t)t;
@@ -122,7 +124,7 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
         S = cs_local;
         cid = cid_local;
     }
-    quant_estB_doc_max(kt, qs, ix->bits, ix->dB_codes + (size_t)t0 * cB, ix->dB_fact + t0,
+    quant_estB_doc_max(kt, qs, ix->bits, sg->dB_codes + (size_t)t0 * cB, sg->dB_fact + t0,
                        (size_t)n, cid, S, m, mx);
     float s = 0.0f;
     for (uint32_t j = 0; j < m; j++) s += mx[j];
@@ -148,8 +150,9 @@ static void host_step(sp_worker *w, uint32_t i)
         float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c],
                                 w->cs_local, w->cid_local);
         w->n_fullbit++;
-        const int64_t *off = e->ix->doc_off;
-        if (!isfinite(s) && (isnan(s) || off[w->cand[c] + 1] > off[w->cand[c]])) {
+        const ix_segment *sg = ix_doc_segment(e->ix, w->cand[c]);
+        int64_t ld = w->cand[c] - sg->doc_base;
+        if (!isfinite(s) && (isnan(s) || sg->doc_off[ld + 1] > sg->doc_off[ld])) {
             if (w->bad_doc < 0) {
                 w->bad_doc = w->cand[c];
                 w->bad_score = s;
@@ -217,6 +220,7 @@ void sp_engine_free(sp_engine *e)
         }
     cm_free(e->w);
     backend_free(&e->be);
+    cm_free(e->segs);
     cm_free(e);
 }
 
@@ -234,23 +238,33 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
     e->max_m = max_m;
     e->n_workers = n_workers < 1 ? 1 : n_workers;
     e->kt = quant_kernels_active();
-    for (int64_t d = 0; d < ix->n_docs; d++) {
-        int64_t n = ix->doc_off[d + 1] - ix->doc_off[d];
-        if ((uint64_t)n > e->max_doc_len) e->max_doc_len = (uint64_t)n;
+    e->max_doc_len = (uint64_t)ix->max_doc_len;
+    e->segs = cm_calloc(ix->n_segs, sizeof *e->segs);
+    if (!e->segs) {
+        cm_free(e);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
     }
     chimera_status s = backend_new(backend, &e->be, err);
     if (s != CHIMERA_OK) {
+        cm_free(e->segs);
         cm_free(e);
         return s;
+    }
+    for (uint32_t i = 0; i < ix->n_segs; i++) {
+        const ix_segment *sg = &ix->segs[i];
+        e->segs[i] = (be_segment){
+            .doc_base = sg->doc_base, .n_docs = sg->n_docs, .n_tokens = sg->n_tokens,
+            .n_lists = sg->n_lists, .post_cid = sg->post_cid, .post_off = sg->post_off,
+            .post_doc = sg->post_doc, .c1_codes = sg->c1_codes, .c1_fact = sg->c1_fact,
+            .d1_codes = sg->d1_codes, .d1_fact = sg->d1_fact, .tok_cid = sg->tok_cid,
+            .doc_off = sg->doc_off};
     }
     e->res = (be_resident){
         .dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
         .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
         .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
-        .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .post_off = ix->post_off,
-        .post_doc = ix->post_doc, .c1_codes = ix->c1_codes, .c1_fact = ix->c1_fact,
-        .d1_codes = ix->d1_codes, .d1_fact = ix->d1_fact, .tok_cid = ix->tok_cid,
-        .doc_off = ix->doc_off, .deleted = ix->deleted};
+        .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = ix->n_segs,
+        .segments = e->segs, .deleted = ix->deleted};
     be_config cfg = {.n_workers = e->n_workers, .n_threads = n_threads, .max_m = max_m,
                      .max_probe = max->n_probe, .max_refine = max->k_refine};
     s = e->be.iface->upload(e->be.ctx, &e->res, &cfg, err);
@@ -394,7 +408,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                        (long long)w->bad_doc, (double)w->bad_score);
     cm_topk_emit(&w->fin, ids, scores);
     for (uint32_t r = 0; r < p->k; r++)
-        if (ids[r] >= 0) ids[r] = e->ix->doc_ids[ids[r]];
+        if (ids[r] >= 0) ids[r] = ix_doc_id(e->ix, ids[r]);
     if (st) {
         st->t_generate += t1 - t0;
         st->t_refine += t2 - t1;

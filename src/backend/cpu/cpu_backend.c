@@ -136,9 +136,12 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     c->kt = quant_kernels_active();
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
-    for (uint32_t k = 0; k < r->n_clusters; k++) {
-        int64_t n = r->post_off[k + 1] - r->post_off[k];
-        if (n > c->max_list) c->max_list = n;
+    for (uint32_t i = 0; i < r->n_segments; i++) {
+        const be_segment *sg = &r->segments[i];
+        for (uint32_t l = 0; l < sg->n_lists; l++) {
+            int64_t n = sg->post_off[l + 1] - sg->post_off[l];
+            if (n > c->max_list) c->max_list = n;
+        }
     }
     if (c->cfg.n_workers == 1 && c->cfg.n_threads > 1) {
         c->pool = cm_pool_new(c->cfg.n_threads);
@@ -399,18 +402,26 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
             uint32_t cid = w->probe_cid[(size_t)j * np + p];
             float qc = w->probe_qc[(size_t)j * np + p];
             if (cid >= r->n_clusters) continue; /* a graph search that found fewer */
-            int64_t p0 = r->post_off[cid], n = r->post_off[cid + 1] - p0;
-            if (n == 0) continue;
-            quant_est1_list(c->kt, &w->qs, j, r->c1_codes + (size_t)p0 * cb, r->c1_fact + p0,
-                            (size_t)n, qc, w->est);
-            scored += (uint64_t)n;
-            for (int64_t t = 0; t < n; t++) {
-                uint32_t slot;
-                if (get_slot(w, r->post_doc[p0 + t], m, &n_slots, &slot) != 0)
-                    return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory (refine)");
-                float *cell = &w->M[(size_t)slot * m + j], e = w->est[t];
-                if (e > *cell) *cell = e;
-                if (e < min_seen) min_seen = e;
+            /* the cluster's list in every segment: appended documents are found exactly
+             * as built ones */
+            for (uint32_t si = 0; si < r->n_segments; si++) {
+                const be_segment *sg = &r->segments[si];
+                int64_t p0, n;
+                be_segment_list(sg, cid, &p0, &n);
+                if (n == 0) continue;
+                quant_est1_list(c->kt, &w->qs, j, sg->c1_codes + (size_t)p0 * cb,
+                                sg->c1_fact + p0, (size_t)n, qc, w->est);
+                scored += (uint64_t)n;
+                uint32_t base = (uint32_t)sg->doc_base;
+                for (int64_t t = 0; t < n; t++) {
+                    uint32_t slot;
+                    if (get_slot(w, base + sg->post_doc[p0 + t], m, &n_slots, &slot) != 0)
+                        return cm_fail(err, CHIMERA_ERR_NOMEM,
+                                       "cpu backend: out of memory (refine)");
+                    float *cell = &w->M[(size_t)slot * m + j], e = w->est[t];
+                    if (e > *cell) *cell = e;
+                    if (e < min_seen) min_seen = e;
+                }
             }
         }
         switch (impute) {
@@ -460,11 +471,12 @@ static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
     uint32_t m = j->w->m, cb = qm_code1_bytes(r->dim_pad);
     float mx[QUANT_QTOK_MAX];
     for (uint32_t i = i0; i < i1; i++) {
-        uint32_t d = j->docs[i];
-        int64_t t0 = r->doc_off[d], n = r->doc_off[d + 1] - t0;
+        const be_segment *sg = be_doc_segment(r, j->docs[i]);
+        int64_t d = j->docs[i] - sg->doc_base;
+        int64_t t0 = sg->doc_off[d], n = sg->doc_off[d + 1] - t0;
         for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
-        quant_est1_doc_max(j->c->kt, &j->w->qs, r->d1_codes + (size_t)t0 * cb, r->d1_fact + t0,
-                           (size_t)n, r->tok_cid + t0, j->w->S, m, mx);
+        quant_est1_doc_max(j->c->kt, &j->w->qs, sg->d1_codes + (size_t)t0 * cb, sg->d1_fact + t0,
+                           (size_t)n, sg->tok_cid + t0, j->w->S, m, mx);
         float s = 0.0f;
         for (uint32_t q = 0; q < m; q++) s += mx[q];
         j->scores[i] = n > 0 ? s : -INFINITY;

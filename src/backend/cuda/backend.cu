@@ -1,18 +1,25 @@
 // The CUDA backend (backend.h): residency, per-worker query state, and the stage entry
 // points of the vtable; the kernels are in centroid.cu, refine.cu, docscore.cu, topk.cu.
 //
-// Residency: upload copies every be_resident array once (cudaMalloc + cudaMemcpy) after
-// checking that the resident bytes plus every worker's scratch fit in
-// be_config.device_memory_budget (0: the device's free memory less a reserve for the
-// context and cuBLAS); when they do not, it fails with CHIMERA_ERR_DEVICE and both
-// numbers, before allocating anything, so search/ can fall back to the CPU backend.
+// Residency: upload copies every be_resident array once (cudaMalloc + cudaMemcpy): the
+// shared arrays (centroids, graph), each segment's arrays into buffers of its own, a
+// small device array of the segment descriptors (cu_segment) that the kernels index, and
+// the deletion bitmap. It first checks that the resident bytes plus every worker's
+// scratch fit in be_config.device_memory_budget (0: the device's free memory less a
+// reserve for the context and cuBLAS); when they do not, it fails with
+// CHIMERA_ERR_DEVICE and both numbers, before allocating anything, so search/ can fall
+// back to the CPU backend.
 //
-//   resident = 4*K*dim (centroids) + 4*K*degree + 4*n_entry (graph) + 8*(K+1) (post_off)
-//            + N*(4 + 2*dim_pad/8 + 2*6 + 4) (post_doc, both 1-bit planes and factors,
-//              tok_cid) + 8*(D+1) (doc_off) + ceil(D/8) (deleted)
+//   resident = 4*K*dim (centroids) + 4*K*degree + 4*n_entry (graph)
+//            + per segment: 8*(L+1) (post_off) + 4*L if sparse (post_cid)
+//              + N*(4 + 2*dim_pad/8 + 2*6 + 4) (post_doc, both 1-bit planes and factors,
+//              tok_cid) + 8*(D+1) (doc_off), with L, N, D the segment's lists, tokens
+//              and documents
+//            + sizeof(cu_segment) per segment (descriptors) + ceil(D/8) (deleted)
 //   worker   = 4*max_m*(dim + dim_pad + 4*dim_pad) (query, rotated query, LUTs)
 //            + 8*K*max_m (S in both layouts) + 8*max_m*max_probe (probes)
-//            + D*(4*max_m + 16) (refinement table, flag, touched list, selection key)
+//            + D*(4*max_m + 16) (refinement table, flag, touched list, selection key,
+//              over all documents)
 //            + 8*next_pow2(max_refine) + 8*max_refine + small
 //   pinned host per worker = 4*max_m*(dim + dim_pad) + 8*max(max_refine, max_m*max_probe)
 //
@@ -22,6 +29,17 @@
 // and scores come down only when the caller asks for them, refinement results
 // (8*k_refine bytes + 16) and document scores (4 bytes each, after 4 bytes of id up)
 // come down. S stays on the device (host_centroid_scores is NULL).
+//
+// Refresh (documents appended as segments, deletions): the index passes a be_resident
+// that extends the uploaded one. Only what is new goes up: the new segments, the
+// descriptor array and the bitmap; each worker's per-document scratch grows when the
+// document count does. Whether it extends the uploaded one is decided by host pointers
+// (the shared arrays, and every field of each uploaded segment): the backend never
+// re-reads host data it has uploaded, so a changed array under an unchanged pointer
+// would go unnoticed, and index/ must not rewrite a segment in place. Anything else
+// (a rebuilt or compacted index) is refused with CHIMERA_ERR_INVALID_ARG and the engine
+// is made anew. The new state is staged and committed last, so a failed refresh leaves
+// the engine serving the index as it was.
 //
 // Each worker has its own stream, cuBLAS handle, pinned buffers and CUDA events around
 // each stage; the stage times (device time between the events) and transfer bytes are
@@ -47,11 +65,32 @@ static const char *const stage_name[CU_N_STAGES] = {"query_begin", "probe", "ref
 
 // ---- sizes ---------------------------------------------------------------------------
 
+// Device bytes of one segment's arrays (segment_upload).
+static size_t segment_bytes(const be_segment *sg, uint32_t dim_pad)
+{
+    size_t L = sg->n_lists, N = (size_t)sg->n_tokens, D = (size_t)sg->n_docs, cb = dim_pad / 8;
+    return (sg->post_cid ? 4 * L : 0) + 8 * (L + 1) +
+           N * (4 + 2 * cb + 2 * sizeof(quant_f1) + 4) + 8 * (D + 1);
+}
+
+// Device bytes of the segment descriptors and the deletion bitmap (replaced whole by
+// refresh).
+static size_t index_bytes(uint32_t n_segments, int64_t n_docs)
+{
+    return (size_t)n_segments * sizeof(cu_segment) + ((size_t)n_docs + 7) / 8;
+}
+
 static size_t resident_bytes(const be_resident *r)
 {
-    size_t K = r->n_clusters, N = (size_t)r->n_tokens, D = (size_t)r->n_docs, cb = r->dim_pad / 8;
-    return 4 * K * r->dim + 4 * K * r->degree + 4 * (size_t)r->n_entry + 8 * (K + 1) +
-           N * (4 + 2 * cb + 2 * sizeof(quant_f1) + 4) + 8 * (D + 1) + (D + 7) / 8;
+    size_t K = r->n_clusters, b = 4 * K * r->dim + 4 * K * r->degree + 4 * (size_t)r->n_entry;
+    for (uint32_t i = 0; i < r->n_segments; i++) b += segment_bytes(&r->segments[i], r->dim_pad);
+    return b + index_bytes(r->n_segments, r->n_docs);
+}
+
+// A worker's per-document scratch (doc_scratch_new) for D documents.
+static size_t doc_scratch_bytes(size_t D, uint32_t max_m)
+{
+    return D * (4 * (size_t)max_m + 16);
 }
 
 static size_t host_ids_cap(const be_config *cfg)
@@ -62,9 +101,9 @@ static size_t host_ids_cap(const be_config *cfg)
 
 static size_t worker_bytes(const be_resident *r, const be_config *cfg)
 {
-    size_t mm = cfg->max_m, K = r->n_clusters, D = (size_t)r->n_docs;
+    size_t mm = cfg->max_m, K = r->n_clusters;
     return 4 * mm * (r->dim + r->dim_pad + 4 * (size_t)r->dim_pad) + 8 * K * mm +
-           8 * mm * cfg->max_probe + D * (4 * mm + 16) + 4 * mm +
+           8 * mm * cfg->max_probe + doc_scratch_bytes((size_t)r->n_docs, cfg->max_m) + 4 * mm +
            8 * (size_t)cu_next_pow2(cfg->max_refine) + 8 * (size_t)cfg->max_refine +
            sizeof(cu_refine_counters) + sizeof(cu_sel_state) + 4 * CU_RADIX_BINS;
 }
@@ -80,6 +119,21 @@ static size_t worker_bytes(const be_resident *r, const be_config *cfg)
 static void dfree(void *p)
 {
     if (p) CU_IGNORE(cudaFree(p));
+}
+
+// Frees a segment's device buffers and zeroes the descriptor.
+static void segment_free(cu_segment *sg)
+{
+    dfree(sg->post_cid);
+    dfree(sg->post_off);
+    dfree(sg->post_doc);
+    dfree(sg->c1_codes);
+    dfree(sg->d1_codes);
+    dfree(sg->c1_fact);
+    dfree(sg->d1_fact);
+    dfree(sg->tok_cid);
+    dfree(sg->doc_off);
+    memset(sg, 0, sizeof *sg);
 }
 
 static void print_profile(const cu_ctx *c)
@@ -144,14 +198,12 @@ static void cu_release(void *vctx)
     dfree(r->centroids);
     dfree(r->graph_adj);
     dfree(r->graph_entry);
-    dfree(r->post_off);
-    dfree(r->post_doc);
-    dfree(r->c1_codes);
-    dfree(r->d1_codes);
-    dfree(r->c1_fact);
-    dfree(r->d1_fact);
-    dfree(r->tok_cid);
-    dfree(r->doc_off);
+    // every slot, not only the n_segs committed: a failed upload leaves its partial
+    // segment in the next one (slots past it are zero)
+    for (uint32_t i = 0; i < r->cap_segs; i++) segment_free(&r->segs[i]);
+    cm_free(r->segs);
+    cm_free(r->src_segs);
+    dfree(r->d_segs);
     dfree(r->deleted);
     cm_free(c);
 }
@@ -178,6 +230,114 @@ static chimera_status dup(T **p, const T *src, size_t count, chimera_error *err)
     return CHIMERA_OK;
 }
 
+// Copies one segment's arrays into buffers of its own; *out (zero on entry) keeps what
+// was allocated, also on failure, for segment_free.
+static chimera_status segment_upload(const be_segment *sg, uint32_t code_bytes, cu_segment *out,
+                                     chimera_error *err)
+{
+    size_t L = sg->n_lists, N = (size_t)sg->n_tokens, D = (size_t)sg->n_docs;
+    out->doc_base = sg->doc_base;
+    out->n_docs = sg->n_docs;
+    out->n_tokens = sg->n_tokens;
+    out->n_lists = sg->n_lists;
+    // post_cid stays NULL for a dense segment, which is how the kernels tell the two
+    // apart; a sparse one with no lists is empty either way.
+    if (sg->post_cid) CM_TRY(dup(&out->post_cid, sg->post_cid, L, err));
+    CM_TRY(dup(&out->post_off, sg->post_off, L + 1, err));
+    CM_TRY(dup(&out->post_doc, sg->post_doc, N, err));
+    CM_TRY(dup(&out->c1_codes, sg->c1_codes, N * code_bytes, err));
+    CM_TRY(dup(&out->c1_fact, sg->c1_fact, N, err));
+    CM_TRY(dup(&out->d1_codes, sg->d1_codes, N * code_bytes, err));
+    CM_TRY(dup(&out->d1_fact, sg->d1_fact, N, err));
+    CM_TRY(dup(&out->tok_cid, sg->tok_cid, N, err));
+    CM_TRY(dup(&out->doc_off, sg->doc_off, D + 1, err));
+    return CHIMERA_OK;
+}
+
+// Grows the host segment arrays to n slots, the new ones zero.
+static chimera_status segs_reserve(cu_resident *d, uint32_t n, chimera_error *err)
+{
+    if (n <= d->cap_segs) return CHIMERA_OK;
+    cu_segment *sg = (cu_segment *)cm_realloc(d->segs, (size_t)n * sizeof *sg);
+    if (!sg) return cm_fail(err, CHIMERA_ERR_NOMEM, "cuda backend: out of memory");
+    memset(sg + d->cap_segs, 0, (size_t)(n - d->cap_segs) * sizeof *sg);
+    d->segs = sg;
+    be_segment *src = (be_segment *)cm_realloc(d->src_segs, (size_t)n * sizeof *src);
+    if (!src) return cm_fail(err, CHIMERA_ERR_NOMEM, "cuda backend: out of memory");
+    d->src_segs = src;
+    d->cap_segs = n;
+    return CHIMERA_OK;
+}
+
+// The segments must tile the documents: the kernels add doc_base to local numbers and
+// index per-document tables by the sum, and global documents are uint32 (selection keys).
+static chimera_status check_segments(const be_resident *r, chimera_error *err)
+{
+    if (r->n_docs < 0 || r->n_docs >= (int64_t)UINT32_MAX || r->n_tokens < 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: %lld documents",
+                       (long long)r->n_docs);
+    if (r->n_segments > 0 && !r->segments)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: no segment array");
+    int64_t docs = 0, toks = 0;
+    for (uint32_t i = 0; i < r->n_segments; i++) {
+        const be_segment *sg = &r->segments[i];
+        if (sg->doc_base != docs || sg->n_docs < 0 || sg->n_tokens < 0)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "cuda backend: segment %u: documents %lld + %lld (expected base %lld)",
+                           i, (long long)sg->doc_base, (long long)sg->n_docs, (long long)docs);
+        docs += sg->n_docs;
+        toks += sg->n_tokens;
+    }
+    if (docs != r->n_docs || toks != r->n_tokens)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "cuda backend: segments hold %lld documents, %lld tokens; the index %lld, %lld",
+                       (long long)docs, (long long)toks, (long long)r->n_docs,
+                       (long long)r->n_tokens);
+    return CHIMERA_OK;
+}
+
+// A worker's per-document scratch (cu_worker: d_M, d_flag, d_touched, d_cand).
+struct doc_scratch {
+    int32_t *M;
+    uint32_t *flag, *touched;
+    unsigned long long *cand;
+};
+
+static void doc_scratch_free(doc_scratch *ds)
+{
+    dfree(ds->M);
+    dfree(ds->flag);
+    dfree(ds->touched);
+    dfree(ds->cand);
+    memset(ds, 0, sizeof *ds);
+}
+
+// Allocates the scratch for D documents and enqueues, on the worker's stream, its
+// between-queries state: every cell of the table "no estimate", every flag 0. *ds keeps
+// what was allocated, also on failure.
+static chimera_status doc_scratch_new(const cu_ctx *c, cu_worker *w, size_t D, doc_scratch *ds,
+                                      chimera_error *err)
+{
+    size_t mm = c->cfg.max_m;
+    memset(ds, 0, sizeof *ds);
+    CM_TRY(dalloc(&ds->M, D * mm, err));
+    CM_TRY(dalloc(&ds->flag, D, err));
+    CM_TRY(dalloc(&ds->touched, D, err));
+    CM_TRY(dalloc(&ds->cand, D, err));
+    CM_TRY(cu_fill_i32(w->stream, ds->M, D * mm, CU_KEY_EMPTY_MAX, err));
+    if (D) CUDA_CHECK(cudaMemsetAsync(ds->flag, 0, D * sizeof(uint32_t), w->stream));
+    return CHIMERA_OK;
+}
+
+static void doc_scratch_set(cu_worker *w, const doc_scratch *ds, size_t D)
+{
+    w->d_M = ds->M;
+    w->d_flag = ds->flag;
+    w->d_touched = ds->touched;
+    w->d_cand = ds->cand;
+    w->doc_cap = D;
+}
+
 static chimera_status worker_init(cu_ctx *c, cu_worker *w, chimera_error *err)
 {
     const be_config *cfg = &c->cfg;
@@ -196,10 +356,10 @@ static chimera_status worker_init(cu_ctx *c, cu_worker *w, chimera_error *err)
     CM_TRY(dalloc(&w->d_S_mk, K * mm, err));
     CM_TRY(dalloc(&w->d_probe_cid, mm * cfg->max_probe, err));
     CM_TRY(dalloc(&w->d_probe_qc, mm * cfg->max_probe, err));
-    CM_TRY(dalloc(&w->d_M, D * mm, err));
-    CM_TRY(dalloc(&w->d_flag, D, err));
-    CM_TRY(dalloc(&w->d_touched, D, err));
-    CM_TRY(dalloc(&w->d_cand, D, err));
+    doc_scratch ds;
+    chimera_status s = doc_scratch_new(c, w, D, &ds, err);
+    doc_scratch_set(w, &ds, D); // release frees a partial one too
+    CM_TRY(s);
     CM_TRY(dalloc(&w->d_minkey, mm, err));
     CM_TRY(dalloc(&w->d_cnt, 1, err));
     CM_TRY(dalloc(&w->d_sel, 1, err));
@@ -214,9 +374,6 @@ static chimera_status worker_init(cu_ctx *c, cu_worker *w, chimera_error *err)
     CUDA_CHECK(cudaHostAlloc((void **)&w->h_scores, host_ids_cap(cfg) * sizeof(float),
                              cudaHostAllocDefault));
     CUDA_CHECK(cudaHostAlloc((void **)&w->h_cnt, sizeof *w->h_cnt, cudaHostAllocDefault));
-    // Between queries every cell of the table is "no estimate" and every flag 0.
-    CM_TRY(cu_fill_i32(w->stream, w->d_M, D * mm, CU_KEY_EMPTY_MAX, err));
-    if (D) CUDA_CHECK(cudaMemsetAsync(w->d_flag, 0, D * sizeof(uint32_t), w->stream));
     CUDA_CHECK(cudaMemsetAsync(w->d_hist, 0, CU_RADIX_BINS * sizeof(uint32_t), w->stream));
     CUDA_CHECK(cudaStreamSynchronize(w->stream));
     return CHIMERA_OK;
@@ -244,9 +401,7 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
     if (r->n_clusters == 0 || r->n_clusters >= (1u << 31))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: %u clusters (1..2^31-1)",
                        r->n_clusters);
-    if (r->n_docs < 0 || r->n_docs >= (int64_t)UINT32_MAX || r->n_tokens < 0)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: %lld documents",
-                       (long long)r->n_docs);
+    CM_TRY(check_segments(r, err));
     if (!r->rot) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: no rotation");
     // The pinned query buffers are sized by dim/dim_pad: a rotation of other dimensions
     // would write past them.
@@ -254,6 +409,12 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
         return cm_fail(err, CHIMERA_ERR_DIM, "cuda backend: rotation for dim %u/%u, index %u/%u",
                        r->rot->dim, r->rot->dim_pad, r->dim, r->dim_pad);
     c->rot = r->rot;
+    // what refresh compares: the shared fields only (the caller's segment array and
+    // bitmap may not outlive this call's data version)
+    c->src = *r;
+    c->src.n_segments = 0;
+    c->src.segments = nullptr;
+    c->src.deleted = nullptr;
 
     CUDA_CHECK(cudaSetDevice(c->device));
     cudaDeviceProp prop;
@@ -296,18 +457,17 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
                        avail, cfg->device_memory_budget ? "budget" : "free less reserve",
                        free_b, total_b, prop.name);
 
-    size_t K = r->n_clusters, N = (size_t)r->n_tokens, D = (size_t)r->n_docs;
+    size_t K = r->n_clusters, D = (size_t)r->n_docs;
     CM_TRY(dup(&d->centroids, r->centroids, K * r->dim, err));
     CM_TRY(dup(&d->graph_adj, r->graph_adj, K * r->degree, err));
     CM_TRY(dup(&d->graph_entry, r->graph_entry, (size_t)r->n_entry, err));
-    CM_TRY(dup(&d->post_off, r->post_off, K + 1, err));
-    CM_TRY(dup(&d->post_doc, r->post_doc, N, err));
-    CM_TRY(dup(&d->c1_codes, r->c1_codes, N * d->code_bytes, err));
-    CM_TRY(dup(&d->c1_fact, r->c1_fact, N, err));
-    CM_TRY(dup(&d->d1_codes, r->d1_codes, N * d->code_bytes, err));
-    CM_TRY(dup(&d->d1_fact, r->d1_fact, N, err));
-    CM_TRY(dup(&d->tok_cid, r->tok_cid, N, err));
-    CM_TRY(dup(&d->doc_off, r->doc_off, D + 1, err));
+    CM_TRY(segs_reserve(d, r->n_segments, err));
+    for (uint32_t i = 0; i < r->n_segments; i++) {
+        CM_TRY(segment_upload(&r->segments[i], d->code_bytes, &d->segs[i], err));
+        d->src_segs[i] = r->segments[i];
+        d->n_segs = i + 1;
+    }
+    CM_TRY(dup(&d->d_segs, d->segs, d->n_segs, err));
     CM_TRY(dup(&d->deleted, r->deleted, (D + 7) / 8, err));
 
     c->w = (cu_worker *)cm_calloc((size_t)c->cfg.n_workers, sizeof *c->w);
@@ -320,6 +480,156 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
     // are non-blocking (not ordered after the legacy stream): wait for every upload
     // before the first query can read the resident arrays.
     CUDA_CHECK(cudaDeviceSynchronize());
+    c->ready = 1;
+    return CHIMERA_OK;
+}
+
+// ---- refresh -------------------------------------------------------------------------
+
+static int same_segment(const be_segment *a, const be_segment *b)
+{
+    return a->doc_base == b->doc_base && a->n_docs == b->n_docs && a->n_tokens == b->n_tokens &&
+           a->n_lists == b->n_lists && a->post_cid == b->post_cid && a->post_off == b->post_off &&
+           a->post_doc == b->post_doc && a->c1_codes == b->c1_codes &&
+           a->c1_fact == b->c1_fact && a->d1_codes == b->d1_codes && a->d1_fact == b->d1_fact &&
+           a->tok_cid == b->tok_cid && a->doc_off == b->doc_off;
+}
+
+// Whether r extends what was uploaded; if not, why, as an INVALID_ARG the caller answers
+// by making the engine anew.
+static chimera_status check_extends(const cu_ctx *c, const be_resident *r, chimera_error *err)
+{
+    const be_resident *o = &c->src;
+    const cu_resident *d = &c->r;
+    if (r->dim != o->dim || r->dim_pad != o->dim_pad || r->n_clusters != o->n_clusters ||
+        r->degree != o->degree || r->n_entry != o->n_entry || r->rot != o->rot ||
+        r->centroids != o->centroids || r->graph_adj != o->graph_adj ||
+        r->graph_entry != o->graph_entry)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "cuda backend: refresh: the centroids, graph or rotation changed; the "
+                       "engine must be made anew");
+    if (r->n_segments < d->n_segs || (r->n_segments > 0 && !r->segments))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "cuda backend: refresh: %u segments, %u uploaded; the engine must be "
+                       "made anew", r->n_segments, d->n_segs);
+    for (uint32_t i = 0; i < d->n_segs; i++)
+        if (!same_segment(&r->segments[i], &d->src_segs[i]))
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "cuda backend: refresh: segment %u differs from the uploaded one; "
+                           "the engine must be made anew", i);
+    return check_segments(r, err);
+}
+
+// The device memory a refresh adds: new segments, the new descriptor array and bitmap
+// (the old ones are freed only at the commit), and, when the document count grows, every
+// worker's larger scratch; each worker's old scratch is freed right after its new one is
+// made, so one old scratch is held at the peak as well. *steady: the total afterwards.
+static size_t refresh_bytes(const cu_ctx *c, const be_resident *r, size_t *steady)
+{
+    const cu_resident *d = &c->r;
+    int nw = c->cfg.n_workers;
+    size_t add = index_bytes(r->n_segments, r->n_docs), old_scratch = 0, grow = 0;
+    for (uint32_t i = d->n_segs; i < r->n_segments; i++)
+        add += segment_bytes(&r->segments[i], r->dim_pad);
+    for (int i = 0; i < nw; i++)
+        if (c->w[i].doc_cap < (size_t)r->n_docs) {
+            size_t o = doc_scratch_bytes(c->w[i].doc_cap, c->cfg.max_m);
+            grow += doc_scratch_bytes((size_t)r->n_docs, c->cfg.max_m) - o;
+            if (o > old_scratch) old_scratch = o;
+        }
+    *steady = resident_bytes(r) + (size_t)nw * worker_bytes(r, &c->cfg);
+    return add + grow + old_scratch;
+}
+
+// Replaces the worker's per-document scratch by one for D documents. A larger table
+// serves fewer documents as well, so this stands on its own: a refresh that fails later
+// leaves the worker correct for the index as it was.
+static chimera_status worker_grow(const cu_ctx *c, cu_worker *w, size_t D, chimera_error *err)
+{
+    doc_scratch ds;
+    chimera_status s = doc_scratch_new(c, w, D, &ds, err);
+    if (s != CHIMERA_OK) {
+        doc_scratch_free(&ds);
+        return s;
+    }
+    // The old scratch is idle (refresh synchronised the device first), and the new one's
+    // initialisation is on the worker's stream, ahead of its next query.
+    doc_scratch old = {w->d_M, w->d_flag, w->d_touched, w->d_cand};
+    doc_scratch_free(&old);
+    doc_scratch_set(w, &ds, D);
+    w->table_dirty = 0; // the new table starts clean, whatever the old one held
+    return CHIMERA_OK;
+}
+
+// Uploads the segments past the committed ones into their slots and a new descriptor
+// array and bitmap into *d_segs, *deleted; the caller frees all of it on failure.
+static chimera_status refresh_stage(cu_ctx *c, const be_resident *r, cu_segment **d_segs,
+                                    uint8_t **deleted, chimera_error *err)
+{
+    cu_resident *d = &c->r;
+    for (uint32_t i = d->n_segs; i < r->n_segments; i++)
+        CM_TRY(segment_upload(&r->segments[i], d->code_bytes, &d->segs[i], err));
+    CM_TRY(dup(d_segs, d->segs, r->n_segments, err));
+    CM_TRY(dup(deleted, r->deleted, ((size_t)r->n_docs + 7) / 8, err));
+    // As at upload: the pageable copies must have landed before a non-blocking worker
+    // stream reads them.
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return CHIMERA_OK;
+}
+
+static chimera_status cu_refresh(void *vctx, const be_resident *r, chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    cu_resident *d = &c->r;
+    if (!c->ready)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: refresh before upload");
+    CM_TRY(check_extends(c, r, err));
+
+    size_t steady = 0, add = refresh_bytes(c, r, &steady);
+    CUDA_CHECK(cudaSetDevice(c->device));
+    if (c->cfg.device_memory_budget) {
+        if (steady > c->cfg.device_memory_budget)
+            return cm_fail(err, CHIMERA_ERR_DEVICE,
+                           "cuda backend: refresh needs %zu bytes of device memory, the budget "
+                           "is %zu",
+                           steady, c->cfg.device_memory_budget);
+    } else {
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        size_t avail = free_b > CU_MEM_RESERVE ? free_b - CU_MEM_RESERVE : 0;
+        if (add > avail)
+            return cm_fail(err, CHIMERA_ERR_DEVICE,
+                           "cuda backend: refresh needs %zu more bytes of device memory, %zu "
+                           "available (free less reserve; %zu free of %zu)",
+                           add, avail, free_b, total_b);
+    }
+
+    // No query runs during the call, but one may have left work queued (query_begin does
+    // not wait): nothing may still read what is replaced.
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < c->cfg.n_workers; i++)
+        if (c->w[i].doc_cap < (size_t)r->n_docs)
+            CM_TRY(worker_grow(c, &c->w[i], (size_t)r->n_docs, err));
+
+    CM_TRY(segs_reserve(d, r->n_segments, err));
+    cu_segment *d_segs = nullptr;
+    uint8_t *deleted = nullptr;
+    chimera_status s = refresh_stage(c, r, &d_segs, &deleted, err);
+    if (s != CHIMERA_OK) {
+        for (uint32_t i = d->n_segs; i < r->n_segments; i++) segment_free(&d->segs[i]);
+        dfree(d_segs);
+        dfree(deleted);
+        return s;
+    }
+    // Commit: from here on the kernels see the new segments and bitmap.
+    for (uint32_t i = d->n_segs; i < r->n_segments; i++) d->src_segs[i] = r->segments[i];
+    dfree(d->d_segs);
+    dfree(d->deleted);
+    d->d_segs = d_segs;
+    d->deleted = deleted;
+    d->n_segs = r->n_segments;
+    d->n_docs = r->n_docs;
+    d->n_tokens = r->n_tokens;
     return CHIMERA_OK;
 }
 
@@ -327,9 +637,9 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
 
 static chimera_status get_worker(cu_ctx *c, int worker, cu_worker **w, chimera_error *err)
 {
-    if (!c->w || worker < 0 || worker >= c->cfg.n_workers)
+    if (!c->ready || worker < 0 || worker >= c->cfg.n_workers)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: worker %d (of %d%s)", worker,
-                       c->cfg.n_workers, c->w ? "" : ", nothing uploaded");
+                       c->cfg.n_workers, c->ready ? "" : ", nothing uploaded");
     *w = &c->w[worker];
     CUDA_CHECK(cudaSetDevice(c->device));
     return CHIMERA_OK;
@@ -506,10 +816,12 @@ static chimera_status cu_score1(void *vctx, int worker, const uint32_t *docs, ui
     return CHIMERA_OK;
 }
 
+// In declaration order (backend.h): C++17 has no designated initialisers.
 static const struct cm_backend_i cu_iface = {
     BE_API_VERSION, cu_upload, cu_query_begin, cu_probe, cu_refine, cu_score1,
     nullptr, // host_centroid_scores: S stays on the device
     cu_release,
+    cu_refresh,
     nullptr, // query_batch: each query's S is one cuBLAS call on its own stream
 };
 

@@ -39,20 +39,75 @@ extern "C" {
 
 enum { CU_ST_BEGIN = 0, CU_ST_PROBE, CU_ST_REFINE, CU_ST_SCORE1, CU_N_STAGES };
 
-// Device-resident index data (be_resident, uploaded once).
-struct cu_resident {
-    uint32_t dim, dim_pad, code_bytes, n_clusters, degree, n_entry;
-    int64_t n_docs, n_tokens;
-    float *centroids;
-    uint32_t *graph_adj, *graph_entry;
-    int64_t *post_off;
-    uint32_t *post_doc;
+// One segment on the device (be_segment, uploaded once, by upload or refresh): its own
+// buffers, numbers local to the segment as on the host. The kernels read these
+// descriptors from a small device array (cu_resident.d_segs), so a kernel covers every
+// segment in one launch: refinement scans a probed cluster's list in each, document
+// scoring finds each document's segment by doc_base.
+struct cu_segment {
+    int64_t doc_base, n_docs, n_tokens;
+    uint32_t n_lists;
+    uint32_t *post_cid;           // [n_lists] cluster of each list; NULL: list l is cluster l
+    int64_t *post_off;            // [n_lists + 1]
+    uint32_t *post_doc;           // [N] local documents
     uint8_t *c1_codes, *d1_codes;
     quant_f1 *c1_fact, *d1_fact;
-    uint32_t *tok_cid;
-    int64_t *doc_off;
-    uint8_t *deleted;
+    uint32_t *tok_cid;            // [N] global centroid ids
+    int64_t *doc_off;             // [n_docs + 1] local token offsets
 };
+
+// Device-resident index data (be_resident: the shared arrays uploaded once, segments
+// appended by refresh).
+struct cu_resident {
+    uint32_t dim, dim_pad, code_bytes, n_clusters, degree, n_entry;
+    int64_t n_docs, n_tokens;     // over all segments
+    float *centroids;
+    uint32_t *graph_adj, *graph_entry;
+    uint32_t n_segs, cap_segs;
+    cu_segment *segs;             // host array [cap_segs] of device buffers, n_segs used
+    be_segment *src_segs;         // host array [cap_segs]: the be_segment each came from,
+                                  // what refresh compares (pointers only, never read)
+    cu_segment *d_segs;           // device copy of segs[0..n_segs)
+    uint8_t *deleted;             // [ceil(n_docs/8)]
+};
+
+// The segment of global document d (as be_doc_segment): the last one whose doc_base is
+// <= d. segs: n >= 1 descriptors by increasing doc_base, the first at 0.
+__device__ static inline uint32_t cu_doc_segment(const cu_segment *segs, uint32_t n, int64_t d)
+{
+    uint32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (segs[mid].doc_base <= d) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Posting list of cluster cid in segment sg (as be_segment_list): positions
+// [*p0, *p0 + *n), empty when the segment has no list for cid.
+__device__ static inline void cu_segment_list(const cu_segment *sg, uint32_t cid, int64_t *p0,
+                                              int64_t *n)
+{
+    uint32_t l = cid, n_lists = sg->n_lists;
+    const uint32_t *pc = sg->post_cid;
+    *p0 = 0;
+    *n = 0;
+    if (pc) {
+        uint32_t lo = 0, hi = n_lists;
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (pc[mid] < cid) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == n_lists || pc[lo] != cid) return;
+        l = lo;
+    } else if (cid >= n_lists) {
+        return;
+    }
+    *p0 = sg->post_off[l];
+    *n = sg->post_off[l + 1] - *p0;
+}
 
 // Refinement outputs the host reads back in one copy.
 struct cu_refine_counters {
@@ -74,12 +129,15 @@ struct cu_worker {
     uint32_t *d_probe_cid;        // [max_m x max_probe]
     float *d_probe_qc;
     // refinement
-    int32_t *d_M;                 // [n_docs x m] order-preserving keys, CU_KEY_EMPTY_MAX between queries
-    uint32_t *d_flag;             // [n_docs] 1 while a document is in the touched list
+    // The per-document scratch below is sized for doc_cap >= n_docs documents (refresh
+    // grows it when segments add documents).
+    size_t doc_cap;
+    int32_t *d_M;                 // [doc_cap x max_m] order-preserving keys, CU_KEY_EMPTY_MAX between queries
+    uint32_t *d_flag;             // [doc_cap] 1 while a document is in the touched list
     int table_dirty;              // a refinement failed between its two kernels: d_M and
                                   // d_flag must be reset before the next one
-    uint32_t *d_touched;          // [n_docs]
-    unsigned long long *d_cand;   // [n_docs] selection keys of the touched documents
+    uint32_t *d_touched;          // [doc_cap]
+    unsigned long long *d_cand;   // [doc_cap] selection keys of the touched documents
     int32_t *d_minkey;            // [max_m] smallest estimate per query token (MIN_SEEN)
     cu_refine_counters *d_cnt;
     cu_sel_state *d_sel;
@@ -96,9 +154,12 @@ struct cu_worker {
 
 struct cu_ctx {
     int device, n_sm, poison;
+    int ready; // upload completed: workers and resident data usable
     size_t smem_optin;
     be_config cfg;
     const quant_rotation *rot;
+    be_resident src; // the uploaded be_resident's shared fields (segments, deleted: unset),
+                     // what refresh compares
     cu_resident r;
     uint32_t itopk_cap; // graph search: candidate list length cap (<= CU_GRAPH_ITOPK_MAX)
     cu_worker *w;

@@ -2,10 +2,13 @@
 // documents (paper §3.2 step 3, §4.1 "query tiling", §4.2 "document score aggregation").
 //
 // Grid: one block of CU_THREADS threads per CU_SCORE_DOCS_PER_BLOCK documents of the id
-// list. The block lays its documents' tokens end to end (doc-major codes, so each
-// document is one contiguous run) and gives one thread one token per round: thread t
-// reads token t's code, factors and centroid id, so a warp's loads are coalesced
-// (consecutive 16-byte rows at d = 128). Query tiling: the m query tokens are taken TQ at
+// list. The ids are global; one thread per document finds its segment (a binary search
+// over the segments' doc_base, cu_doc_segment) and keeps, per document slot in shared
+// memory, its first token and its segment's code, factor and centroid-id arrays, so the
+// token loop below reads any mix of segments with no search of its own. The block lays
+// its documents' tokens end to end (doc-major codes, so each document is one contiguous
+// run) and gives one thread one token per round: thread t reads token t's code, factors
+// and centroid id, so a warp's loads are coalesced (consecutive 16-byte rows at d = 128). Query tiling: the m query tokens are taken TQ at
 // a time; the block stages the LUT slice of the tile (TQ * dim_pad * 16 bytes, TQ chosen
 // so the slice fits CU_SCORE_LUT_BYTES: TQ = 16 at d = 128, two tiles for m = 32) in
 // shared memory, then every thread loads its token's code into registers once (lut.cuh)
@@ -30,10 +33,8 @@
 struct score_args {
     const uint32_t *docs;
     uint32_t n_docs_list, m, tq, dim_pad, n_words, code_bytes;
-    const int64_t *doc_off;
-    const uint8_t *codes;
-    const quant_f1 *fact;
-    const uint32_t *tok_cid;
+    const cu_segment *segs; // [n_segs] device descriptors
+    uint32_t n_segs;
     const float *S_km; // [K x m]
     const float *lut;  // [m][dim_pad*4]
     float *scores;
@@ -45,27 +46,38 @@ __global__ void __launch_bounds__(CU_THREADS) score1_kernel(score_args a)
     extern __shared__ float4 score_smem[];
     float *lut = reinterpret_cast<float *>(score_smem);       // [tq][dim_pad*4]
     int32_t *mx = reinterpret_cast<int32_t *>(lut + (size_t)a.tq * a.dim_pad * 4); // [DOCS][m]
-    __shared__ int64_t t0[CU_SCORE_DOCS_PER_BLOCK];
+    __shared__ int64_t t0[CU_SCORE_DOCS_PER_BLOCK]; // first token, local to its segment
+    __shared__ const uint8_t *codes_of[CU_SCORE_DOCS_PER_BLOCK];
+    __shared__ const quant_f1 *fact_of[CU_SCORE_DOCS_PER_BLOCK];
+    __shared__ const uint32_t *cid_of[CU_SCORE_DOCS_PER_BLOCK];
     // Token offsets within the block's documents: 64-bit, since a handful of documents
     // may hold up to the 2^32 - 1 tokens of an index, and the row loop below steps past
     // the total by up to blockDim.x, which wrapped in 32 bits near 2^32.
     __shared__ uint64_t off[CU_SCORE_DOCS_PER_BLOCK + 1];
+    static_assert(CU_SCORE_DOCS_PER_BLOCK <= CU_THREADS, "a thread per document of the block");
     uint32_t i0 = blockIdx.x * CU_SCORE_DOCS_PER_BLOCK;
     uint32_t nd = a.n_docs_list - i0 < CU_SCORE_DOCS_PER_BLOCK ? a.n_docs_list - i0
                                                                : CU_SCORE_DOCS_PER_BLOCK;
-    if (threadIdx.x == 0) {
-        uint64_t o = 0;
-        for (uint32_t i = 0; i < nd; i++) {
-            uint32_t d = a.docs[i0 + i];
-            int64_t b = a.doc_off[d], e = a.doc_off[d + 1];
-            t0[i] = b;
-            off[i] = o;
-            o += (uint64_t)(e - b);
-        }
-        off[nd] = o;
+    // One thread per document finds it (the searches are chains of dependent loads, so
+    // they run side by side), then the first thread turns the lengths into offsets.
+    if (threadIdx.x < nd) {
+        uint32_t i = threadIdx.x, d = a.docs[i0 + i];
+        const cu_segment *sg = a.segs + cu_doc_segment(a.segs, a.n_segs, d);
+        int64_t ld = (int64_t)d - sg->doc_base;
+        int64_t b = sg->doc_off[ld], e = sg->doc_off[ld + 1];
+        t0[i] = b;
+        codes_of[i] = sg->d1_codes;
+        fact_of[i] = sg->d1_fact;
+        cid_of[i] = sg->tok_cid;
+        off[i + 1] = (uint64_t)(e - b);
     }
     for (uint32_t i = threadIdx.x; i < CU_SCORE_DOCS_PER_BLOCK * a.m; i += blockDim.x)
         mx[i] = CU_KEY_EMPTY_MAX;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        off[0] = 0;
+        for (uint32_t i = 0; i < nd; i++) off[i + 1] += off[i];
+    }
     __syncthreads();
     uint64_t total = off[nd];
     uint32_t lane = threadIdx.x & 31;
@@ -82,14 +94,15 @@ __global__ void __launch_bounds__(CU_THREADS) score1_kernel(score_args a)
             if (valid)
                 while (slot + 1 < nd && off[slot + 1] <= u) slot++;
             int64_t tok = valid ? t0[slot] + (int64_t)(u - off[slot]) : 0;
-            const uint8_t *code = a.codes + (size_t)tok * a.code_bytes;
+            const uint8_t *code = nullptr; // read only when valid
             cu_code<NW> cw;
             quant_f1 f = {0, 0, 0};
             const float *srow = a.S_km;
             if (valid) {
+                code = codes_of[slot] + (size_t)tok * a.code_bytes;
                 cu_code_load<NW>(cw, code);
-                f = a.fact[tok];
-                srow = a.S_km + (size_t)__ldg(a.tok_cid + tok) * a.m;
+                f = fact_of[slot][tok];
+                srow = a.S_km + (size_t)__ldg(cid_of[slot] + tok) * a.m;
             }
             unsigned grp = __match_any_sync(0xffffffffu, valid ? (int)slot : -1);
             int leader = (__ffs(grp) - 1) == (int)lane;
@@ -150,10 +163,8 @@ chimera_status cu_score1_run(cu_ctx *c, cu_worker *w, uint32_t n, chimera_error 
     a.dim_pad = c->r.dim_pad;
     a.n_words = c->r.dim_pad / 32;
     a.code_bytes = c->r.code_bytes;
-    a.doc_off = c->r.doc_off;
-    a.codes = c->r.d1_codes;
-    a.fact = c->r.d1_fact;
-    a.tok_cid = c->r.tok_cid;
+    a.segs = c->r.d_segs;
+    a.n_segs = c->r.n_segs;
     a.S_km = w->d_S_km;
     a.lut = w->d_lut;
     a.scores = w->d_out_scores;

@@ -1,14 +1,28 @@
 // Candidate refinement on the device (paper §3.2 step 2, §4.1, §4.2; docs/design.md §2.3).
 //
 // Kernel 1, refine_est (one block per (query token j, group of CU_REFINE_LISTS_PER_BLOCK
-// probed lists), CU_THREADS threads, dim_pad*16 bytes of shared memory): the block copies
-// token j's centred float LUT (qm_lut_build layout, built on the device from the rotated
-// token by lut_build below) into shared memory, then each thread takes posting entries
-// of the block's lists in turn: <b - 1/2, q'> by LUT (lut.cuh), the estimate
+// probed clusters), CU_THREADS threads, dim_pad*16 bytes of shared memory): the block
+// copies token j's centred float LUT (qm_lut_build layout, built on the device from the
+// rotated token by lut_build below) into shared memory, then for each probed cluster it
+// takes that cluster's list in every segment of the index (cpu_refine's loop: appended
+// documents are found exactly as built ones), and each thread takes posting entries of
+// the list in turn: <b - 1/2, q'> by LUT (lut.cuh), the estimate
 // qm_est1(<q_j, c>, factors, ip) with the f16 factors decoded by qm_f16_to_f32, and, fused
 // with the next entry's arithmetic (paper §4.2), an atomicMax of its order-preserving key
 // (docs/algorithms.md §3.2, common.cuh) into M[doc][j]. A warp's lanes read one 16-float LUT row
-// per group (same-address reads broadcast), so the lookups are conflict-free.
+// per group (same-address reads broadcast), so the lookups are conflict-free. Postings
+// carry local document numbers; the block adds the segment's doc_base, so M, the flags
+// and the touched list are all by global document.
+//
+// Segments: the descriptors are a small device array (cu_resident.d_segs). The block
+// finds its lists cooperatively, one thread per (probed cluster, segment), up to
+// CU_THREADS of them a round, into shared memory: a lookup is a binary search over the
+// segment's post_cid when its lists are sparse (an appended segment holds few clusters),
+// a chain of dependent loads, so every thread searching every list itself would have
+// serialised 8 lists x n_segments of those chains per block. Precomputing the lists per
+// query on the host was rejected: it needs the probes on the host, a synchronisation
+// the pipeline avoids. A built index is one dense segment, where the lookup is
+// post_off[cid] as before, plus one __syncthreads.
 //
 // The table M: dense, n_docs x m int32 keys per worker, CU_KEY_EMPTY_MAX ("no estimate")
 // between queries. Cost 4 * n_docs * max_m bytes per worker (128 MiB at 10^6 documents
@@ -78,15 +92,19 @@ struct refine_args {
     const uint32_t *probe_cid;   // [m][np]
     const float *probe_qc;
     uint32_t m, np, n_groups, dim_pad, n_words, code_bytes, n_clusters;
-    const int64_t *post_off;
-    const uint32_t *post_doc;
-    const uint8_t *codes;
-    const quant_f1 *fact;
+    const cu_segment *segs;      // [n_segs] device descriptors
+    uint32_t n_segs;
     int32_t *M;
     uint32_t *flag, *touched;
     int32_t *minkey;
     cu_refine_counters *cnt;
 };
+
+// Segments whose lists one round of refine_est looks up: a thread per (list, segment).
+#define REFINE_SEGS_PER_ROUND (CU_THREADS / CU_REFINE_LISTS_PER_BLOCK)
+static_assert(REFINE_SEGS_PER_ROUND >= 1, "a round must take a segment");
+// Static shared memory of refine_est besides the LUT: the round's lists, the warp minima.
+#define REFINE_STATIC_SMEM (CU_THREADS * 16 + CU_THREADS / 32 * 4)
 
 template <int NW>
 __global__ void __launch_bounds__(CU_THREADS) refine_est_kernel(refine_args a)
@@ -94,6 +112,7 @@ __global__ void __launch_bounds__(CU_THREADS) refine_est_kernel(refine_args a)
     extern __shared__ float4 refine_smem[];
     float *lut = reinterpret_cast<float *>(refine_smem);
     __shared__ float warp_min[CU_THREADS / 32];
+    __shared__ int64_t list_p0[CU_THREADS], list_n[CU_THREADS]; // this round's lists
     uint32_t j = blockIdx.x / a.n_groups, grp = blockIdx.x % a.n_groups;
     // The LUT: dim_pad*4 floats, a multiple of 256, so whole float4s.
     const float4 *src = reinterpret_cast<const float4 *>(a.lut + (size_t)j * a.dim_pad * 4);
@@ -101,28 +120,50 @@ __global__ void __launch_bounds__(CU_THREADS) refine_est_kernel(refine_args a)
     __syncthreads();
     float local_min = FLT_MAX;
     unsigned long long scored = 0;
-    uint32_t p_end = (grp + 1) * CU_REFINE_LISTS_PER_BLOCK;
+    uint32_t p_begin = grp * CU_REFINE_LISTS_PER_BLOCK, p_end = p_begin + CU_REFINE_LISTS_PER_BLOCK;
     if (p_end > a.np) p_end = a.np;
-    for (uint32_t p = grp * CU_REFINE_LISTS_PER_BLOCK; p < p_end; p++) {
-        uint32_t cid = a.probe_cid[(size_t)j * a.np + p];
-        if (cid >= a.n_clusters) continue; // a graph probe that found fewer centroids
-        float qc = a.probe_qc[(size_t)j * a.np + p];
-        int64_t p0 = a.post_off[cid], n = a.post_off[cid + 1] - p0;
-        scored += (unsigned long long)n;
-        for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
-            int64_t pos = p0 + t;
-            const uint8_t *code = a.codes + (size_t)pos * a.code_bytes;
-            cu_code<NW> cw;
-            cu_code_load<NW>(cw, code);
-            quant_f1 f = a.fact[pos];
-            uint32_t d = __ldg(a.post_doc + pos);
-            float ip = cu_lut_ip<NW>(lut, cw, code, a.n_words);
-            float est = qm_est1(qc, &f, ip);
-            if (*(volatile uint32_t *)(a.flag + d) == 0u && atomicCAS(a.flag + d, 0u, 1u) == 0u)
-                a.touched[atomicAdd(&a.cnt->n_touched, 1u)] = d;
-            atomicMax(a.M + (size_t)d * a.m + j, cu_fkey(est));
-            local_min = fminf(local_min, est);
+    uint32_t n_p = p_end - p_begin;
+    // Up to REFINE_SEGS_PER_ROUND segments a round: one thread per (probed cluster,
+    // segment) finds the list, then the whole block scans each found list in turn.
+    for (uint32_t s0 = 0; s0 < a.n_segs; s0 += REFINE_SEGS_PER_ROUND) { // block-uniform
+        uint32_t ns = a.n_segs - s0 < REFINE_SEGS_PER_ROUND ? a.n_segs - s0 : REFINE_SEGS_PER_ROUND;
+        uint32_t n_find = n_p * ns;
+        if (threadIdx.x < n_find) {
+            uint32_t p = p_begin + threadIdx.x / ns, si = s0 + threadIdx.x % ns;
+            uint32_t cid = a.probe_cid[(size_t)j * a.np + p];
+            int64_t p0 = 0, n = 0;
+            // cid >= n_clusters: the padding of a graph probe that found fewer centroids
+            if (cid < a.n_clusters) cu_segment_list(a.segs + si, cid, &p0, &n);
+            list_p0[threadIdx.x] = p0;
+            list_n[threadIdx.x] = n;
         }
+        __syncthreads();
+        for (uint32_t e = 0; e < n_find; e++) {
+            int64_t p0 = list_p0[e], n = list_n[e];
+            if (n == 0) continue;
+            const cu_segment *sg = a.segs + s0 + e % ns;
+            float qc = a.probe_qc[(size_t)j * a.np + p_begin + e / ns];
+            scored += (unsigned long long)n;
+            const uint8_t *codes = sg->c1_codes;
+            const quant_f1 *fact = sg->c1_fact;
+            const uint32_t *post_doc = sg->post_doc;
+            uint32_t base = (uint32_t)sg->doc_base; // n_docs < 2^32 - 1: checked at upload
+            for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
+                int64_t pos = p0 + t;
+                const uint8_t *code = codes + (size_t)pos * a.code_bytes;
+                cu_code<NW> cw;
+                cu_code_load<NW>(cw, code);
+                quant_f1 f = fact[pos];
+                uint32_t d = base + __ldg(post_doc + pos);
+                float ip = cu_lut_ip<NW>(lut, cw, code, a.n_words);
+                float est = qm_est1(qc, &f, ip);
+                if (*(volatile uint32_t *)(a.flag + d) == 0u && atomicCAS(a.flag + d, 0u, 1u) == 0u)
+                    a.touched[atomicAdd(&a.cnt->n_touched, 1u)] = d;
+                atomicMax(a.M + (size_t)d * a.m + j, cu_fkey(est));
+                local_min = fminf(local_min, est);
+            }
+        }
+        __syncthreads(); // every thread is done with this round's lists before the next
     }
     // Block minimum, then one atomicMin per block. Every lane of every warp reaches the
     // shuffles (the loops above end for all), so the full mask is valid.
@@ -187,11 +228,11 @@ __global__ void __launch_bounds__(CU_THREADS) refine_sum_kernel(sum_args a)
 chimera_status cu_refine_prepare(cu_ctx *c, chimera_error *err)
 {
     size_t smem = (size_t)c->r.dim_pad * 16;
-    if (smem > c->smem_optin)
+    if (smem + REFINE_STATIC_SMEM > c->smem_optin)
         return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
                        "cuda backend: refinement needs %zu bytes of shared memory for the LUT "
-                       "(dim_pad %u), the device allows %zu",
-                       smem, c->r.dim_pad, c->smem_optin);
+                       "(dim_pad %u) and %d more, the device allows %zu",
+                       smem, c->r.dim_pad, REFINE_STATIC_SMEM, c->smem_optin);
 #define REFINE_ATTR(NW)                                                                        \
     CUDA_CHECK(cudaFuncSetAttribute(refine_est_kernel<NW>,                                     \
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
@@ -233,10 +274,8 @@ chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impu
     a.n_words = r->dim_pad / 32;
     a.code_bytes = r->code_bytes;
     a.n_clusters = r->n_clusters;
-    a.post_off = r->post_off;
-    a.post_doc = r->post_doc;
-    a.codes = r->c1_codes;
-    a.fact = r->c1_fact;
+    a.segs = r->d_segs;
+    a.n_segs = r->n_segs;
     a.M = w->d_M;
     a.flag = w->d_flag;
     a.touched = w->d_touched;
