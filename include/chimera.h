@@ -46,10 +46,13 @@
  *   an index         chimera_index_build writes a directory; it is a file, not a handle.
  *                    chimera_index_info_read reads its manifest without opening it;
  *                    chimera_index_profile_save stores a tuned setting in it.
+ *                    chimera_index_add, _delete, _update and _compact change it in
+ *                    place, one atomic commit each, without a rebuild.
  *   chimera_index    chimera_index_open (maps the directory) → chimera_index_search,
  *                    _tune, _check, _profile_get → chimera_index_close. A handle sees
- *                    the index as it was at open: reopen to see a rebuild or a profile
- *                    saved since (the old files stay valid while mapped).
+ *                    the index as it was at open (one consistent generation) until
+ *                    chimera_index_refresh moves it to the newest one; the files of
+ *                    the old generation stay valid while mapped.
  *   chimera_run      chimera_run_read (a TREC run) or chimera_run_read_qrels →
  *                    chimera_run_eval_recall, _eval_qrels, _topk_ids → chimera_run_free.
  *   results          the caller's ids[] and scores[] arrays a search fills:
@@ -155,7 +158,7 @@ extern "C" {
 #define CHIMERA_VERSION_MAJOR 0
 #define CHIMERA_VERSION_MINOR 2
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.2.0"
+#define CHIMERA_VERSION_STRING "0.3.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -457,6 +460,99 @@ CHIMERA_API chimera_status chimera_index_build(const chimera_corpus *corpus, con
                                                const chimera_build_opts *opts,
                                                chimera_build_report *report, chimera_error *err);
 
+/* ---------------------------------------------------------------------------------- */
+/* Changing an index: add, delete, update, compact                                     */
+/* ---------------------------------------------------------------------------------- */
+
+/* Options of chimera_index_add, _delete, _update and _compact; zero means default. */
+typedef struct chimera_update_opts {
+    int missing_ok;         /* delete: ids not in the index are skipped (counted in the
+                               report) instead of failing the call; update: they are
+                               added */
+    int no_sync;            /* 1: skip fsyncs (scratch indexes, tests): the change is
+                               still atomic, but a power loss may lose it */
+    int lock_timeout_ms;    /* wait for another writer of the index: 0 = 30 s, < 0 = not
+                               at all (CHIMERA_ERR_BUSY at once) */
+    chimera_progress_fn progress; /* optional (compact) */
+    void *progress_user;
+} chimera_update_opts;
+
+/* Sets *opts to the defaults (every field 0). */
+CHIMERA_API void chimera_update_opts_default(chimera_update_opts *opts);
+
+/* What a change did and cost. */
+typedef struct chimera_update_report {
+    int64_t docs_added, tokens_added;
+    int64_t docs_deleted;   /* by delete, by update (the replaced versions), or dropped by
+                               compact */
+    int64_t ids_missing;    /* with missing_ok: ids skipped (delete) or added (update) */
+    uint64_t generation;    /* the index's generation after the call */
+    double seconds, assign_seconds, encode_seconds, write_seconds;
+    double drift_below;     /* added tokens whose similarity to their centroid is below
+                               the build's 10th percentile, as a fraction (about 0.10
+                               when the new documents resemble the old; -1: unknown) */
+    int merged;             /* 1: the commit also merged appended segments or deletion
+                               lists (update.h); compact: 1 when it rewrote the index */
+    int64_t n_docs, n_deleted; /* of the index after the call (deleted included in n_docs) */
+    uint32_t n_segments;
+    uint64_t peak_rss_bytes;
+} chimera_update_report;
+
+/* Appends the documents of `docs` to the index at `dir` without rebuilding it: their
+ * tokens are assigned to the index's centroids, quantized, and written as a new
+ * segment that searches see exactly as built documents (the same pipeline and
+ * parameters). `docs` must carry ids (chimera_corpus_open's ids file or _wrap's ids),
+ * none of them already in the index; ids stay the documents' names for life (a delete
+ * never renumbers). One atomic commit under the index's writer lock: when the call
+ * returns CHIMERA_OK the change is on disk (fsynced); before that, or on any error, the
+ * index is exactly as it was. Handles opened earlier keep their view until
+ * chimera_index_refresh.
+ * @return CHIMERA_OK; _INVALID_ARG (no ids, an id already in the index, named; too many
+ *         documents or tokens in all), _DIM (the documents' dimension is not the
+ *         index's), _IO (a full disk: nothing changed), _BUSY (another writer held the
+ *         lock past the timeout), _VERSION / _CORRUPT (the index), _NOMEM. */
+CHIMERA_API chimera_status chimera_index_add(const char *dir, const chimera_corpus *docs,
+                                             const chimera_update_opts *opts,
+                                             chimera_update_report *report, chimera_error *err);
+
+/* Reads document ids from an integer .npy file ([n], int32 or int64) or a text file of
+ * one integer per line into *ids (n entries; free it with chimera_ids_free).
+ * @return CHIMERA_OK, _IO, _FORMAT (names the line or what the .npy holds), _NOMEM. */
+CHIMERA_API chimera_status chimera_ids_read(const char *path, int64_t **ids, int64_t *n,
+                                            chimera_error *err);
+CHIMERA_API void chimera_ids_free(int64_t *ids);
+
+/* Deletes the documents with ids[0..n) (an id listed twice counts once): one commit
+ * that writes the documents' numbers as a deletion list, costing O(n), not a pass over
+ * the index. Deleted documents never appear in a search of a handle opened (or
+ * refreshed) after the call returns. Their space is reclaimed by chimera_index_compact.
+ * @return CHIMERA_OK; _INVALID_ARG (a negative id, or one not in the index, named,
+ *         unless opts->missing_ok); the statuses of chimera_index_add. */
+CHIMERA_API chimera_status chimera_index_delete(const char *dir, const int64_t *ids, int64_t n,
+                                                const chimera_update_opts *opts,
+                                                chimera_update_report *report,
+                                                chimera_error *err);
+
+/* Replaces documents: every id of `docs` must be in the index (or, with missing_ok, is
+ * added); the old versions are deleted and the new ones appended in one commit, so a
+ * search sees either all the old versions or all the new ones.
+ * @return as chimera_index_add; _INVALID_ARG names an id that is not in the index. */
+CHIMERA_API chimera_status chimera_index_update(const char *dir, const chimera_corpus *docs,
+                                                const chimera_update_opts *opts,
+                                                chimera_update_report *report,
+                                                chimera_error *err);
+
+/* Rewrites the index as a single segment without its deleted documents, nothing
+ * re-quantized (ids kept). Written beside the index and swapped in atomically like a
+ * build; readers keep their view. Advised when more than ~20% of the documents are
+ * deleted (chimera_index_info's n_deleted) or after many small adds. An index with one
+ * segment and nothing deleted is left as it is (CHIMERA_OK, generation unchanged).
+ * @return CHIMERA_OK; _EMPTY (every document is deleted); the statuses of
+ *         chimera_index_add. */
+CHIMERA_API chimera_status chimera_index_compact(const char *dir, const chimera_update_opts *opts,
+                                                 chimera_update_report *report,
+                                                 chimera_error *err);
+
 typedef struct chimera_open_opts {
     int verify;             /* 1: recompute every section's payload checksum before
                                returning (reads all the data once; `chimera search
@@ -483,6 +579,18 @@ CHIMERA_API chimera_status chimera_index_open(const char *dir, const chimera_ope
 /* Unmaps and frees the index and whatever search state it holds (worker threads, device
  * memory) and its pooled search sessions; NULL is a no-op. No call may be in flight on it. */
 CHIMERA_API void chimera_index_close(chimera_index *index);
+
+/* Moves the handle to the newest committed generation of its directory (after an add,
+ * delete, update, compact or rebuild by this or another process), if there is one.
+ * Searches running meanwhile finish on the generation they started with; later ones
+ * use the new one. Safe to call while other threads search. *changed (may be NULL):
+ * 1 when the handle moved. On error the handle keeps its generation.
+ * @return CHIMERA_OK; the statuses of chimera_index_open. */
+CHIMERA_API chimera_status chimera_index_refresh(chimera_index *index, int *changed,
+                                                 chimera_error *err);
+
+/* The generation the handle sees (chimera_index_info's generation at open or refresh). */
+CHIMERA_API uint64_t chimera_index_generation(const chimera_index *index);
 
 /* The deep consistency check (`chimera check`): every checksum, then every token in
  * exactly one posting list, lists consistent with documents and centroids, the two
@@ -528,6 +636,19 @@ typedef struct chimera_index_info {
     double phase_seconds[CHIMERA_MAX_PHASES];
     uint64_t generation;    /* 1 for a new index, + 1 per change since (0: written before
                                generations were recorded) */
+    /* Since 0.3.0: the living index (chimera_index_add and friends) */
+    int64_t n_deleted;      /* documents deleted and not yet compacted away */
+    uint32_t n_segments;    /* 1 after a build or compaction, + 1 per add since */
+    uint32_t n_deletion_lists;
+    int64_t appended_docs, appended_tokens; /* in segments after the first */
+    double assign_sim_p10;  /* the build's 10th percentile of token-to-centroid similarity
+                               (0: not recorded) */
+    int64_t drift_tokens;   /* tokens added since the build whose drift was measured */
+    double drift_below;     /* the fraction of those below assign_sim_p10 (the build's own
+                               is 0.10) */
+    int recluster_advised;  /* 1: the appended tokens fit the centroids markedly worse
+                               than the built ones and are a large part of the index:
+                               rebuild (chimera_index_build) to retrain the centroids */
 } chimera_index_info;
 
 CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,

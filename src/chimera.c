@@ -4,6 +4,7 @@
  * chimera_error of each call, never into a handle: handles are read-only after open, so
  * one may be used from many threads at once (search scheduling and its per-call scratch
  * live in search/session.c, profile storage in index/profile.c). */
+#include <pthread.h>
 #include <string.h>
 
 #include "chimera.h"
@@ -17,6 +18,7 @@
 #include "data/trec.h"
 #include "index/index.h"
 #include "index/profile.h"
+#include "index/update.h"
 #include "search/eval.h"
 #include "core/progress.h"
 #include "search/exact.h"
@@ -37,12 +39,74 @@ struct chimera_run {
     data_trec_run r;
 };
 
-struct chimera_index {
+/* One generation of an index as a handle sees it: the mapped index and the search
+ * sessions over it. Counted: the handle holds one reference, and every call that uses
+ * it one more for its duration, so a refresh can move the handle to a new generation
+ * while searches finish on the old one, which is freed by whoever lets go of it last. */
+typedef struct index_view {
     ix_index ix;
-    /* Per-search scratch (engines and their threads), pooled: the one part of the handle
+    /* Per-search scratch (engines and their threads), pooled: the one part of the view
      * a search changes, behind its own lock (search/session.h). */
     sp_sessions *sessions;
+    int refs; /* guarded by the handle's mu */
+} index_view;
+
+struct chimera_index {
+    char *dir;
+    int verify;
+    pthread_mutex_t mu; /* guards view and every view's refs */
+    index_view *view;
 };
+
+static void view_free(index_view *v)
+{
+    if (!v) return;
+    sp_sessions_free(v->sessions);
+    ix_close(&v->ix);
+    cm_free(v);
+}
+
+static chimera_status view_open(const char *dir, int verify, index_view **out, chimera_error *err)
+{
+    *out = NULL;
+    index_view *v = cm_calloc(1, sizeof *v);
+    if (!v) return cm_fail(err, CHIMERA_ERR_NOMEM, "index: out of memory");
+    chimera_status s = ix_open(dir, verify, &v->ix, err);
+    if (s != CHIMERA_OK) {
+        cm_free(v);
+        return s;
+    }
+    s = sp_sessions_new(&v->ix, &v->sessions, err);
+    if (s != CHIMERA_OK) {
+        ix_close(&v->ix);
+        cm_free(v);
+        return s;
+    }
+    v->refs = 1;
+    *out = v;
+    return CHIMERA_OK;
+}
+
+/* The handle's current view, held until view_put. The handle is logically immutable to
+ * its readers; only the reference count changes, under the handle's lock. */
+static index_view *view_get(const chimera_index *h)
+{
+    chimera_index *m = (chimera_index *)h;
+    pthread_mutex_lock(&m->mu);
+    index_view *v = m->view;
+    v->refs++;
+    pthread_mutex_unlock(&m->mu);
+    return v;
+}
+
+static void view_put(const chimera_index *h, index_view *v)
+{
+    chimera_index *m = (chimera_index *)h;
+    pthread_mutex_lock(&m->mu);
+    int last = --v->refs == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (last) view_free(v);
+}
 
 /* Methods take an optional `err`: point a NULL one at a scratch record so the rest of
  * the call can write it unconditionally, and start from a clear one. */
@@ -423,14 +487,18 @@ chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts
     if (!dir) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_open: dir is NULL");
     chimera_index *h = cm_calloc(1, sizeof *h);
     if (!h) return cm_fail(err, CHIMERA_ERR_NOMEM, "index: out of memory");
-    chimera_status s = ix_open(dir, opts && opts->verify, &h->ix, err);
-    if (s != CHIMERA_OK) {
+    h->verify = opts && opts->verify;
+    h->dir = cm_malloc(strlen(dir) + 1);
+    if (!h->dir || pthread_mutex_init(&h->mu, NULL) != 0) {
+        cm_free(h->dir);
         cm_free(h);
-        return s;
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "index: out of memory");
     }
-    s = sp_sessions_new(&h->ix, &h->sessions, err);
+    strcpy(h->dir, dir);
+    chimera_status s = view_open(dir, h->verify, &h->view, err);
     if (s != CHIMERA_OK) {
-        ix_close(&h->ix);
+        pthread_mutex_destroy(&h->mu);
+        cm_free(h->dir);
         cm_free(h);
         return s;
     }
@@ -441,20 +509,179 @@ chimera_status chimera_index_open(const char *dir, const chimera_open_opts *opts
 void chimera_index_close(chimera_index *index)
 {
     if (!index) return;
-    sp_sessions_free(index->sessions);
-    ix_close(&index->ix);
+    view_free(index->view); /* no call is in flight: the handle's is the last reference */
+    pthread_mutex_destroy(&index->mu);
+    cm_free(index->dir);
     cm_free(index);
+}
+
+chimera_status chimera_index_refresh(chimera_index *index, int *changed, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (changed) *changed = 0;
+    if (!index) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_refresh: index is NULL");
+    /* the manifest alone says whether there is anything new */
+    uint64_t gen, data, cur_gen, cur_data;
+    CM_TRY(ix_peek(index->dir, &gen, &data, err));
+    index_view *cur = view_get(index);
+    ix_profile_identity(&cur->ix, &cur_gen, &cur_data);
+    view_put(index, cur);
+    int same = gen == cur_gen && data == cur_data;
+    if (same) return CHIMERA_OK;
+    index_view *v;
+    CM_TRY(view_open(index->dir, index->verify, &v, err));
+    pthread_mutex_lock(&index->mu);
+    index_view *old = index->view;
+    index->view = v;
+    int last = --old->refs == 0; /* the handle's reference moves to the new view */
+    pthread_mutex_unlock(&index->mu);
+    if (last) view_free(old);
+    if (changed) *changed = 1;
+    return CHIMERA_OK;
+}
+
+uint64_t chimera_index_generation(const chimera_index *index)
+{
+    if (!index) return 0;
+    index_view *v = view_get(index);
+    uint64_t g, data;
+    ix_profile_identity(&v->ix, &g, &data);
+    view_put(index, v);
+    return g;
 }
 
 chimera_status chimera_index_check(const chimera_index *index, chimera_error *err)
 {
     ERR_OPTIONAL(err);
     if (!index) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_check: index is NULL");
-    return ix_check(&index->ix, err);
+    index_view *v = view_get(index);
+    chimera_status s = ix_check(&v->ix, err);
+    view_put(index, v);
+    return s;
 }
 
-int64_t chimera_index_n_docs(const chimera_index *index) { return index ? index->ix.n_docs : 0; }
-uint32_t chimera_index_dim(const chimera_index *index) { return index ? index->ix.dim : 0; }
+int64_t chimera_index_n_docs(const chimera_index *index)
+{
+    if (!index) return 0;
+    index_view *v = view_get(index);
+    int64_t n = v->ix.n_docs - v->ix.n_deleted;
+    view_put(index, v);
+    return n;
+}
+
+uint32_t chimera_index_dim(const chimera_index *index)
+{
+    if (!index) return 0;
+    index_view *v = view_get(index);
+    uint32_t d = v->ix.dim;
+    view_put(index, v);
+    return d;
+}
+
+/* ---- changes ----------------------------------------------------------------------- */
+
+void chimera_update_opts_default(chimera_update_opts *o) { if (o) memset(o, 0, sizeof *o); }
+
+static void to_ix_opts(const chimera_update_opts *o, ix_update_opts *io)
+{
+    memset(io, 0, sizeof *io);
+    if (!o) return;
+    io->missing_ok = o->missing_ok;
+    io->no_sync = o->no_sync;
+    io->lock_timeout_ms = o->lock_timeout_ms;
+    io->progress = o->progress;
+    io->progress_user = o->progress_user;
+}
+
+static void to_report(const ix_update_report *r, chimera_update_report *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    out->docs_added = r->docs_added;
+    out->tokens_added = r->tokens_added;
+    out->docs_deleted = r->docs_deleted;
+    out->ids_missing = r->ids_missing;
+    out->generation = r->generation;
+    out->seconds = r->seconds;
+    out->assign_seconds = r->assign_seconds;
+    out->encode_seconds = r->encode_seconds;
+    out->write_seconds = r->write_seconds;
+    out->drift_below = r->drift_below;
+    out->merged = r->merged;
+    out->n_docs = r->n_docs;
+    out->n_deleted = r->n_deleted;
+    out->n_segments = r->n_segments;
+    out->peak_rss_bytes = r->peak_rss;
+}
+
+static chimera_status add_or_update(const char *dir, const chimera_corpus *docs, int replace,
+                                    const chimera_update_opts *opts, chimera_update_report *report,
+                                    chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!dir || !docs)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_%s: dir and docs are required",
+                       replace ? "update" : "add");
+    ix_update_opts io;
+    ix_update_report r;
+    to_ix_opts(opts, &io);
+    chimera_status s = ix_add(dir, &docs->c, replace, &io, &r, err);
+    to_report(&r, report);
+    return s;
+}
+
+chimera_status chimera_index_add(const char *dir, const chimera_corpus *docs,
+                                 const chimera_update_opts *opts, chimera_update_report *report,
+                                 chimera_error *err)
+{
+    return add_or_update(dir, docs, 0, opts, report, err);
+}
+
+chimera_status chimera_index_update(const char *dir, const chimera_corpus *docs,
+                                    const chimera_update_opts *opts,
+                                    chimera_update_report *report, chimera_error *err)
+{
+    return add_or_update(dir, docs, 1, opts, report, err);
+}
+
+chimera_status chimera_ids_read(const char *path, int64_t **ids, int64_t *n, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!path || !ids || !n) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "ids_read: path, ids and n are required");
+    *ids = NULL;
+    *n = 0;
+    return data_ids_read(path, ids, n, err);
+}
+
+void chimera_ids_free(int64_t *ids) { cm_free(ids); }
+
+chimera_status chimera_index_delete(const char *dir, const int64_t *ids, int64_t n,
+                                    const chimera_update_opts *opts,
+                                    chimera_update_report *report, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!dir || (!ids && n > 0) || n < 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_delete: dir and n >= 0 ids are required");
+    ix_update_opts io;
+    ix_update_report r;
+    to_ix_opts(opts, &io);
+    chimera_status s = ix_delete(dir, ids, n, &io, &r, err);
+    to_report(&r, report);
+    return s;
+}
+
+chimera_status chimera_index_compact(const char *dir, const chimera_update_opts *opts,
+                                     chimera_update_report *report, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!dir) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_compact: dir is required");
+    ix_update_opts io;
+    ix_update_report r;
+    to_ix_opts(opts, &io);
+    chimera_status s = ix_compact(dir, &io, &r, err);
+    to_report(&r, report);
+    return s;
+}
 
 chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
                                        chimera_error *err)
@@ -479,6 +706,11 @@ void chimera_search_params_default(uint32_t k, chimera_search_params *p)
     if (!p->chunks) p->chunks = 4;
 }
 
+static chimera_status search_view(index_view *v, const data_queries *q, uint32_t k,
+                                  const chimera_search_params *params,
+                                  const chimera_search_opts *opts, int64_t *ids, float *scores,
+                                  chimera_search_profile *profile, chimera_error *err);
+
 chimera_status chimera_index_search(const chimera_index *h, const chimera_queries *queries,
                                     uint32_t k, const chimera_search_params *params,
                                     const chimera_search_opts *opts, int64_t *ids,
@@ -490,20 +722,31 @@ chimera_status chimera_index_search(const chimera_index *h, const chimera_querie
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: index, queries, ids, scores and k > 0 are required");
     const data_queries *q = &queries->q;
-    if (q->dim != h->ix.dim)
+    index_view *v = view_get(h);
+    chimera_status s = search_view(v, q, k, params, opts, ids, scores, profile, err);
+    view_put(h, v);
+    return s;
+}
+
+static chimera_status search_view(index_view *v, const data_queries *q, uint32_t k,
+                                  const chimera_search_params *params,
+                                  const chimera_search_opts *opts, int64_t *ids, float *scores,
+                                  chimera_search_profile *profile, chimera_error *err)
+{
+    if (q->dim != v->ix.dim)
         return cm_fail(err, CHIMERA_ERR_DIM, "search: queries have dimension %u, the index %u",
-                       q->dim, h->ix.dim);
+                       q->dim, v->ix.dim);
     /* an empty run with success would read as "no document matches" */
-    if (h->ix.n_deleted == h->ix.n_docs)
+    if (v->ix.n_deleted == v->ix.n_docs)
         return cm_fail(err, CHIMERA_ERR_EMPTY,
                        "search: all %lld documents of the index are deleted (section "
-                       "'deleted'); there is nothing to search", (long long)h->ix.n_docs);
+                       "'deleted'); there is nothing to search", (long long)v->ix.n_docs);
     chimera_search_params cp = {0};
     if (params) cp = *params;
     chimera_search_params_default(k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
-    if (cp.n_probe > h->ix.n_clusters) cp.n_probe = h->ix.n_clusters;
+    if (cp.n_probe > v->ix.n_clusters) cp.n_probe = v->ix.n_clusters;
     if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: chunks must be 1..64, impute 0..2, probe 0..2");
@@ -525,7 +768,7 @@ chimera_status chimera_index_search(const chimera_index *h, const chimera_querie
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: backend %d, expected 0..2",
                        (int)o.backend);
     sp_run_opts ro = {bname, o.n_threads > 0 ? o.n_threads : cm_cpu_count(), o.latency_mode};
-    return sp_sessions_search(h->sessions, q, &p, max_m, &ro, ids, scores, profile, err);
+    return sp_sessions_search(v->sessions, q, &p, max_m, &ro, ids, scores, profile, err);
 }
 
 /* ---- tuning and profiles ----------------------------------------------------------- */
@@ -606,13 +849,14 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
                      cm_malloc((size_t)n * k * sizeof(int64_t)),
                      cm_malloc((size_t)n * k * sizeof(float)),
                      err};
-    chimera_status s;
+    chimera_status s = CHIMERA_ERR_NOMEM;
     if (!t.ids || !t.scores) s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
-    else
-        s = sp_tune_backward(tune_eval, &t, k, target_recall, index->ix.n_clusters,
-                             index->ix.n_docs, res);
+    index_view *v = view_get(index); /* the generation measured (a refresh may follow) */
+    if (t.ids && t.scores)
+        s = sp_tune_backward(tune_eval, &t, k, target_recall, v->ix.n_clusters, v->ix.n_docs, res);
     if (s == CHIMERA_OK) /* which index was measured, so that saving can refuse another one */
-        ix_profile_identity(&index->ix, &res->index_generation, &res->index_data_id);
+        ix_profile_identity(&v->ix, &res->index_generation, &res->index_data_id);
+    view_put(index, v);
     cm_free(t.ids);
     cm_free(t.scores);
     return s;
@@ -634,5 +878,8 @@ chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
     ERR_OPTIONAL(err);
     if (!index || !out)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "profile_get: index and out are required");
-    return ix_profile_find(&index->ix, k, target_recall, out, err);
+    index_view *v = view_get(index);
+    chimera_status s = ix_profile_find(&v->ix, k, target_recall, out, err);
+    view_put(index, v);
+    return s;
 }

@@ -6,6 +6,7 @@
  *   chimera build   build an index (k-means, posting lists, graph, RaBitQ codes)
  *   chimera info    describe an index, or what this build and machine offer
  *   chimera check   verify an index deeply
+ *   chimera add / delete / update / compact   change an index without rebuilding it
  *
  * Before doing anything it checks whether the BLAS library fell back to generic kernels
  * on this CPU (see chimera_blas_suggested_coretype) and, if so and the user has set no
@@ -49,6 +50,10 @@ static void usage(void)
             "  bench    recall/throughput sweep against exact search (CSV)\n"
             "  info     [IDX] describe an index, or this build and machine\n"
             "  check    IDX: verify an index's checksums, structure and values\n"
+            "  add      IDX: append documents (new ids) without a rebuild\n"
+            "  delete   IDX: delete documents by id\n"
+            "  update   IDX: replace documents, keeping their ids\n"
+            "  compact  IDX: drop deleted documents, merge appended segments\n"
             "  version  print the version\n");
 }
 
@@ -88,6 +93,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "search") == 0) return cmd_search(argc, argv);
     if (strcmp(cmd, "tune") == 0) return cmd_tune(argc, argv);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc, argv);
+    if (strcmp(cmd, "add") == 0) return cmd_add(argc, argv);
+    if (strcmp(cmd, "delete") == 0) return cmd_delete(argc, argv);
+    if (strcmp(cmd, "update") == 0) return cmd_update(argc, argv);
+    if (strcmp(cmd, "compact") == 0) return cmd_compact(argc, argv);
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -54,5 +54,9 @@ int cmd_check(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_add(int argc, char **argv);
+int cmd_delete(int argc, char **argv);
+int cmd_update(int argc, char **argv);
+int cmd_compact(int argc, char **argv);
 
 #endif

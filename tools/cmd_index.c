@@ -63,11 +63,23 @@ static void print_info(const char *dir, const chimera_index_info *in)
 {
     printf("index %s (format %u.%u, written by chimera %s)\n", dir, in->format_major,
            in->format_minor, in->library_version);
-    printf("  generation     %llu (changes committed: the build, then each tune's save)\n",
-           (unsigned long long)in->generation);
-    printf("  documents      %lld\n  tokens         %lld (%.1f per document)\n",
-           (long long)in->n_docs, (long long)in->n_tokens,
-           in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0);
+    printf("  generation     %llu (changes committed: the build, then each add, delete, "
+           "update, compact or tune's save)\n", (unsigned long long)in->generation);
+    printf("  documents      %lld (%lld deleted, not yet compacted)\n  tokens         %lld (%.1f "
+           "per document)\n", (long long)(in->n_docs - in->n_deleted), (long long)in->n_deleted,
+           (long long)in->n_tokens, in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0);
+    printf("  segments       %u (%lld documents, %lld tokens appended since the build or the "
+           "last compaction); %u deletion list%s\n", in->n_segments, (long long)in->appended_docs,
+           (long long)in->appended_tokens, in->n_deletion_lists, in->n_deletion_lists == 1 ? "" : "s");
+    if (in->drift_tokens)
+        printf("  drift          %.1f%% of %lld added tokens below the build's 10th-percentile "
+               "centroid similarity (%.3f; the build's own: 10%%)%s\n", 100.0 * in->drift_below,
+               (long long)in->drift_tokens, in->assign_sim_p10,
+               in->recluster_advised ? ": rebuild advised (chimera build retrains the centroids)"
+                                     : "");
+    if (in->n_docs && in->n_deleted * 5 > in->n_docs)
+        printf("  advice         %.0f%% deleted: chimera compact reclaims their space\n",
+               100.0 * (double)in->n_deleted / (double)in->n_docs);
     printf("  dim            %u (padded to %u)\n  bits           %u\n", in->dim, in->dim_pad, in->bits);
     printf("  clusters       %u; list sizes min %lld, median %lld, mean %.1f, max %lld; "
            "imbalance %.2f; %u empty\n",

@@ -27,7 +27,8 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* Reads ids from an int .npy or a text file with one integer per line. */
-static chimera_status read_ids(const char *path, int64_t **ids, int64_t *n, chimera_error *err)
+chimera_status data_ids_read(const char *path, int64_t **ids, int64_t *n, chimera_error *err);
+chimera_status data_ids_read(const char *path, int64_t **ids, int64_t *n, chimera_error *err)
 {
     size_t len = strlen(path);
     if (len >= 4 && strcmp(path + len - 4, ".npy") == 0) return cm_npy_read_i64(path, ids, n, err);
@@ -220,7 +221,7 @@ chimera_status data_corpus_open(data_corpus *c, const char *tokens_npy, const ch
     c->n_docs = n_lens;
     if (ids_path) {
         int64_t n_ids;
-        s = read_ids(ids_path, &c->ids, &n_ids, err);
+        s = data_ids_read(ids_path, &c->ids, &n_ids, err);
         if (s != CHIMERA_OK) goto done;
         if (n_ids != n_lens) {
             s = cm_fail(err, CHIMERA_ERR_DIM, "%s: %lld ids for %lld documents", ids_path,

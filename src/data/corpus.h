@@ -32,6 +32,10 @@ chimera_status data_corpus_wrap(data_corpus *c, const float *tokens, int64_t n_t
                                 chimera_error *err);
 void data_corpus_free(data_corpus *c);
 
+/* Ids from an int .npy (int32/int64) or a text file of one integer per line: *ids
+ * (cm_malloc'd, n entries; may be empty). Values are not checked. */
+chimera_status data_ids_read(const char *path, int64_t **ids, int64_t *n, chimera_error *err);
+
 static inline int64_t data_corpus_id(const data_corpus *c, int64_t doc)
 {
     return c->ids ? c->ids[doc] : doc;

@@ -46,6 +46,17 @@ static chimera_status count(const cJSON *o, const char *where, const char *key, 
     return CHIMERA_OK;
 }
 
+chimera_status ix_peek(const char *dir, uint64_t *generation, uint64_t *data_id,
+                       chimera_error *err)
+{
+    store *st;
+    CM_TRY(ix_store_info(dir, &st, err));
+    *generation = ix_store_generation(st);
+    *data_id = ix_store_data_id(st);
+    ix_store_close(st);
+    return CHIMERA_OK;
+}
+
 chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error *err)
 {
     memset(info, 0, sizeof *info);
@@ -110,6 +121,29 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
         snprintf(info->phase[info->n_phases], sizeof info->phase[0], "%s", it->string);
         info->phase_seconds[info->n_phases++] = it->valuedouble;
     }
+    /* the living index: segments, deletions, drift (update.h) */
+    info->n_deleted = (int64_t)num(meta, "n_deleted");
+    const cJSON *segs = cJSON_GetObjectItemCaseSensitive(meta, "segments");
+    info->n_segments = cJSON_IsArray(segs) ? (uint32_t)cJSON_GetArraySize(segs) : 1;
+    int si_ = 0;
+    cJSON_ArrayForEach(it, segs)
+    {
+        if (si_++ == 0) continue; /* the base */
+        info->appended_docs += (int64_t)num(it, "docs");
+        info->appended_tokens += (int64_t)num(it, "tokens");
+    }
+    const cJSON *tomb = cJSON_GetObjectItemCaseSensitive(meta, "tombstones");
+    info->n_deletion_lists = cJSON_IsArray(tomb) ? (uint32_t)cJSON_GetArraySize(tomb) : 0;
+    info->assign_sim_p10 = num(b, "assign_sim_p10");
+    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(meta, "drift");
+    info->drift_tokens = (int64_t)num(dr, "tokens");
+    info->drift_below = info->drift_tokens ? num(dr, "below_p10") / (double)info->drift_tokens : 0;
+    /* Advice: the added tokens fit the centroids clearly worse than the built ones did
+     * (2.5x the build's 10% below its 10th percentile) and are a sizeable part of the
+     * index (a fifth), so new documents' tokens crowd a few lists and residuals grow:
+     * rebuilding retrains the centroids. */
+    info->recluster_advised = info->drift_tokens > 0 && info->drift_below >= 0.25 &&
+                              (double)info->drift_tokens >= 0.2 * (double)info->n_tokens;
     uint32_t n = ix_store_n_sections(st);
     for (uint32_t i = 0; i < n; i++) {
         const ix_store_section_desc *sd = ix_store_section_at(st, i);

@@ -1,0 +1,893 @@
+/* Add, delete, update and compact (update.h gives the storage and the protocol).
+ *
+ * Every call is a `change`: take the writer lock, open the index as it is, write new
+ * sections (in place for add/delete/update, into a new directory for compact), edit a
+ * copy of the meta, commit, release. An error anywhere before the commit aborts the
+ * writer, which removes what it wrote; the index is then as it was. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/assign.h"
+#include "cluster/postings.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "graph/graph.h"
+#include "index/index.h"
+#include "index/store.h"
+#include "index/update.h"
+#include "quant/rabitq.h"
+
+#define ROWS_PER_BLOCK 4096
+/* Up to this many centroids, new tokens are assigned exactly (an sgemm against all of
+ * them, as a build of that size does); above, by the centroid graph. */
+#define EXACT_ASSIGN_MAX_K 4096
+
+typedef struct change {
+    const char *dir;
+    ix_update_opts o;
+    ix_store_lock *lock;
+    ix_index ix;
+    int opened;
+    ix_store_writer *w;
+    cJSON *meta;      /* the edited copy */
+    uint32_t next_seq;
+    char (*drop)[FMT_NAME_BYTES];
+    uint32_t n_drop, cap_drop;
+} change;
+
+static chimera_status nomem(chimera_error *err)
+{
+    return cm_fail(err, CHIMERA_ERR_NOMEM, "index update: out of memory");
+}
+
+static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+/* The largest seq the meta's segment and tombstone lists use, + 1, or its next_seq if
+ * larger: a section name is never used twice in the life of an index directory. */
+static uint32_t first_free_seq(const ix_index *ix, const cJSON *meta)
+{
+    uint32_t seq = 1;
+    for (uint32_t i = 0; i < ix->n_segs; i++) seq = max_u32(seq, ix->segs[i].seq + 1);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tombstones"), *it;
+    cJSON_ArrayForEach(it, t)
+    {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(it, "seq");
+        if (cJSON_IsNumber(s) && s->valuedouble >= 0 && s->valuedouble < 1e9)
+            seq = max_u32(seq, (uint32_t)s->valuedouble + 1);
+    }
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(meta, "next_seq");
+    if (cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble < 1e9)
+        seq = max_u32(seq, (uint32_t)n->valuedouble);
+    return seq;
+}
+
+static chimera_status change_begin(change *c, const char *dir, const ix_update_opts *opts,
+                                   int in_place, chimera_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->dir = dir;
+    if (opts) c->o = *opts;
+    CM_TRY(ix_store_lock_acquire(dir, c->o.lock_timeout_ms, &c->lock, err));
+    store *st;
+    CM_TRY(ix_store_open(dir, 0, &st, err));
+    chimera_status s = ix_open_store(st, &c->ix, err);
+    if (s != CHIMERA_OK) {
+        cm_fail_prefix(err, "%s", dir);
+        return s;
+    }
+    c->opened = 1;
+    c->meta = cJSON_Duplicate(ix_store_meta(c->ix.st), 1);
+    if (!c->meta) return nomem(err);
+    c->next_seq = first_free_seq(&c->ix, c->meta);
+    if (in_place) {
+        ix_store_write_opts wo = {.no_sync = c->o.no_sync};
+        CM_TRY(ix_store_delta_begin(dir, c->ix.st, c->lock, &wo, &c->w, err));
+    }
+    return CHIMERA_OK;
+}
+
+static void change_end(change *c)
+{
+    ix_store_writer_abort(c->w); /* NULL after a commit */
+    cJSON_Delete(c->meta);
+    if (c->opened) ix_close(&c->ix);
+    cm_free(c->drop);
+    ix_store_lock_release(c->lock);
+    memset(c, 0, sizeof *c);
+}
+
+static chimera_status drop_section(change *c, const char *name, chimera_error *err)
+{
+    if (c->n_drop == c->cap_drop) {
+        uint32_t cap = c->cap_drop ? 2 * c->cap_drop : 32;
+        char(*d)[FMT_NAME_BYTES] = cm_realloc(c->drop, cap * sizeof *d);
+        if (!d) return nomem(err);
+        c->drop = d;
+        c->cap_drop = cap;
+    }
+    snprintf(c->drop[c->n_drop++], FMT_NAME_BYTES, "%s", name);
+    return CHIMERA_OK;
+}
+
+/* Drops every per-segment section of segment sg. */
+static chimera_status drop_segment(change *c, const ix_segment *sg, chimera_error *err)
+{
+    for (int i = 0; i < IX_N_SECTIONS; i++) {
+        if (ix_sections[i].scope != IX_SEGMENT) continue;
+        char nm[FMT_NAME_BYTES + 16];
+        snprintf(nm, sizeof nm, "s%u_%s", sg->seq, ix_sections[i].name);
+        if (ix_store_find(c->ix.st, nm) >= 0) CM_TRY(drop_section(c, nm, err));
+    }
+    return CHIMERA_OK;
+}
+
+static chimera_status change_commit(change *c, ix_update_report *rep, chimera_error *err)
+{
+    const char **names = cm_malloc((c->n_drop + 1) * sizeof *names);
+    if (!names) return nomem(err);
+    for (uint32_t i = 0; i < c->n_drop; i++) names[i] = c->drop[i];
+    cJSON_DeleteItemFromObjectCaseSensitive(c->meta, "next_seq");
+    cJSON_AddNumberToObject(c->meta, "next_seq", c->next_seq);
+    uint64_t gen = ix_store_generation(c->ix.st);
+    chimera_status s = ix_store_delta_commit(c->w, c->meta, names, c->n_drop, err);
+    c->w = NULL; /* consumed */
+    cm_free(names);
+    if (s == CHIMERA_OK && rep) rep->generation = gen + 1;
+    return s;
+}
+
+/* ---- meta editing ---------------------------------------------------------------------- */
+
+static void meta_set(cJSON *o, const char *key, double v)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddNumberToObject(o, key, v);
+}
+
+/* The meta's "segments" array, created from the counts of an index that has only its
+ * base (which lacks it). */
+static cJSON *meta_segments(change *c)
+{
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(c->meta, "segments");
+    if (a) return a;
+    a = cJSON_AddArrayToObject(c->meta, "segments");
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddNumberToObject(b, "seq", 0);
+    cJSON_AddNumberToObject(b, "docs", (double)c->ix.segs[0].n_docs);
+    cJSON_AddNumberToObject(b, "tokens", (double)c->ix.segs[0].n_tokens);
+    cJSON_AddItemToArray(a, b);
+    return a;
+}
+
+static void meta_add_segment(cJSON *arr, uint32_t seq, int64_t docs, int64_t tokens, uint32_t lists)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "seq", seq);
+    cJSON_AddNumberToObject(o, "docs", (double)docs);
+    cJSON_AddNumberToObject(o, "tokens", (double)tokens);
+    cJSON_AddNumberToObject(o, "lists", lists);
+    cJSON_AddItemToArray(arr, o);
+}
+
+/* ---- writing a segment ----------------------------------------------------------------- */
+
+/* Writes section `id` of the list for segment seq (0: the plain name) from memory. */
+static chimera_status put(ix_store_writer *w, uint32_t seq, int id, uint32_t ndim, uint64_t d0,
+                          uint64_t d1, const void *data, chimera_error *err)
+{
+    char nm[FMT_NAME_BYTES + 16];
+    if (seq) snprintf(nm, sizeof nm, "s%u_%s", seq, ix_sections[id].name);
+    else snprintf(nm, sizeof nm, "%s", ix_sections[id].name);
+    ix_store_type t = {ix_sections[id].dtype, ndim, {d0, d1, 0, 0}};
+    uint64_t bytes = ix_fmt_dtype_size(t.dtype) * d0 * (ndim > 1 ? d1 : 1);
+    return ix_store_writer_add_typed(w, nm, &t, data, bytes, err);
+}
+
+static chimera_status begin(ix_store_writer *w, uint32_t seq, int id, uint32_t ndim, uint64_t d0,
+                            uint64_t d1, chimera_error *err)
+{
+    char nm[FMT_NAME_BYTES + 16];
+    if (seq) snprintf(nm, sizeof nm, "s%u_%s", seq, ix_sections[id].name);
+    else snprintf(nm, sizeof nm, "%s", ix_sections[id].name);
+    ix_store_type t = {ix_sections[id].dtype, ndim, {d0, d1, 0, 0}};
+    return ix_store_section_begin(w, nm, &t, err);
+}
+
+/* A new segment held in memory (add). */
+typedef struct new_seg {
+    int64_t n_docs, n_tokens;
+    uint32_t n_lists;
+    int64_t *doc_off, *doc_ids;
+    uint32_t *id_order;
+    uint32_t *tok_cid;
+    float *sim;        /* similarity of each token to its centroid */
+    uint8_t *d1, *dB, *c1;
+    quant_f1 *f1, *cf1;
+    quant_fB *fB;
+    uint32_t *post_cid, *post_tok, *post_doc;
+    int64_t *post_off;
+} new_seg;
+
+static void new_seg_free(new_seg *g)
+{
+    cm_free(g->doc_off);
+    cm_free(g->doc_ids);
+    cm_free(g->id_order);
+    cm_free(g->tok_cid);
+    cm_free(g->sim);
+    cm_free(g->d1);
+    cm_free(g->dB);
+    cm_free(g->c1);
+    cm_free(g->f1);
+    cm_free(g->cf1);
+    cm_free(g->fB);
+    cm_free(g->post_cid);
+    cm_free(g->post_tok);
+    cm_free(g->post_doc);
+    cm_free(g->post_off);
+    memset(g, 0, sizeof *g);
+}
+
+/* Nearest centroid (inner product) of every token: exactly for few centroids, by the
+ * centroid graph otherwise (what search probes with; its recall is the graph's). */
+static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
+                                    float *conv, chimera_error *err)
+{
+    int64_t N = d->n_tokens;
+    if (ix->n_clusters <= EXACT_ASSIGN_MAX_K) {
+        ivf_assigner *a;
+        ivf_assign_opts ao = {0};
+        CM_TRY(ivf_assigner_new(ix->centroids, ix->n_clusters, ix->dim, NULL, 0, NULL, &ao, &a, err));
+        for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
+            int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
+            const float *rows = data_corpus_rows(d, r0, n, conv);
+            ivf_assign_exact(a, rows, n, d->dim, g->tok_cid + r0, g->sim + r0);
+        }
+        ivf_assigner_free(a);
+        return CHIMERA_OK;
+    }
+    graph_searcher *gs;
+    graph_search_params gp = {0};
+    CM_TRY(graph_searcher_new(&ix->g, ix->centroids, ix->dim, &gp, 1, 1, &gs, err));
+    for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
+        int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
+        const float *rows = data_corpus_rows(d, r0, n, conv);
+        for (int64_t i = 0; i < n; i++)
+            if (graph_search(gs, 0, rows + (size_t)i * d->dim, 1, g->tok_cid + r0 + i,
+                             g->sim + r0 + i) == 0) {
+                graph_searcher_free(gs);
+                return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                               "add: the centroid graph found no centroid for token %lld",
+                               (long long)(r0 + i));
+            }
+    }
+    graph_searcher_free(gs);
+    return CHIMERA_OK;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Codes, and the cluster-major copy by the clusters the segment uses. */
+static chimera_status encode_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
+                                    float *conv, chimera_error *err)
+{
+    const uint32_t dp = ix->dim_pad, B = ix->bits;
+    const int64_t N = d->n_tokens;
+    const size_t c1 = qm_code1_bytes(dp), cB = qm_codeB_bytes(dp, B);
+    chimera_status s = CHIMERA_OK;
+    /* the clusters used, increasing: the segment's lists */
+    uint32_t *u = cm_malloc((size_t)N * sizeof *u), *local = cm_malloc((size_t)N * sizeof *local);
+    float *crot = NULL, *vrot = cm_aligned_alloc(64, (size_t)ROWS_PER_BLOCK * dp * sizeof(float));
+    if (!u || !local || !vrot) goto oom;
+    memcpy(u, g->tok_cid, (size_t)N * sizeof *u);
+    qsort(u, (size_t)N, sizeof *u, cmp_u32);
+    uint32_t nu = 0;
+    for (int64_t i = 0; i < N; i++)
+        if (nu == 0 || u[nu - 1] != u[i]) u[nu++] = u[i];
+    g->n_lists = nu;
+    for (int64_t t = 0; t < N; t++) { /* list of each token: binary search in u */
+        uint32_t lo = 0, hi = nu;
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (u[mid] < g->tok_cid[t]) lo = mid + 1;
+            else hi = mid;
+        }
+        local[t] = lo;
+    }
+    /* the used centroids, rotated (not all K: an add of a few tokens stays cheap) */
+    float *cu = cm_malloc((size_t)nu * ix->dim * sizeof *cu);
+    crot = cm_aligned_alloc(64, (size_t)nu * dp * sizeof(float));
+    if (!cu || !crot) {
+        cm_free(cu);
+        goto oom;
+    }
+    for (uint32_t l = 0; l < nu; l++)
+        memcpy(cu + (size_t)l * ix->dim, ix->centroids + (size_t)u[l] * ix->dim,
+               ix->dim * sizeof(float));
+    quant_rotate_n(&ix->rot, nu, cu, ix->dim, crot, dp);
+    cm_free(cu);
+    g->d1 = cm_aligned_alloc(64, (size_t)N * c1);
+    g->dB = cm_aligned_alloc(64, (size_t)N * cB);
+    g->f1 = cm_malloc((size_t)N * sizeof *g->f1);
+    g->fB = cm_malloc((size_t)N * sizeof *g->fB);
+    g->c1 = cm_aligned_alloc(64, (size_t)N * c1);
+    g->cf1 = cm_malloc((size_t)N * sizeof *g->cf1);
+    g->post_cid = cm_malloc((size_t)nu * sizeof *g->post_cid);
+    g->post_off = cm_calloc((size_t)nu + 1, sizeof *g->post_off);
+    g->post_tok = cm_malloc((size_t)N * sizeof *g->post_tok);
+    g->post_doc = cm_malloc((size_t)N * sizeof *g->post_doc);
+    if (!g->d1 || !g->dB || !g->f1 || !g->fB || !g->c1 || !g->cf1 || !g->post_cid ||
+        !g->post_off || !g->post_tok || !g->post_doc)
+        goto oom;
+    memcpy(g->post_cid, u, (size_t)nu * sizeof *u);
+    for (int64_t r0 = 0; r0 < N && s == CHIMERA_OK; r0 += ROWS_PER_BLOCK) {
+        int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
+        const float *rows = data_corpus_rows(d, r0, n, conv);
+        quant_rotate_n(&ix->rot, (size_t)n, rows, d->dim, vrot, dp);
+        s = quant_encode(dp, B, (size_t)n, vrot, crot, local + r0, g->d1 + (size_t)r0 * c1,
+                         g->f1 + r0, g->dB + (size_t)r0 * cB, g->fB + r0, err);
+    }
+    if (s != CHIMERA_OK) goto done;
+    /* counting sort by list; within a list, tokens in order (as a build lays them out) */
+    for (int64_t t = 0; t < N; t++) g->post_off[local[t] + 1]++;
+    for (uint32_t l = 0; l < nu; l++) g->post_off[l + 1] += g->post_off[l];
+    int64_t *fill = cm_malloc((size_t)(nu + 1) * sizeof *fill);
+    if (!fill) goto oom;
+    memcpy(fill, g->post_off, (size_t)(nu + 1) * sizeof *fill);
+    for (int64_t doc = 0; doc < g->n_docs; doc++)
+        for (int64_t t = g->doc_off[doc]; t < g->doc_off[doc + 1]; t++) {
+            int64_t p = fill[local[t]]++;
+            g->post_tok[p] = (uint32_t)t;
+            g->post_doc[p] = (uint32_t)doc;
+            memcpy(g->c1 + (size_t)p * c1, g->d1 + (size_t)t * c1, c1);
+            g->cf1[p] = g->f1[t];
+        }
+    cm_free(fill);
+    goto done;
+oom:
+    s = nomem(err);
+done:
+    cm_free(u);
+    cm_free(local);
+    cm_free(crot);
+    cm_free(vrot);
+    return s;
+}
+
+static chimera_status write_new_segment(ix_store_writer *w, uint32_t seq, const ix_index *ix,
+                                        const new_seg *g, chimera_error *err)
+{
+    const uint64_t N = (uint64_t)g->n_tokens, D = (uint64_t)g->n_docs, L = g->n_lists;
+    const uint64_t c1 = qm_code1_bytes(ix->dim_pad), cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
+    CM_TRY(put(w, seq, IX_SEC_post_off, 1, L + 1, 0, g->post_off, err));
+    CM_TRY(put(w, seq, IX_SEC_post_tok, 1, N, 0, g->post_tok, err));
+    CM_TRY(put(w, seq, IX_SEC_post_doc, 1, N, 0, g->post_doc, err));
+    CM_TRY(put(w, seq, IX_SEC_c1_codes, 2, N, c1, g->c1, err));
+    CM_TRY(put(w, seq, IX_SEC_c1_fact, 2, N, 3, g->cf1, err));
+    CM_TRY(put(w, seq, IX_SEC_d1_codes, 2, N, c1, g->d1, err));
+    CM_TRY(put(w, seq, IX_SEC_d1_fact, 2, N, 3, g->f1, err));
+    CM_TRY(put(w, seq, IX_SEC_tok_cid, 1, N, 0, g->tok_cid, err));
+    CM_TRY(put(w, seq, IX_SEC_dB_codes, 2, N, cB, g->dB, err));
+    CM_TRY(put(w, seq, IX_SEC_dB_fact, 2, N, sizeof(quant_fB), g->fB, err));
+    CM_TRY(put(w, seq, IX_SEC_doc_off, 1, D + 1, 0, g->doc_off, err));
+    CM_TRY(put(w, seq, IX_SEC_doc_ids, 1, D, 0, g->doc_ids, err));
+    CM_TRY(put(w, seq, IX_SEC_post_cid, 1, L, 0, g->post_cid, err));
+    return put(w, seq, IX_SEC_id_order, 1, D, 0, g->id_order, err);
+}
+
+/* ---- relayout: segments [s0, s1) rewritten as one, streamed ------------------------------- */
+
+typedef struct relayout_out {
+    int64_t n_docs, n_tokens;
+    uint32_t n_lists;
+    ivf_postings_stats pst; /* list size statistics over all clusters */
+} relayout_out;
+
+/* The documents of segments [s0, s1) (without the deleted ones when drop_deleted) as
+ * one segment, written section by section: nothing is decoded or re-quantized, rows
+ * are copied in their new order. sparse: lists only for clusters that have tokens
+ * (post_cid); otherwise one list per cluster. Memory: a number per document and per
+ * cluster. */
+static chimera_status relayout(const ix_index *ix, uint32_t s0, uint32_t s1, int drop_deleted,
+                               int sparse, ix_store_writer *w, uint32_t seq, relayout_out *out,
+                               cm_progress *prog, chimera_error *err)
+{
+    const int64_t d0 = ix->segs[s0].doc_base;
+    const int64_t nd = (s1 < ix->n_segs ? ix->segs[s1].doc_base : ix->n_docs) - d0;
+    const uint32_t K = ix->n_clusters;
+    const size_t c1 = qm_code1_bytes(ix->dim_pad), cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
+    chimera_status s = CHIMERA_OK;
+    int64_t *newdoc = cm_malloc((size_t)nd * sizeof *newdoc);
+    int64_t *doc_off = cm_malloc((size_t)(nd + 1) * sizeof *doc_off);
+    int64_t *ids = cm_malloc((size_t)(nd + 1) * sizeof *ids);
+    int64_t *count = cm_calloc((size_t)K + 1, sizeof *count);
+    uint32_t *order = NULL;
+    if (!newdoc || !doc_off || !ids || !count) goto oom;
+    int64_t kept = 0, toks = 0;
+    doc_off[0] = 0;
+    for (int64_t d = 0; d < nd; d++) {
+        int64_t g = d0 + d;
+        if (drop_deleted && ix_is_deleted(ix, g)) {
+            newdoc[d] = -1;
+            continue;
+        }
+        const ix_segment *sg = ix_doc_segment(ix, g);
+        int64_t l = g - sg->doc_base, len = sg->doc_off[l + 1] - sg->doc_off[l];
+        newdoc[d] = kept;
+        ids[kept] = sg->doc_ids[l];
+        toks += len;
+        doc_off[++kept] = toks;
+    }
+    out->n_docs = kept;
+    out->n_tokens = toks;
+    /* list sizes */
+    for (uint32_t si = s0; si < s1; si++) {
+        const ix_segment *sg = &ix->segs[si];
+        for (uint32_t l = 0; l < sg->n_lists; l++) {
+            uint32_t c = sg->post_cid ? sg->post_cid[l] : l;
+            for (int64_t p = sg->post_off[l]; p < sg->post_off[l + 1]; p++)
+                if (newdoc[sg->doc_base + sg->post_doc[p] - d0] >= 0) count[c]++;
+        }
+    }
+    uint32_t nl = 0;
+    for (uint32_t c = 0; c < K; c++) nl += !sparse || count[c] > 0;
+    out->n_lists = nl;
+    { /* statistics as a build reports them (meta.postings) */
+        int64_t *offs = cm_malloc(((size_t)K + 1) * sizeof *offs);
+        if (!offs) goto oom;
+        offs[0] = 0;
+        for (uint32_t c = 0; c < K; c++) offs[c + 1] = offs[c] + count[c];
+        ivf_postings pl = {.k = K, .n = offs[K], .offsets = offs};
+        int bad = ivf_postings_stats_get(&pl, &out->pst);
+        cm_free(offs);
+        if (bad) goto oom;
+    }
+    order = cm_malloc((size_t)(kept + 1) * sizeof *order);
+    if (!order) goto oom;
+    if ((s = ix_id_order_compute(ids, kept, order, err)) != CHIMERA_OK) goto done;
+
+    /* cluster-major: post_off (and post_cid), then one pass per section over the lists */
+    if ((s = begin(w, seq, IX_SEC_post_off, 1, (uint64_t)nl + 1, 0, err)) != CHIMERA_OK) goto done;
+    int64_t acc = 0;
+    if ((s = ix_store_section_write(w, &acc, sizeof acc, err)) != CHIMERA_OK) goto done;
+    for (uint32_t c = 0; c < K && s == CHIMERA_OK; c++)
+        if (!sparse || count[c] > 0) {
+            acc += count[c];
+            s = ix_store_section_write(w, &acc, sizeof acc, err);
+        }
+    if (s != CHIMERA_OK || (s = ix_store_section_end(w, err)) != CHIMERA_OK) goto done;
+    if (sparse) {
+        if ((s = begin(w, seq, IX_SEC_post_cid, 1, nl, 0, err)) != CHIMERA_OK) goto done;
+        for (uint32_t c = 0; c < K && s == CHIMERA_OK; c++)
+            if (count[c] > 0) s = ix_store_section_write(w, &c, sizeof c, err);
+        if (s != CHIMERA_OK || (s = ix_store_section_end(w, err)) != CHIMERA_OK) goto done;
+    }
+    const int cm_secs[4] = {IX_SEC_post_tok, IX_SEC_post_doc, IX_SEC_c1_codes, IX_SEC_c1_fact};
+    for (int k = 0; k < 4 && s == CHIMERA_OK; k++) {
+        int id = cm_secs[k];
+        uint64_t width = id == IX_SEC_c1_codes ? c1 : id == IX_SEC_c1_fact ? 3 : 0;
+        s = begin(w, seq, id, width ? 2 : 1, (uint64_t)toks, width, err);
+        for (uint32_t c = 0; c < K && s == CHIMERA_OK; c++)
+            for (uint32_t si = s0; si < s1 && s == CHIMERA_OK; si++) {
+                const ix_segment *sg = &ix->segs[si];
+                int64_t p0, n;
+                ix_segment_list(sg, c, &p0, &n);
+                for (int64_t p = p0; p < p0 + n && s == CHIMERA_OK; p++) {
+                    uint32_t ld = sg->post_doc[p];
+                    int64_t nd_ = newdoc[sg->doc_base + ld - d0];
+                    if (nd_ < 0) continue;
+                    uint32_t v;
+                    switch (id) {
+                    case IX_SEC_post_tok:
+                        v = (uint32_t)(doc_off[nd_] + (sg->post_tok[p] - sg->doc_off[ld]));
+                        s = ix_store_section_write(w, &v, 4, err);
+                        break;
+                    case IX_SEC_post_doc:
+                        v = (uint32_t)nd_;
+                        s = ix_store_section_write(w, &v, 4, err);
+                        break;
+                    case IX_SEC_c1_codes:
+                        s = ix_store_section_write(w, sg->c1_codes + (size_t)p * c1, c1, err);
+                        break;
+                    default:
+                        s = ix_store_section_write(w, &sg->c1_fact[p], sizeof(quant_f1), err);
+                    }
+                }
+            }
+        if (s == CHIMERA_OK) s = ix_store_section_end(w, err);
+        if (prog) cm_progress_add(prog, 1);
+    }
+    /* doc-major: each kept document's rows, in document order */
+    const int dm_secs[5] = {IX_SEC_d1_codes, IX_SEC_d1_fact, IX_SEC_tok_cid, IX_SEC_dB_codes,
+                            IX_SEC_dB_fact};
+    for (int k = 0; k < 5 && s == CHIMERA_OK; k++) {
+        int id = dm_secs[k];
+        size_t row = id == IX_SEC_d1_codes ? c1 : id == IX_SEC_d1_fact ? sizeof(quant_f1)
+                   : id == IX_SEC_tok_cid ? 4 : id == IX_SEC_dB_codes ? cB : sizeof(quant_fB);
+        uint64_t width = id == IX_SEC_d1_codes ? c1 : id == IX_SEC_d1_fact ? 3
+                       : id == IX_SEC_dB_codes ? cB : id == IX_SEC_dB_fact ? sizeof(quant_fB) : 0;
+        s = begin(w, seq, id, width ? 2 : 1, (uint64_t)toks, width, err);
+        for (int64_t d = 0; d < nd && s == CHIMERA_OK; d++) {
+            if (newdoc[d] < 0) continue;
+            const ix_segment *sg = ix_doc_segment(ix, d0 + d);
+            int64_t l = d0 + d - sg->doc_base, t0 = sg->doc_off[l], n = sg->doc_off[l + 1] - t0;
+            const uint8_t *src = id == IX_SEC_d1_codes ? sg->d1_codes
+                               : id == IX_SEC_d1_fact ? (const uint8_t *)sg->d1_fact
+                               : id == IX_SEC_tok_cid ? (const uint8_t *)sg->tok_cid
+                               : id == IX_SEC_dB_codes ? sg->dB_codes
+                                                       : (const uint8_t *)sg->dB_fact;
+            s = ix_store_section_write(w, src + (size_t)t0 * row, (size_t)n * row, err);
+        }
+        if (s == CHIMERA_OK) s = ix_store_section_end(w, err);
+        if (prog) cm_progress_add(prog, 1);
+    }
+    if (s == CHIMERA_OK) s = put(w, seq, IX_SEC_doc_off, 1, (uint64_t)kept + 1, 0, doc_off, err);
+    if (s == CHIMERA_OK) s = put(w, seq, IX_SEC_doc_ids, 1, (uint64_t)kept, 0, ids, err);
+    if (s == CHIMERA_OK) s = put(w, seq, IX_SEC_id_order, 1, (uint64_t)kept, 0, order, err);
+    goto done;
+oom:
+    s = nomem(err);
+done:
+    cm_free(newdoc);
+    cm_free(doc_off);
+    cm_free(ids);
+    cm_free(count);
+    cm_free(order);
+    return s;
+}
+
+/* Merges the appended segments 1 .. n_segs-1 into one new segment (deleted documents
+ * stay: global numbers, and the tombstones naming them, keep their meaning). */
+static chimera_status merge_appended(change *c, chimera_error *err)
+{
+    uint32_t seq = c->next_seq++;
+    relayout_out ro;
+    CM_TRY(relayout(&c->ix, 1, c->ix.n_segs, 0, 1, c->w, seq, &ro, NULL, err));
+    for (uint32_t i = 1; i < c->ix.n_segs; i++) CM_TRY(drop_segment(c, &c->ix.segs[i], err));
+    cJSON *arr = meta_segments(c);
+    while (cJSON_GetArraySize(arr) > 1) cJSON_DeleteItemFromArray(arr, 1);
+    meta_add_segment(arr, seq, ro.n_docs, ro.n_tokens, ro.n_lists);
+    return CHIMERA_OK;
+}
+
+/* Writes the tombstone list for docs[0..n) (global documents, increasing), merging the
+ * existing lists into it when there are IX_MERGE_SEGMENTS of them. */
+static chimera_status write_tombstones(change *c, const uint32_t *docs, int64_t n, int *merged,
+                                       chimera_error *err)
+{
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(c->meta, "tombstones");
+    if (!arr) arr = cJSON_AddArrayToObject(c->meta, "tombstones");
+    uint32_t *all = NULL;
+    int64_t total = n;
+    if (c->ix.n_tombstone_lists >= IX_MERGE_SEGMENTS) {
+        /* one list of every deletion the base bitmap does not hold, and the new ones */
+        const void *base;
+        uint64_t bytes;
+        CM_TRY(ix_store_section(c->ix.st, "deleted", &base, &bytes));
+        const uint8_t *bm = base;
+        all = cm_malloc((size_t)(c->ix.n_deleted + n + 1) * sizeof *all);
+        if (!all) return nomem(err);
+        total = 0;
+        for (int64_t d = 0; d < c->ix.n_docs; d++) {
+            int in_base = d < c->ix.segs[0].n_docs && ((bm[d >> 3] >> (d & 7)) & 1);
+            if (ix_is_deleted(&c->ix, d) && !in_base) all[total++] = (uint32_t)d;
+        }
+        memcpy(all + total, docs, (size_t)n * sizeof *all); /* never deleted yet: disjoint */
+        total += n;
+        qsort(all, (size_t)total, sizeof *all, cmp_u32);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, arr)
+        {
+            const cJSON *sq = cJSON_GetObjectItemCaseSensitive(it, "seq");
+            char nm[FMT_NAME_BYTES + 16];
+            snprintf(nm, sizeof nm, "t%u_del", (unsigned)sq->valuedouble);
+            chimera_status st = drop_section(c, nm, err);
+            if (st != CHIMERA_OK) {
+                cm_free(all);
+                return st;
+            }
+        }
+        while (cJSON_GetArraySize(arr) > 0) cJSON_DeleteItemFromArray(arr, 0);
+        docs = all;
+        *merged = 1;
+    }
+    uint32_t seq = c->next_seq++;
+    char nm[FMT_NAME_BYTES + 16];
+    snprintf(nm, sizeof nm, "t%u_del", seq);
+    ix_store_type t = {"u32", 1, {(uint64_t)total, 0, 0, 0}};
+    chimera_status s = ix_store_writer_add_typed(c->w, nm, &t, docs, (uint64_t)total * 4, err);
+    cm_free(all);
+    CM_TRY(s);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "seq", seq);
+    cJSON_AddNumberToObject(o, "count", (double)total);
+    cJSON_AddItemToArray(arr, o);
+    return CHIMERA_OK;
+}
+
+static void fill_report(ix_update_report *rep, const change *c, int64_t docs_after,
+                        int64_t deleted_after, uint32_t segs_after, double t0)
+{
+    if (!rep) return;
+    rep->n_docs = docs_after;
+    rep->n_deleted = deleted_after;
+    rep->n_segments = segs_after;
+    rep->seconds = cm_now() - t0;
+    rep->peak_rss = cm_peak_rss_bytes();
+    if (!rep->generation) rep->generation = ix_store_generation(c->ix.st);
+}
+
+/* ---- the operations ------------------------------------------------------------------ */
+
+static int cmp_u32_docs(const void *a, const void *b) { return cmp_u32(a, b); }
+
+chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
+                      const ix_update_opts *opts, ix_update_report *report, chimera_error *err)
+{
+    double t0 = cm_now();
+    ix_update_report rep_local, *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->drift_below = -1;
+    if (!docs->ids)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "%s: documents to %s need ids (--ids: int64, one per document)", dir,
+                       replace ? "update" : "add");
+    change c;
+    new_seg g = {0};
+    uint32_t *tomb = NULL;
+    float *conv = NULL;
+    chimera_status s = change_begin(&c, dir, opts, 1, err);
+    if (s != CHIMERA_OK) goto done;
+    ix_index *ix = &c.ix;
+    if (docs->dim != ix->dim) {
+        s = cm_fail(err, CHIMERA_ERR_DIM, "%s: the documents have dimension %u, the index %u; "
+                    "nothing was %s", dir, docs->dim, ix->dim, replace ? "updated" : "added");
+        goto done;
+    }
+    if (ix->n_docs + docs->n_docs >= (int64_t)UINT32_MAX ||
+        ix->n_tokens + docs->n_tokens >= (int64_t)UINT32_MAX) {
+        s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                    "%s: %lld documents / %lld tokens in all; an index holds fewer than 2^32 of "
+                    "each (compact it, or shard)", dir, (long long)(ix->n_docs + docs->n_docs),
+                    (long long)(ix->n_tokens + docs->n_tokens));
+        goto done;
+    }
+    /* ids: new ones for add; present ones for update (their documents are deleted) */
+    tomb = cm_malloc((size_t)(docs->n_docs + 1) * sizeof *tomb);
+    if (!tomb) goto oom;
+    int64_t n_tomb = 0;
+    for (int64_t i = 0; i < docs->n_docs; i++) {
+        int64_t at = ix_find_id(ix, docs->ids[i]);
+        if (!replace && at >= 0) {
+            s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                        "%s: id %lld (document %lld of the batch) is already in the index; use "
+                        "update to replace it. Nothing was added", dir, (long long)docs->ids[i],
+                        (long long)i);
+            goto done;
+        }
+        if (replace && at < 0 && !c.o.missing_ok) {
+            s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                        "%s: id %lld (document %lld of the batch) is not in the index, so it "
+                        "cannot be updated (--missing-ok adds it). Nothing was updated", dir,
+                        (long long)docs->ids[i], (long long)i);
+            goto done;
+        }
+        if (at >= 0) tomb[n_tomb++] = (uint32_t)at;
+        else if (replace) rep->ids_missing++;
+    }
+    qsort(tomb, (size_t)n_tomb, sizeof *tomb, cmp_u32_docs);
+
+    /* the new segment */
+    g.n_docs = docs->n_docs;
+    g.n_tokens = docs->n_tokens;
+    g.doc_off = cm_malloc((size_t)(g.n_docs + 1) * sizeof *g.doc_off);
+    g.doc_ids = cm_malloc((size_t)(g.n_docs + 1) * sizeof *g.doc_ids);
+    g.id_order = cm_malloc((size_t)(g.n_docs + 1) * sizeof *g.id_order);
+    g.tok_cid = cm_malloc((size_t)g.n_tokens * sizeof *g.tok_cid);
+    g.sim = cm_malloc((size_t)g.n_tokens * sizeof *g.sim);
+    conv = cm_aligned_alloc(64, (size_t)ROWS_PER_BLOCK * docs->dim * sizeof *conv);
+    if (!g.doc_off || !g.doc_ids || !g.id_order || !g.tok_cid || !g.sim || !conv) goto oom;
+    memcpy(g.doc_off, docs->doc_off, (size_t)(g.n_docs + 1) * sizeof *g.doc_off);
+    memcpy(g.doc_ids, docs->ids, (size_t)g.n_docs * sizeof *g.doc_ids);
+    if ((s = ix_id_order_compute(g.doc_ids, g.n_docs, g.id_order, err)) != CHIMERA_OK) goto done;
+    double ta = cm_now();
+    if ((s = assign_tokens(ix, docs, &g, conv, err)) != CHIMERA_OK) goto done;
+    double tb = cm_now();
+    if ((s = encode_tokens(ix, docs, &g, conv, err)) != CHIMERA_OK) goto done;
+    double tc = cm_now();
+    rep->assign_seconds = tb - ta;
+    rep->encode_seconds = tc - tb;
+
+    /* drift: the new tokens' centroid similarity against the build's 10th percentile */
+    const cJSON *bld = cJSON_GetObjectItemCaseSensitive(c.meta, "build");
+    const cJSON *p10 = cJSON_GetObjectItemCaseSensitive(bld, "assign_sim_p10");
+    if (cJSON_IsNumber(p10)) {
+        int64_t below = 0;
+        for (int64_t t = 0; t < g.n_tokens; t++) below += g.sim[t] < (float)p10->valuedouble;
+        rep->drift_below = (double)below / (double)g.n_tokens;
+        cJSON *dr = cJSON_GetObjectItemCaseSensitive(c.meta, "drift");
+        if (!dr) dr = cJSON_AddObjectToObject(c.meta, "drift");
+        const cJSON *ot = cJSON_GetObjectItemCaseSensitive(dr, "tokens");
+        const cJSON *ob = cJSON_GetObjectItemCaseSensitive(dr, "below_p10");
+        double tot = (cJSON_IsNumber(ot) ? ot->valuedouble : 0) + (double)g.n_tokens;
+        double bel = (cJSON_IsNumber(ob) ? ob->valuedouble : 0) + (double)below;
+        meta_set(dr, "tokens", tot);
+        meta_set(dr, "below_p10", bel);
+    }
+
+    /* write: merge the appended segments first when there are many, then the new one */
+    uint32_t segs_after = ix->n_segs + 1;
+    if (ix->n_segs - 1 >= IX_MERGE_SEGMENTS) {
+        if ((s = merge_appended(&c, err)) != CHIMERA_OK) goto done;
+        rep->merged = 1;
+        segs_after = 3;
+    }
+    uint32_t seq = c.next_seq++;
+    if ((s = write_new_segment(c.w, seq, ix, &g, err)) != CHIMERA_OK) goto done;
+    meta_add_segment(meta_segments(&c), seq, g.n_docs, g.n_tokens, g.n_lists);
+    if (n_tomb > 0 && (s = write_tombstones(&c, tomb, n_tomb, &rep->merged, err)) != CHIMERA_OK)
+        goto done;
+    int64_t docs_after = ix->n_docs + g.n_docs, del_after = ix->n_deleted + n_tomb;
+    meta_set(c.meta, "n_docs", (double)docs_after);
+    meta_set(c.meta, "n_tokens", (double)(ix->n_tokens + g.n_tokens));
+    meta_set(c.meta, "n_deleted", (double)del_after);
+    rep->write_seconds = cm_now() - tc;
+    double tw = cm_now();
+    if ((s = change_commit(&c, rep, err)) != CHIMERA_OK) goto done;
+    rep->write_seconds += cm_now() - tw;
+    rep->docs_added = g.n_docs;
+    rep->tokens_added = g.n_tokens;
+    rep->docs_deleted = n_tomb;
+    fill_report(rep, &c, docs_after, del_after, segs_after, t0);
+    goto done;
+oom:
+    s = nomem(err);
+done:
+    new_seg_free(&g);
+    cm_free(tomb);
+    cm_free(conv);
+    change_end(&c);
+    return s;
+}
+
+chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const ix_update_opts *opts,
+                         ix_update_report *report, chimera_error *err)
+{
+    double t0 = cm_now();
+    ix_update_report rep_local, *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->drift_below = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "%s: id %lld (entry %lld) is negative; ids are >= 0. Nothing was "
+                           "deleted", dir, (long long)ids[i], (long long)i);
+    change c;
+    uint32_t *docs = NULL;
+    chimera_status s = change_begin(&c, dir, opts, 1, err);
+    if (s != CHIMERA_OK) goto done;
+    docs = cm_malloc((size_t)(n + 1) * sizeof *docs);
+    if (!docs) goto oom;
+    int64_t nd = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = ix_find_id(&c.ix, ids[i]);
+        if (at < 0) {
+            if (!c.o.missing_ok) {
+                s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                            "%s: id %lld (entry %lld) is not in the index (--missing-ok skips "
+                            "such ids). Nothing was deleted", dir, (long long)ids[i], (long long)i);
+                goto done;
+            }
+            rep->ids_missing++;
+            continue;
+        }
+        docs[nd++] = (uint32_t)at;
+    }
+    qsort(docs, (size_t)nd, sizeof *docs, cmp_u32_docs);
+    int64_t u = 0; /* an id listed twice deletes its document once */
+    for (int64_t i = 0; i < nd; i++)
+        if (u == 0 || docs[u - 1] != docs[i]) docs[u++] = docs[i];
+    nd = u;
+    if (nd == 0) { /* nothing to commit */
+        fill_report(rep, &c, c.ix.n_docs, c.ix.n_deleted, c.ix.n_segs, t0);
+        goto done;
+    }
+    if ((s = write_tombstones(&c, docs, nd, &rep->merged, err)) != CHIMERA_OK) goto done;
+    meta_set(c.meta, "n_deleted", (double)(c.ix.n_deleted + nd));
+    if (!cJSON_GetObjectItemCaseSensitive(c.meta, "segments")) meta_segments(&c);
+    if ((s = change_commit(&c, rep, err)) != CHIMERA_OK) goto done;
+    rep->docs_deleted = nd;
+    fill_report(rep, &c, c.ix.n_docs, c.ix.n_deleted + nd, c.ix.n_segs, t0);
+    goto done;
+oom:
+    s = nomem(err);
+done:
+    cm_free(docs);
+    change_end(&c);
+    return s;
+}
+
+chimera_status ix_compact(const char *dir, const ix_update_opts *opts, ix_update_report *report,
+                          chimera_error *err)
+{
+    double t0 = cm_now();
+    ix_update_report rep_local, *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->drift_below = -1;
+    change c;
+    ix_store_writer *w = NULL;
+    chimera_status s = change_begin(&c, dir, opts, 0, err);
+    if (s != CHIMERA_OK) goto done;
+    ix_index *ix = &c.ix;
+    if (ix->n_segs == 1 && ix->n_deleted == 0) { /* already compact */
+        fill_report(rep, &c, ix->n_docs, 0, 1, t0);
+        goto done;
+    }
+    if (ix->n_deleted == ix->n_docs) {
+        s = cm_fail(err, CHIMERA_ERR_EMPTY,
+                    "%s: all %lld documents are deleted; compacting would leave an empty index, "
+                    "which Chimera does not write (delete the directory instead)", dir,
+                    (long long)ix->n_docs);
+        goto done;
+    }
+    ix_store_write_opts wo = {.no_sync = c.o.no_sync, .lock = c.lock};
+    if ((s = ix_store_writer_begin(dir, &wo, &w, err)) != CHIMERA_OK) goto done;
+    /* the shared sections, byte for byte */
+    for (int i = 0; i < IX_N_SECTIONS && s == CHIMERA_OK; i++) {
+        if (ix_sections[i].scope != IX_SHARED) continue;
+        int64_t at = ix_store_find(ix->st, ix_sections[i].name);
+        const ix_store_section_desc *sd = ix_store_section_at(ix->st, (uint32_t)at);
+        ix_store_type t = {sd->dtype, sd->ndim, {0}};
+        memcpy(t.shape, sd->shape, sizeof t.shape);
+        s = ix_store_writer_add_typed(w, sd->name, sd->dtype ? &t : NULL, sd->data, sd->bytes, err);
+    }
+    if (s != CHIMERA_OK) goto done;
+    cm_progress prog;
+    cm_progress_begin(&prog, c.o.progress, c.o.progress_user, "compact", 9);
+    relayout_out ro;
+    s = relayout(ix, 0, ix->n_segs, 1, 0, w, 0, &ro, &prog, err);
+    cm_progress_end(&prog);
+    if (s != CHIMERA_OK) goto done;
+    uint8_t *zeros = cm_calloc((size_t)(ro.n_docs + 8) / 8, 1);
+    if (!zeros) goto oom;
+    s = put(w, 0, IX_SEC_deleted, 1, (uint64_t)(ro.n_docs + 7) / 8, 0, zeros, err);
+    cm_free(zeros);
+    if (s != CHIMERA_OK) goto done;
+    cJSON_DeleteItemFromObjectCaseSensitive(c.meta, "segments");
+    cJSON_DeleteItemFromObjectCaseSensitive(c.meta, "tombstones");
+    cJSON_DeleteItemFromObjectCaseSensitive(c.meta, "next_seq");
+    meta_set(c.meta, "n_docs", (double)ro.n_docs);
+    meta_set(c.meta, "n_tokens", (double)ro.n_tokens);
+    meta_set(c.meta, "n_deleted", 0);
+    cJSON *pj = cJSON_GetObjectItemCaseSensitive(c.meta, "postings");
+    if (pj) {
+        meta_set(pj, "min", (double)ro.pst.min);
+        meta_set(pj, "median", (double)ro.pst.median);
+        meta_set(pj, "max", (double)ro.pst.max);
+        meta_set(pj, "mean", ro.pst.mean);
+        meta_set(pj, "imbalance", ro.pst.imbalance);
+        meta_set(pj, "empty", ro.pst.n_empty);
+    }
+    s = ix_store_writer_commit(w, c.meta, err);
+    w = NULL; /* consumed */
+    if (s != CHIMERA_OK) goto done;
+    rep->docs_deleted = ix->n_deleted;
+    rep->merged = 1;
+    rep->generation = ix_store_generation(ix->st) + 1;
+    fill_report(rep, &c, ro.n_docs, 0, 1, t0);
+    goto done;
+oom:
+    s = nomem(err);
+done:
+    ix_store_writer_abort(w);
+    change_end(&c);
+    return s;
+}
