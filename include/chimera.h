@@ -602,7 +602,13 @@ CHIMERA_API uint64_t chimera_index_generation(const chimera_index *index);
  *         deleted: every search would fail with _EMPTY), _NOMEM. */
 CHIMERA_API chimera_status chimera_index_check(const chimera_index *index, chimera_error *err);
 
+/* The number of documents a search can return (deleted ones excluded). */
 CHIMERA_API int64_t chimera_index_n_docs(const chimera_index *index);
+
+/* The user ids of those documents, in the index's order (the build's order, then each
+ * add's): ids[0 .. min(cap, n_docs)). Returns how many there are in all (call with
+ * cap = 0 to size the array). */
+CHIMERA_API int64_t chimera_index_ids(const chimera_index *index, int64_t *ids, int64_t cap);
 CHIMERA_API uint32_t chimera_index_dim(const chimera_index *index);
 
 typedef struct chimera_section_info {

@@ -569,6 +569,23 @@ int64_t chimera_index_n_docs(const chimera_index *index)
     return n;
 }
 
+int64_t chimera_index_ids(const chimera_index *index, int64_t *ids, int64_t cap)
+{
+    if (!index) return 0;
+    index_view *v = view_get(index);
+    int64_t n = 0;
+    for (uint32_t si = 0; si < v->ix.n_segs; si++) {
+        const ix_segment *sg = &v->ix.segs[si];
+        for (int64_t d = 0; d < sg->n_docs; d++) {
+            if (ix_is_deleted(&v->ix, sg->doc_base + d)) continue;
+            if (ids && n < cap) ids[n] = sg->doc_ids[d];
+            n++;
+        }
+    }
+    view_put(index, v);
+    return n;
+}
+
 uint32_t chimera_index_dim(const chimera_index *index)
 {
     if (!index) return 0;

@@ -107,13 +107,32 @@ static void print_info(const char *dir, const chimera_index_info *in)
 int cmd_index_info(int argc, char **argv)
 {
     const char *pos[1];
-    int np = 0;
-    cli_opt none[1];
-    int r = cli_parse("info", "[IDX]", argc, argv, 2, none, 0, pos, 1, &np);
+    int np = 0, list_ids = 0;
+    cli_opt opts[] = {
+        {"--ids", OPT_FLAG, &list_ids, "print the ids of the documents a search can return, "
+                                       "one per line (opens the index)", 0, 0},
+    };
+    int r = cli_parse("info", "[IDX] [--ids]", argc, argv, 2, opts, 1, pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
     if (np == 0) return cmd_info(argc, argv);
-    chimera_index_info in;
     chimera_error err;
+    if (list_ids) {
+        chimera_index *ix;
+        if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("info", &err);
+        int64_t n = chimera_index_ids(ix, NULL, 0);
+        int64_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
+        if (!ids) {
+            chimera_index_close(ix);
+            fprintf(stderr, "chimera info: out of memory\n");
+            return 1;
+        }
+        chimera_index_ids(ix, ids, n);
+        for (int64_t i = 0; i < n; i++) printf("%lld\n", (long long)ids[i]);
+        free(ids);
+        chimera_index_close(ix);
+        return 0;
+    }
+    chimera_index_info in;
     if (chimera_index_info_read(pos[0], &in, &err) != CHIMERA_OK) return cli_fail("info", &err);
     print_info(pos[0], &in);
     return 0;
