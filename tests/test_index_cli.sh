@@ -32,6 +32,7 @@ t0=$(date +%s%N)
 echo "build: $(head -1 "$T/build.out") ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
 "$CHIMERA" info "$T/idx" >"$T/info.out" || bad "info failed"
 for s in $SECTIONS; do
+  [ "$s" = post_cid ] && continue # only appended segments have sparse lists
   grep -q "^ *$s " "$T/info.out" && ok || bad "info does not list section $s"
 done
 grep -q "documents *1500" "$T/info.out" && ok || bad "info: document count: $(grep documents "$T/info.out")"
