@@ -101,9 +101,9 @@ if [ $fast = 0 ] && [ ${#filter[@]} -eq 0 ]; then
   echo "== build-tsan (ThreadSanitizer, concurrency tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF \
     -DCHIMERA_SANITIZE=thread -DCHIMERA_CUDA=OFF >/dev/null
-  cmake --build build-tsan -j"$jobs" --target test_concurrent
+  cmake --build build-tsan -j"$jobs" --target test_concurrent test_update_concurrent
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-    ctest --output-on-failure -R '^test_concurrent$')
+    ctest --output-on-failure -R '^test_(update_)?concurrent$')
 fi
 # The index-open fuzz target (tests/fuzz_open.c): only the fuzz executables are built,
 # with the library instrumented for libFuzzer; ctest runs the standalone driver and, when
