@@ -775,9 +775,12 @@ CHIMERA_API chimera_status chimera_index_profile_save(const char *dir, uint32_t 
                                                       chimera_error *err);
 
 /* The stored profile for top-k whose target is the smallest >= target_recall (any k'
- * >= k qualifies when no profile has this k). Thread-safe. @return CHIMERA_OK, _EMPTY
- * (none; no message), or _CORRUPT (that profile holds a missing or out-of-range value;
- * message in err, optional). */
+ * >= k qualifies when no profile has this k). A profile is stale once the documents
+ * added, deleted or updated since it was tuned exceed a fifth of the index: its recall
+ * was measured on other documents, so it is not used. Thread-safe. @return CHIMERA_OK,
+ * _EMPTY (none; no message, or a message saying the one that qualified is stale), or
+ * _CORRUPT (that profile holds a missing or out-of-range value; message in err,
+ * optional). */
 CHIMERA_API chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
                                          double target_recall, chimera_search_params *p,
                                          chimera_error *err);

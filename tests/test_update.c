@@ -436,6 +436,24 @@ static void test_refresh(const corpus *c)
     CHECK_OK(chimera_index_delete(dir, del, 1, &fast, NULL, &err), &err);
     CHECK_OK(chimera_index_refresh(ix, &changed, &err), &err);
     CHECK(changed == 1 && chimera_index_n_docs(ix) == 399);
+    /* a tuned profile survives small changes and goes stale past a fifth of the index */
+    chimera_tune_result tr = {.best = {.n_probe = 5, .k_refine = 100, .k_fullbit = 30},
+                              .recall = 0.97, .reached = 1};
+    CHECK_OK(chimera_index_profile_save(dir, K, 0.95, &tr, &err), &err);
+    chimera_corpus *few = slice(c, 400, 440); /* 40 of 399: a tenth */
+    CHECK_OK(chimera_index_add(dir, few, &fast, NULL, &err), &err);
+    chimera_corpus_close(few);
+    CHECK_OK(chimera_index_refresh(ix, &changed, &err), &err);
+    chimera_search_params got;
+    CHECK_OK(chimera_index_profile_get(ix, K, 0.95, &got, &err), &err);
+    CHECK(got.n_probe == 5);
+    chimera_corpus *many = slice(c, 440, 520);
+    CHECK_OK(chimera_index_add(dir, many, &fast, NULL, &err), &err);
+    chimera_corpus_close(many);
+    CHECK_OK(chimera_index_refresh(ix, &changed, &err), &err);
+    chimera_status ps = chimera_index_profile_get(ix, K, 0.95, &got, &err);
+    CHECKF(ps == CHIMERA_ERR_EMPTY && strstr(err.msg, "stale"), "profile after 120 of 519 "
+           "documents changed: %s (%s)", chimera_status_str(ps), err.msg);
     chimera_index_close(ix);
 }
 

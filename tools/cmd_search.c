@@ -102,6 +102,11 @@ int cmd_search(int argc, char **argv)
             rc = 1;
             goto done;
         }
+        if (ps != CHIMERA_OK && err.msg[0]) {
+            fprintf(stderr, "chimera search: %s: %s\n", pos[0], err.msg);
+            rc = 1;
+            goto done;
+        }
         if (ps != CHIMERA_OK) {
             fprintf(stderr, "chimera search: %s has no tuned profile for k=%u at recall >= %.3f; "
                             "run chimera tune first\n", pos[0], k, want_recall);

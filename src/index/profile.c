@@ -95,10 +95,17 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "profiles");
     const cJSON *best = NULL, *it;
     double best_t = 2, best_k = 1e18;
+    int stale = 0;
     cJSON_ArrayForEach(it, arr)
     {
         double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
         if (pk < k || pt < target_recall || jnum(it, "reached") != 1) continue;
+        /* measured on other documents: once a fifth of the index changed (update.c counts
+         * changed_docs), its recall is no longer a promise */
+        if (jnum(it, "changed_docs") > 0.2 * (double)(ix->n_docs - ix->n_deleted)) {
+            stale++;
+            continue;
+        }
         /* prefer this k, then the smallest target that is enough, then the smallest k */
         int better = !best || (pk == k && best_k != k) ||
                      ((pk == k) == (best_k == k) && (pt < best_t || (pt == best_t && pk < best_k)));
@@ -108,7 +115,14 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
             best_k = pk;
         }
     }
-    if (!best) return CHIMERA_ERR_EMPTY;
+    if (!best) {
+        if (stale)
+            cm_fail(err, CHIMERA_ERR_EMPTY,
+                    "the tuned profile for k=%u at recall >= %.3f is stale: more than a fifth of "
+                    "the documents changed since it was tuned; run chimera tune again", k,
+                    target_recall);
+        return CHIMERA_ERR_EMPTY;
+    }
     /* Converting a double outside the integer's range (1e300, -5, or the -1 jnum gives
      * for a missing member) is undefined behaviour, hence the checks first. */
     static const struct {

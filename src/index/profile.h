@@ -34,8 +34,11 @@ chimera_status ix_profile_save(const char *dir, const ix_profile *p, uint64_t da
                                uint64_t generation, chimera_error *err);
 
 /* The reached profile for top-k whose target is the smallest >= target_recall,
- * preferring this k, else the smallest k' >= k; its settings in *out.
- * @return CHIMERA_OK; CHIMERA_ERR_EMPTY (none qualifies; no message); CHIMERA_ERR_CORRUPT
+ * preferring this k, else the smallest k' >= k; its settings in *out. A profile is
+ * stale, and skipped, once the documents added, deleted or updated since it was tuned
+ * (meta.profiles[].changed_docs, counted by update.c) exceed a fifth of the index.
+ * @return CHIMERA_OK; CHIMERA_ERR_EMPTY (none qualifies; a message only when a stale
+ *         one would have); CHIMERA_ERR_CORRUPT
  *         (that profile holds a missing or out-of-range value: the message names it). */
 chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
                                chimera_search_params *out, chimera_error *err);

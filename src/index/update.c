@@ -125,6 +125,26 @@ static chimera_status drop_segment(change *c, const ix_segment *sg, chimera_erro
     return CHIMERA_OK;
 }
 
+static void meta_set(cJSON *o, const char *key, double v)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddNumberToObject(o, key, v);
+}
+
+/* Tuned profiles were measured on the documents of their time: count the documents
+ * changed since in each (profile.c treats a profile as stale once they are a fifth of
+ * the index). */
+static void profiles_note_change(change *c, int64_t changed)
+{
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(c->meta, "profiles"), *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(it, "changed_docs");
+        double prev = cJSON_IsNumber(o) ? o->valuedouble : 0;
+        meta_set(it, "changed_docs", prev + (double)changed);
+    }
+}
+
 static chimera_status change_commit(change *c, ix_update_report *rep, chimera_error *err)
 {
     const char **names = cm_malloc((c->n_drop + 1) * sizeof *names);
@@ -141,12 +161,6 @@ static chimera_status change_commit(change *c, ix_update_report *rep, chimera_er
 }
 
 /* ---- meta editing ---------------------------------------------------------------------- */
-
-static void meta_set(cJSON *o, const char *key, double v)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
-    cJSON_AddNumberToObject(o, key, v);
-}
 
 /* The meta's "segments" array, created from the counts of an index that has only its
  * base (which lacks it). */
@@ -736,6 +750,7 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     if (n_tomb > 0 && (s = write_tombstones(&c, tomb, n_tomb, &rep->merged, err)) != CHIMERA_OK)
         goto done;
     int64_t docs_after = ix->n_docs + g.n_docs, del_after = ix->n_deleted + n_tomb;
+    profiles_note_change(&c, g.n_docs + n_tomb);
     meta_set(c.meta, "n_docs", (double)docs_after);
     meta_set(c.meta, "n_tokens", (double)(ix->n_tokens + g.n_tokens));
     meta_set(c.meta, "n_deleted", (double)del_after);
@@ -802,6 +817,7 @@ chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const i
     }
     if ((s = write_tombstones(&c, docs, nd, &rep->merged, err)) != CHIMERA_OK) goto done;
     meta_set(c.meta, "n_deleted", (double)(c.ix.n_deleted + nd));
+    profiles_note_change(&c, nd);
     if (!cJSON_GetObjectItemCaseSensitive(c.meta, "segments")) meta_segments(&c);
     if ((s = change_commit(&c, rep, err)) != CHIMERA_OK) goto done;
     rep->docs_deleted = nd;
