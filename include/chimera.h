@@ -475,6 +475,13 @@ typedef struct chimera_update_opts {
                                at all (CHIMERA_ERR_BUSY at once) */
     chimera_progress_fn progress; /* optional (compact) */
     void *progress_user;
+    /* compact only: */
+    int recluster;          /* 1: retrain the centroids over the live documents and rebuild
+                               from tokens reconstructed from their full-bit codes (when
+                               chimera_index_info advises it: drift); 0: keep them */
+    uint32_t n_clusters;    /* recluster: 0 = the build's default for the live tokens */
+    int n_threads;          /* recluster: 0 = all CPUs */
+    uint64_t seed;          /* recluster: k-means seed */
 } chimera_update_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -543,7 +550,12 @@ CHIMERA_API chimera_status chimera_index_update(const char *dir, const chimera_c
                                                 chimera_error *err);
 
 /* Rewrites the index as a single segment without its deleted documents, nothing
- * re-quantized (ids kept). Written beside the index and swapped in atomically like a
+ * re-quantized (ids kept). With opts->recluster, the centroids are retrained over the
+ * live documents and the index rebuilt from tokens reconstructed from their full-bit
+ * codes (the original vectors are not kept; rebuilding from them, if you have them, is
+ * better): the build runs without the writer lock and commits only if the index did
+ * not change meanwhile (CHIMERA_ERR_CONFLICT otherwise; run it again). Memory: dim
+ * floats per live token. Written beside the index and swapped in atomically like a
  * build; readers keep their view. Advised when more than ~20% of the documents are
  * deleted (chimera_index_info's n_deleted) or after many small adds. An index with one
  * segment and nothing deleted is left as it is (CHIMERA_OK, generation unchanged).

@@ -459,8 +459,11 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "index_build: graph degree %u, expected 1..%d (0: default)", o.graph_degree,
                        GRAPH_DEGREE_MAX);
-    ix_build_opts bo = {o.bits, o.n_clusters, o.graph_degree, o.n_threads, o.seed, o.no_sync,
-                        o.progress, o.progress_user, o.cancel, o.cancel_user};
+    ix_build_opts bo = {.bits = o.bits, .n_clusters = o.n_clusters,
+                        .graph_degree = o.graph_degree, .n_threads = o.n_threads,
+                        .seed = o.seed, .no_sync = o.no_sync, .progress = o.progress,
+                        .progress_user = o.progress_user, .cancel = o.cancel,
+                        .cancel_user = o.cancel_user};
     ix_build_report r;
     chimera_status s = ix_build(&corpus->c, dir, &bo, &r, err);
     if (report) {
@@ -695,7 +698,14 @@ chimera_status chimera_index_compact(const char *dir, const chimera_update_opts 
     ix_update_opts io;
     ix_update_report r;
     to_ix_opts(opts, &io);
-    chimera_status s = ix_compact(dir, &io, &r, err);
+    chimera_status s;
+    if (opts && opts->recluster) {
+        CM_TRY(check_threads(opts->n_threads, "index_compact", err));
+        ix_recluster_opts ro = {opts->n_clusters, opts->n_threads, opts->seed};
+        s = ix_recluster(dir, &io, &ro, &r, err);
+    } else {
+        s = ix_compact(dir, &io, &r, err);
+    }
     to_report(&r, report);
     return s;
 }

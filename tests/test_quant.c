@@ -90,6 +90,19 @@ static void test_rotation(void)
         }
         CHECKF(worst_n < 1e-5, "d=%u norm rel err %g", d, worst_n);
         CHECKF(worst_ip < 1e-5, "d=%u ip rel err %g", d, worst_ip);
+        /* quant_unrotate undoes it (P^T P = I on the input space) */
+        double worst_back = 0;
+        float *back = cm_malloc(d * 4);
+        for (int t = 0; t < 20; t++) {
+            for (uint32_t i = 0; i < d; i++) x[i] = (float)cm_rng_gauss(&r);
+            quant_rotate(&rot, x, px);
+            quant_unrotate(&rot, px, back);
+            double e = 0, nx = sqrt(dotd(x, x, d));
+            for (uint32_t i = 0; i < d; i++) e += (back[i] - x[i]) * (double)(back[i] - x[i]);
+            if (sqrt(e) / nx > worst_back) worst_back = sqrt(e) / nx;
+        }
+        CHECKF(worst_back < 1e-5, "d=%u: unrotate(rotate(x)) off by %g (relative)", d, worst_back);
+        cm_free(back);
         /* A basis vector is spread: every coordinate small (a plain permutation or a
          * missing round would leave large ones). */
         memset(x, 0, d * 4);

@@ -165,22 +165,35 @@ done:
 int cmd_compact(int argc, char **argv)
 {
     const char *pos[1];
-    int no_sync = 0, np = 0;
+    int no_sync = 0, np = 0, recluster = 0;
+    uint32_t clusters = 0, threads = 0;
+    int64_t seed = 0;
     cli_opt opts[] = {
+        {"--recluster", OPT_FLAG, &recluster, "retrain the centroids over the live documents "
+                                              "(rebuild from their codes)", 0, 0},
+        {"--clusters", OPT_U32, &clusters, "--recluster: IVF clusters (default: auto)", 0, 0},
+        {"--threads", OPT_THREADS, &threads, "--recluster: threads (default: all CPUs)", 0, 0},
+        {"--seed", OPT_I64, &seed, "--recluster: k-means seed (default 0)", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
     };
-    int r = cli_parse("compact", "IDX", argc, argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
+    int r = cli_parse("compact", "IDX [--recluster]", argc, argv, 2, opts,
+                      sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
     if (np != 1) {
-        fprintf(stderr, "usage: chimera compact IDX\n");
+        fprintf(stderr, "usage: chimera compact IDX [--recluster]\n");
         return 2;
     }
     chimera_error err;
-    chimera_update_opts uo = {.no_sync = no_sync, .progress = cli_progress};
+    chimera_update_opts uo = {.no_sync = no_sync, .progress = cli_progress,
+                              .recluster = recluster, .n_clusters = clusters,
+                              .n_threads = (int)threads, .seed = (uint64_t)seed};
     chimera_update_report rep;
     double t0 = cli_now();
     if (chimera_index_compact(pos[0], &uo, &rep, &err) != CHIMERA_OK) return cli_fail("compact", &err);
-    if (!rep.merged)
+    if (recluster)
+        printf("reclustered: centroids retrained over %lld live documents, %lld deleted dropped\n",
+               (long long)rep.n_docs, (long long)rep.docs_deleted);
+    else if (!rep.merged)
         printf("%s is already compact (one segment, nothing deleted): nothing written\n", pos[0]);
     else
         printf("compacted: %lld deleted documents dropped, segments merged into one\n",

@@ -476,7 +476,8 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     }
 
     /* Fail early on an unusable target, before hours of work. */
-    ix_store_write_opts wo = {.no_sync = o.no_sync};
+    ix_store_write_opts wo = {.no_sync = o.no_sync, .check_generation = o.check_generation,
+                              .expect_generation = o.expect_generation};
     s = ix_store_writer_begin(out_dir, &wo, &w, err);
     if (s != CHIMERA_OK) goto done;
 

@@ -34,6 +34,9 @@ typedef struct ix_build_opts {
     void *progress_user;
     chimera_cancel_fn cancel; /* optional: non-zero stops the build (CHIMERA_ERR_CANCELLED) */
     void *cancel_user;
+    int check_generation;     /* commit only if the index at out_dir is still at
+                                 expect_generation (CHIMERA_ERR_CONFLICT otherwise) */
+    uint64_t expect_generation;
 } ix_build_opts;
 
 typedef struct ix_build_report {

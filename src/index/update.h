@@ -93,4 +93,19 @@ chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const i
 chimera_status ix_compact(const char *dir, const ix_update_opts *opts, ix_update_report *report,
                           chimera_error *err);
 
+typedef struct ix_recluster_opts {
+    uint32_t n_clusters; /* 0: the build's default for the live token count */
+    int n_threads;       /* 0: all CPUs */
+    uint64_t seed;
+} ix_recluster_opts;
+
+/* Retrains the centroids over the live documents and rebuilds the index from tokens
+ * reconstructed from their full-bit codes (recluster.c says how and what it costs),
+ * committing only if the index did not change meanwhile. Ids are kept.
+ * @return CHIMERA_OK; _EMPTY (every document deleted); _CONFLICT (the index changed
+ *         during the rebuild: nothing replaced); _NOMEM; the statuses of ix_build. */
+chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
+                            const ix_recluster_opts *ro, ix_update_report *report,
+                            chimera_error *err);
+
 #endif

@@ -92,6 +92,45 @@ static void rotate_inplace(const quant_rotation *rot, float *x)
     }
 }
 
+/* P^T = P^-1: the rounds in reverse order, each undone step by step. Every step is its
+ * own inverse (a sign flip; the normalised Walsh-Hadamard transform, H H = n I; the
+ * normalised butterfly), so undoing a round applies its steps backwards. */
+static void unrotate_inplace(const quant_rotation *rot, float *x)
+{
+    uint32_t n = rot->dim_pad;
+    if (rot->kind == QUANT_ROT_FHT) {
+        float s = 1.0f / sqrtf((float)n);
+        for (uint32_t k = rot->n_rounds; k-- > 0;) {
+            fht(x, n);
+            flip(x, rot->signs + (size_t)k * n / 8, n, s);
+        }
+        return;
+    }
+    uint32_t p = 1;
+    while (p * 2 <= n) p *= 2;
+    float s = 1.0f / sqrtf((float)p), r2 = 0.70710678118654752f;
+    uint32_t h = n / 2;
+    for (uint32_t k = rot->n_rounds; k-- > 0;) {
+        for (uint32_t i = 0; i < h; i++) {
+            float a = x[i], b = x[i + h];
+            x[i] = (a + b) * r2;
+            x[i + h] = (a - b) * r2;
+        }
+        float *w = (k & 1) ? x + (n - p) : x;
+        fht(w, p);
+        for (uint32_t i = 0; i < p; i++) w[i] *= s;
+        flip(x, rot->signs + (size_t)k * n / 8, n, 1.0f);
+    }
+}
+
+void quant_unrotate(const quant_rotation *rot, const float *y, float *out)
+{
+    float buf[QUANT_DIM_MAX];
+    memcpy(buf, y, (size_t)rot->dim_pad * sizeof *buf);
+    unrotate_inplace(rot, buf);
+    memcpy(out, buf, (size_t)rot->dim * sizeof *out);
+}
+
 void quant_rotate(const quant_rotation *rot, const float *x, float *out)
 {
     memcpy(out, x, (size_t)rot->dim * sizeof *out);

@@ -51,6 +51,10 @@ uint32_t quant_dim_pad(uint32_t dim);
 /* out[dim_pad] = P x, x has rot->dim floats (out may not alias x). */
 void quant_rotate(const quant_rotation *rot, const float *x, float *out);
 
+/* out[dim] = the first dim coordinates of P^T y, y has dim_pad floats: the inverse of
+ * quant_rotate for vectors of the padded space (y may alias nothing it writes). */
+void quant_unrotate(const quant_rotation *rot, const float *y, float *out);
+
 /* n rows: out + i*ldo = P (x + i*ldx). */
 void quant_rotate_n(const quant_rotation *rot, size_t n, const float *x, size_t ldx,
                     float *out, size_t ldo);
