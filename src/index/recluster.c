@@ -9,7 +9,7 @@
  *
  * which reproduces every estimate the index makes, so rebuilding from these vectors
  * loses only what the codes already lost (B bits per dimension), plus the new codes'
- * own rounding. bench/RESULTS.md §5.2 measures the recall this costs against a rebuild
+ * own rounding. bench/RESULTS.md (section 5.2) measures the recall this costs against a rebuild
  * from the original vectors; users who still have them should rebuild from them.
  *
  * The live tokens are reconstructed in memory (dim floats each: about 4x the index's
