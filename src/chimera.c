@@ -533,6 +533,10 @@ chimera_status chimera_index_refresh(chimera_index *index, int *changed, chimera
     if (same) return CHIMERA_OK;
     index_view *v;
     CM_TRY(view_open(index->dir, index->verify, &v, err));
+    /* engines that can follow (a GPU's: new segments and the bitmap only) move over */
+    index_view *prev = view_get(index);
+    sp_sessions_adopt(v->sessions, prev->sessions);
+    view_put(index, prev);
     pthread_mutex_lock(&index->mu);
     index_view *old = index->view;
     index->view = v;

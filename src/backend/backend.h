@@ -35,6 +35,8 @@
  * doc_base + n_docs - 1 and their tokens. Numbers inside are local to the segment
  * (post_doc, doc_off); the backend adds doc_base to report global documents. */
 typedef struct be_segment {
+    uint64_t key;                 /* identity of its content (index/index.h: ix_segment.key):
+                                     equal keys, equal arrays, whatever their address */
     int64_t doc_base, n_docs, n_tokens;
     uint32_t n_lists;             /* n_clusters, or the length of post_cid */
     const uint32_t *post_cid;     /* [n_lists] cluster of each list, increasing; NULL:
@@ -53,6 +55,7 @@ typedef struct be_segment {
  * index (layout: index/index.h), uploaded as they are. A built index is one segment;
  * every `chimera add` appends one (docs/format.md, "Segments"). */
 typedef struct be_resident {
+    uint64_t shared_key;          /* identity of the rotation, centroids and graph */
     uint32_t dim, dim_pad, n_clusters, degree, n_entry;
     int64_t n_docs, n_tokens;     /* over all segments */
     const quant_rotation *rot;
@@ -155,10 +158,12 @@ struct cm_backend_i {
     const float *(*host_centroid_scores)(void *ctx, int worker);
     void (*release)(void *ctx);
     /* (optional; default NULL) The index changed (index/update.c: documents appended as
-     * new segments, deletions): r extends the uploaded one (the same shared data, the
-     * same segments first, maybe more, a new deletion bitmap). A backend that can, takes
-     * only what is new (a GPU: the new segments and the bitmap); without it, the engine
-     * is made anew. No query runs during the call. */
+     * new segments, deletions): r extends the uploaded one (the same shared data and the
+     * same segments first, by key, maybe more, and a new deletion bitmap); its pointers
+     * may differ (a new mapping of the same files) and replace the old ones. A backend
+     * that can, takes only what is new (a GPU: the new segments and the bitmap) and
+     * returns CHIMERA_OK; anything else (r does not extend it) means the engine is made
+     * anew. No query runs during the call. */
     chimera_status (*refresh)(void *ctx, const be_resident *r, chimera_error *err);
     /* (optional; default NULL) Announces the worker's next n queries (qs[i]: ms[i] x dim
      * tokens, host memory, valid until they have run): the backend may do their shared

@@ -80,6 +80,9 @@ typedef struct ix_segment {
     const uint32_t *id_order;   /* [n_docs] local documents by increasing id */
     uint32_t *id_order_own;     /* id_order when open computed it (older indexes) */
     uint32_t seq;               /* 0 for the base; its sections' "s<seq>_" otherwise */
+    uint64_t key;               /* identity of its content: a hash of its sections'
+                                   checksums (a device keeps segments across a refresh by
+                                   it) */
 } ix_segment;
 
 #define IX_MAX_SEGMENTS 64
@@ -92,6 +95,7 @@ typedef struct ix_index {
     quant_rotation rot;
     const float *centroids;
     graph g; /* adj and entry point into the mapping; never graph_free it */
+    uint64_t shared_key;         /* identity of rotation, centroids and graph (as key) */
     uint32_t n_segs;
     ix_segment *segs;            /* [n_segs], by increasing doc_base */
     const uint8_t *deleted;      /* [ceil(n_docs/8)] over all segments */

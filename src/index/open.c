@@ -439,6 +439,16 @@ static chimera_status load_segment_list(ix_index *ix, const cJSON *meta, chimera
     return CHIMERA_OK;
 }
 
+/* A running identity over section checksums (splitmix64's finaliser as the mixer). */
+static uint64_t key_mix(uint64_t key, const store *st, const char *name)
+{
+    int64_t i = ix_store_find(st, name);
+    uint64_t x = key ^ (i >= 0 ? ix_store_section_at(st, (uint32_t)i)->xxh3 : 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 /* Maps and checks the per-segment sections of sg (sections.h: IX_SEGMENT). */
 static chimera_status load_segment(ix_index *ix, ix_segment *sg, chimera_error *err)
 {
@@ -463,10 +473,13 @@ static chimera_status load_segment(ix_index *ix, ix_segment *sg, chimera_error *
     const void *p[IX_N_SECTIONS] = {0};
     uint64_t bytes;
     char nm[FMT_NAME_BYTES];
+    sg->key = sg->seq;
     for (int i = 0; i < IX_N_SECTIONS; i++)
-        if (ix_sections[i].scope == IX_SEGMENT)
+        if (ix_sections[i].scope == IX_SEGMENT) {
             CM_TRY(section(ix->st, &ix_sections[i], seg_sec(nm, sg, ix_sections[i].name), need[i],
                            &p[i], &bytes, err));
+            sg->key = key_mix(sg->key, ix->st, nm);
+        }
     sg->post_off = p[IX_SEC_post_off];
     sg->post_tok = p[IX_SEC_post_tok];
     sg->post_doc = p[IX_SEC_post_doc];
@@ -623,9 +636,11 @@ static chimera_status load(ix_index *ix, chimera_error *err)
     const void *p[IX_N_SECTIONS] = {0};
     uint64_t bytes[IX_N_SECTIONS] = {0};
     for (int i = 0; i < IX_N_SECTIONS; i++)
-        if (ix_sections[i].scope == IX_SHARED)
+        if (ix_sections[i].scope == IX_SHARED) {
             CM_TRY(section(ix->st, &ix_sections[i], ix_sections[i].name, need[i], &p[i], &bytes[i],
                            err));
+            ix->shared_key = key_mix(ix->shared_key, ix->st, ix_sections[i].name);
+        }
     CM_TRY(quant_rotation_deserialize(&ix->rot, p[IX_SEC_rotation], bytes[IX_SEC_rotation], err));
     if (ix->rot.dim != ix->dim)
         return cm_fail(err, CHIMERA_ERR_CORRUPT, "index: rotation is for dim %u, the index has %u",

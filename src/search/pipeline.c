@@ -191,6 +191,52 @@ static void *host_main(void *arg)
 
 /* ---- engine ------------------------------------------------------------------------ */
 
+/* What the backend keeps of ix: segs [ix->n_segs] is filled and referenced by *r. */
+static void resident_of(const ix_index *ix, be_segment *segs, be_resident *r)
+{
+    for (uint32_t i = 0; i < ix->n_segs; i++) {
+        const ix_segment *sg = &ix->segs[i];
+        segs[i] = (be_segment){
+            .key = sg->key, .doc_base = sg->doc_base, .n_docs = sg->n_docs,
+            .n_tokens = sg->n_tokens, .n_lists = sg->n_lists, .post_cid = sg->post_cid,
+            .post_off = sg->post_off, .post_doc = sg->post_doc, .c1_codes = sg->c1_codes,
+            .c1_fact = sg->c1_fact, .d1_codes = sg->d1_codes, .d1_fact = sg->d1_fact,
+            .tok_cid = sg->tok_cid, .doc_off = sg->doc_off};
+    }
+    *r = (be_resident){
+        .shared_key = ix->shared_key, .dim = ix->dim, .dim_pad = ix->dim_pad,
+        .n_clusters = ix->n_clusters, .degree = ix->degree, .n_entry = ix->n_entry,
+        .n_docs = ix->n_docs, .n_tokens = ix->n_tokens, .rot = &ix->rot,
+        .centroids = ix->centroids, .graph_adj = ix->g.adj, .graph_entry = ix->g.entry,
+        .n_segments = ix->n_segs, .segments = segs, .deleted = ix->deleted};
+}
+
+chimera_status sp_engine_refresh(sp_engine *e, const ix_index *ix, chimera_error *err)
+{
+    const struct cm_backend_i *be = e->be.iface;
+    if (!be->refresh)
+        return cm_fail(err, CHIMERA_ERR_UNSUPPORTED, "search: the %s backend makes its engine "
+                       "anew on a refresh", e->be.name);
+    /* the host scratch is sized for the longest document */
+    if ((uint64_t)ix->max_doc_len > e->max_doc_len)
+        return cm_fail(err, CHIMERA_ERR_UNSUPPORTED, "search: a longer document than the "
+                       "engine's scratch holds; made anew");
+    be_segment *segs = cm_calloc(ix->n_segs, sizeof *segs);
+    if (!segs) return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
+    be_resident r;
+    resident_of(ix, segs, &r);
+    chimera_status s = be->refresh(e->be.ctx, &r, err);
+    if (s != CHIMERA_OK) {
+        cm_free(segs);
+        return s;
+    }
+    cm_free(e->segs);
+    e->segs = segs;
+    e->res = r;
+    e->ix = ix;
+    return CHIMERA_OK;
+}
+
 void sp_engine_free(sp_engine *e)
 {
     if (!e) return;
@@ -250,21 +296,7 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         cm_free(e);
         return s;
     }
-    for (uint32_t i = 0; i < ix->n_segs; i++) {
-        const ix_segment *sg = &ix->segs[i];
-        e->segs[i] = (be_segment){
-            .doc_base = sg->doc_base, .n_docs = sg->n_docs, .n_tokens = sg->n_tokens,
-            .n_lists = sg->n_lists, .post_cid = sg->post_cid, .post_off = sg->post_off,
-            .post_doc = sg->post_doc, .c1_codes = sg->c1_codes, .c1_fact = sg->c1_fact,
-            .d1_codes = sg->d1_codes, .d1_fact = sg->d1_fact, .tok_cid = sg->tok_cid,
-            .doc_off = sg->doc_off};
-    }
-    e->res = (be_resident){
-        .dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
-        .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
-        .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
-        .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = ix->n_segs,
-        .segments = e->segs, .deleted = ix->deleted};
+    resident_of(ix, e->segs, &e->res);
     be_config cfg = {.n_workers = e->n_workers, .n_threads = n_threads, .max_m = max_m,
                      .max_probe = max->n_probe, .max_refine = max->k_refine};
     s = e->be.iface->upload(e->be.ctx, &e->res, &cfg, err);

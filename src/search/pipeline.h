@@ -41,6 +41,13 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
                              int n_threads, const sp_params *max, uint32_t max_m,
                              sp_engine **out, chimera_error *err);
 void sp_engine_free(sp_engine *e);
+
+/* Moves an idle engine to a newer view of the same index (after an add or delete): its
+ * backend takes only what changed (backend.h: refresh). @return CHIMERA_OK, or anything
+ * else when the engine cannot follow (a backend without refresh, such as the CPU one,
+ * whose engines cost nothing to make; other shared data): then it must be made anew,
+ * and it is unchanged. */
+chimera_status sp_engine_refresh(sp_engine *e, const ix_index *ix, chimera_error *err);
 const char *sp_engine_backend(const sp_engine *e);
 
 /* Searches one query (m x dim tokens) on `worker`: ids (user ids) and scores [p->k], best

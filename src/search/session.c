@@ -75,6 +75,27 @@ void sp_sessions_free(sp_sessions *s)
     cm_free(s);
 }
 
+void sp_sessions_adopt(sp_sessions *to, sp_sessions *from)
+{
+    pthread_mutex_lock(&from->mu);
+    sp_session *list = from->idle;
+    from->idle = NULL;
+    pthread_mutex_unlock(&from->mu);
+    while (list) {
+        sp_session *ss = list;
+        list = ss->next;
+        chimera_error err;
+        if (sp_engine_refresh(ss->engine, to->ix, &err) != CHIMERA_OK) {
+            session_free(ss); /* made anew when a search needs one */
+            continue;
+        }
+        pthread_mutex_lock(&to->mu);
+        ss->next = to->idle;
+        to->idle = ss;
+        pthread_mutex_unlock(&to->mu);
+    }
+}
+
 static int same_shape(const sp_session *ss, const char *backend, int workers, int threads)
 {
     return strcmp(ss->backend, backend) == 0 && ss->workers == workers && ss->threads == threads;

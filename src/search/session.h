@@ -43,6 +43,12 @@ typedef struct sp_sessions sp_sessions;
 /* An empty session pool over an opened index (which must outlive it). */
 chimera_status sp_sessions_new(const ix_index *ix, sp_sessions **out, chimera_error *err);
 
+/* Moves the idle sessions of `from` (a view of an index) to `to` (a newer view of the
+ * same index), each engine taking only what changed (sp_engine_refresh: on a GPU, the
+ * appended segments and the new deletion bitmap instead of the whole index); those that
+ * cannot follow are freed. Sessions busy in a search stay with `from`. */
+void sp_sessions_adopt(sp_sessions *to, sp_sessions *from);
+
 /* Frees every session. No search may be running on the pool. NULL is a no-op. */
 void sp_sessions_free(sp_sessions *s);
 

@@ -486,13 +486,13 @@ static chimera_status cu_upload(void *vctx, const be_resident *r, const be_confi
 
 // ---- refresh -------------------------------------------------------------------------
 
+// By content identity (the key the index derives from the segment's section checksums),
+// not by address: a refreshed view maps the same files at new addresses.
 static int same_segment(const be_segment *a, const be_segment *b)
 {
-    return a->doc_base == b->doc_base && a->n_docs == b->n_docs && a->n_tokens == b->n_tokens &&
-           a->n_lists == b->n_lists && a->post_cid == b->post_cid && a->post_off == b->post_off &&
-           a->post_doc == b->post_doc && a->c1_codes == b->c1_codes &&
-           a->c1_fact == b->c1_fact && a->d1_codes == b->d1_codes && a->d1_fact == b->d1_fact &&
-           a->tok_cid == b->tok_cid && a->doc_off == b->doc_off;
+    return a->key == b->key && a->doc_base == b->doc_base && a->n_docs == b->n_docs &&
+           a->n_tokens == b->n_tokens && a->n_lists == b->n_lists &&
+           (a->post_cid == nullptr) == (b->post_cid == nullptr);
 }
 
 // Whether r extends what was uploaded; if not, why, as an INVALID_ARG the caller answers
@@ -502,9 +502,8 @@ static chimera_status check_extends(const cu_ctx *c, const be_resident *r, chime
     const be_resident *o = &c->src;
     const cu_resident *d = &c->r;
     if (r->dim != o->dim || r->dim_pad != o->dim_pad || r->n_clusters != o->n_clusters ||
-        r->degree != o->degree || r->n_entry != o->n_entry || r->rot != o->rot ||
-        r->centroids != o->centroids || r->graph_adj != o->graph_adj ||
-        r->graph_entry != o->graph_entry)
+        r->degree != o->degree || r->n_entry != o->n_entry || r->shared_key != o->shared_key ||
+        !r->rot || memcmp(r->rot, o->rot, sizeof *r->rot) != 0)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "cuda backend: refresh: the centroids, graph or rotation changed; the "
                        "engine must be made anew");
@@ -621,8 +620,14 @@ static chimera_status cu_refresh(void *vctx, const be_resident *r, chimera_error
         dfree(deleted);
         return s;
     }
-    // Commit: from here on the kernels see the new segments and bitmap.
-    for (uint32_t i = d->n_segs; i < r->n_segments; i++) d->src_segs[i] = r->segments[i];
+    // Commit: from here on the kernels see the new segments and bitmap, and the host side
+    // uses the caller's new view (the old one's mapping may be released after this call).
+    for (uint32_t i = 0; i < r->n_segments; i++) d->src_segs[i] = r->segments[i];
+    c->rot = r->rot;
+    c->src = *r;
+    c->src.n_segments = 0;
+    c->src.segments = nullptr;
+    c->src.deleted = nullptr;
     dfree(d->d_segs);
     dfree(d->deleted);
     d->d_segs = d_segs;
