@@ -13,10 +13,12 @@
  *     borrows it for the build; chimera_queries_new copies queries, which are small).
  *   - Outputs are arrays the Python layer allocated (np.empty), filled in place.
  *   - The GIL is released around every call into the library that does work (build,
- *     exact search, search, tune, check), so Python threads search one index at once;
- *     the buffers stay held by the call, so the arrays cannot go away meanwhile.
+ *     exact search, search, tune, check, the changes add/delete/update/compact, refresh,
+ *     ids), so Python threads search one index at once; the buffers stay held by the
+ *     call, so the arrays cannot go away meanwhile.
  *   - An Index counts the calls in flight on it (under the GIL); close() refuses while
- *     any is, since the library forbids closing a handle in use.
+ *     any is, since the library forbids closing a handle in use. A refresh counts too;
+ *     it may run while other threads search (the library swaps generations under them).
  *   - Statuses become exceptions carrying the library's message: ValueError for bad
  *     input (_INVALID_ARG, _DIM, _VALUE, _EMPTY, _FORMAT, _UNSUPPORTED), OSError for _IO,
  *     CorruptIndexError for _CORRUPT and _VERSION, MemoryError for _NOMEM, ChimeraError
@@ -31,7 +33,10 @@
  *     callback returns; the call ends with CHIMERA_ERR_CANCELLED (a build removes its
  *     temporary directory and leaves the old index as it was) and the handler's
  *     exception is raised in its place. The cancel callback is always installed, with or
- *     without progress, and costs an atomic load per progress point.
+ *     without progress, and costs an atomic load per progress point. The changes (add,
+ *     delete, update, compact) run the same way but cannot be cancelled (their options
+ *     have no cancel callback): Ctrl-C is raised when the change has ended, committed
+ *     or not, as it would have been without the signal.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -552,7 +557,7 @@ static PyObject *py_info(PyObject *self, PyObject *args)
     }
     char fmt[16];
     snprintf(fmt, sizeof fmt, "%u.%u", in.format_major, in.format_minor);
-    return Py_BuildValue(
+    PyObject *ret = Py_BuildValue(
         "{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:L,s:L,s:{s:L,s:L,s:L,s:d,s:d,s:I},s:K,s:K,s:K,"
         "s:N,s:s,s:i,s:d,s:d,s:K,s:N,s:K}",
         "format", fmt, "library_version", in.library_version, "dim", in.dim, "dim_pad",
@@ -566,6 +571,25 @@ static PyObject *py_info(PyObject *self, PyObject *args)
         "assign_recall", in.assign_recall, "build_seconds", in.build_seconds,
         "build_peak_rss", (unsigned long long)in.build_peak_rss, "build_phases", phases,
         "generation", (unsigned long long)in.generation);
+    if (!ret)
+        return NULL;
+    /* The living index (segments, deletions, drift): a second dict merged in, since one
+     * Py_BuildValue of every field would be unreadable. n_docs and n_tokens above
+     * include deleted documents (n_docs - n_deleted is what a search can return). */
+    PyObject *more = Py_BuildValue(
+        "{s:L,s:I,s:I,s:L,s:L,s:d,s:L,s:d,s:O}", "n_deleted", (long long)in.n_deleted,
+        "n_segments", in.n_segments, "n_deletion_lists", in.n_deletion_lists, "appended_docs",
+        (long long)in.appended_docs, "appended_tokens", (long long)in.appended_tokens,
+        "assign_sim_p10", in.assign_sim_p10, "drift_tokens", (long long)in.drift_tokens,
+        "drift_below", in.drift_below, "recluster_advised",
+        in.recluster_advised ? Py_True : Py_False);
+    if (!more || PyDict_Update(ret, more)) {
+        Py_XDECREF(more);
+        Py_DECREF(ret);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return ret;
 }
 
 static PyObject *py_runtime_info(PyObject *self, PyObject *args)
@@ -583,6 +607,179 @@ static PyObject *py_runtime_info(PyObject *self, PyObject *args)
                          "blas_threads_kept", ri.blas_threads_kept ? Py_True : Py_False,
                          "blas_suggested_coretype",
                          ri.blas_suggested_coretype ? ri.blas_suggested_coretype : "");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Changing an index: add, delete, update, compact                                    */
+/* ---------------------------------------------------------------------------------- */
+
+/* Writers work on the directory, not on an open handle (chimera.h): each is one atomic
+ * commit under the index's writer lock, and handles see it after Index.refresh. The
+ * call runs on run_interruptible's helper thread, so a progress callable never runs on
+ * the main thread (where a KeyboardInterrupt raised inside it would be swallowed as
+ * unraisable) and the GIL is released meanwhile. chimera_update_opts has no cancel
+ * callback, so Ctrl-C cannot stop a change: the handler's KeyboardInterrupt is raised
+ * when the call returns, the change then committed or failed as it would have anyway
+ * (it is atomic either way). */
+
+enum { CHANGE_ADD, CHANGE_UPDATE, CHANGE_DELETE, CHANGE_COMPACT };
+
+typedef struct change_call {
+    int op;
+    const char *path;
+    const chimera_corpus *corpus; /* add, update */
+    const int64_t *ids;           /* delete */
+    int64_t n_ids;
+    const chimera_update_opts *uo;
+    chimera_update_report *rep;
+    chimera_error *err;
+} change_call;
+
+static chimera_status change_run(void *ctx)
+{
+    change_call *c = ctx;
+    switch (c->op) {
+    case CHANGE_ADD: return chimera_index_add(c->path, c->corpus, c->uo, c->rep, c->err);
+    case CHANGE_UPDATE: return chimera_index_update(c->path, c->corpus, c->uo, c->rep, c->err);
+    case CHANGE_DELETE:
+        return chimera_index_delete(c->path, c->ids, c->n_ids, c->uo, c->rep, c->err);
+    default: return chimera_index_compact(c->path, c->uo, c->rep, c->err);
+    }
+}
+
+static PyObject *update_report_to_dict(const chimera_update_report *r)
+{
+    PyObject *drift = r->drift_below >= 0 ? PyFloat_FromDouble(r->drift_below)
+                                          : Py_NewRef(Py_None);
+    if (!drift)
+        return NULL;
+    return Py_BuildValue(
+        "{s:L,s:L,s:L,s:L,s:K,s:d,s:d,s:d,s:d,s:N,s:O,s:L,s:L,s:I,s:K}", "docs_added",
+        (long long)r->docs_added, "tokens_added", (long long)r->tokens_added, "docs_deleted",
+        (long long)r->docs_deleted, "ids_missing", (long long)r->ids_missing, "generation",
+        (unsigned long long)r->generation, "seconds", r->seconds, "assign_seconds",
+        r->assign_seconds, "encode_seconds", r->encode_seconds, "write_seconds",
+        r->write_seconds, "drift_below", drift, "merged", r->merged ? Py_True : Py_False,
+        "n_docs", (long long)r->n_docs, "n_deleted", (long long)r->n_deleted, "n_segments",
+        r->n_segments, "peak_rss_bytes", (unsigned long long)r->peak_rss_bytes);
+}
+
+/* Runs one change with its options filled; returns the report as a dict, or NULL. */
+static PyObject *run_change(change_call *c)
+{
+    chimera_update_report rep;
+    memset(&rep, 0, sizeof rep);
+    chimera_error err = {0};
+    c->rep = &rep;
+    c->err = &err;
+    interruptible it = {.run = change_run, .ctx = c};
+    chimera_status st = run_interruptible(&it);
+    if (PyErr_Occurred())
+        return NULL; /* a signal handler raised (KeyboardInterrupt): that is the error */
+    if (st != CHIMERA_OK)
+        return raise_status(st, &err);
+    return update_report_to_dict(&rep);
+}
+
+static int update_opts_from(chimera_update_opts *uo, int missing_ok, int no_sync,
+                            int lock_timeout_ms, PyObject *progress)
+{
+    chimera_update_opts_default(uo);
+    uo->missing_ok = missing_ok;
+    uo->no_sync = no_sync;
+    uo->lock_timeout_ms = lock_timeout_ms;
+    if (progress && progress != Py_None) {
+        if (!PyCallable_Check(progress)) {
+            PyErr_SetString(PyExc_TypeError, "progress: expected a callable");
+            return -1;
+        }
+        uo->progress = progress_cb;
+        uo->progress_user = progress;
+    }
+    return 0;
+}
+
+/* add and update: the documents (with their ids) go in as a borrowed corpus. */
+static PyObject *add_or_update(int op, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "tokens", "doclens", "ids", "missing_ok", "no_sync",
+                            "lock_timeout_ms", NULL};
+    const char *path;
+    PyObject *tok_obj, *dl_obj, *ids_obj;
+    int missing_ok = 0, no_sync = 0, lock_ms = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOOO|ppi", names, &path, &tok_obj, &dl_obj,
+                                     &ids_obj, &missing_ok, &no_sync, &lock_ms))
+        return NULL;
+    if (ids_obj == Py_None)
+        return PyErr_Format(PyExc_ValueError,
+                            "ids: documents to %s need ids (int64, one per document)",
+                            op == CHANGE_ADD ? "add" : "update");
+    chimera_update_opts uo;
+    if (update_opts_from(&uo, missing_ok, no_sync, lock_ms, NULL))
+        return NULL;
+    Py_buffer tok = {0}, dl = {0}, ids = {0};
+    chimera_corpus *corpus = NULL;
+    PyObject *ret = NULL;
+    if (wrap_corpus(tok_obj, dl_obj, ids_obj, &tok, &dl, &ids, &corpus) == 0) {
+        change_call c = {.op = op, .path = path, .corpus = corpus, .uo = &uo};
+        ret = run_change(&c);
+    }
+    chimera_corpus_close(corpus);
+    release(&tok);
+    release(&dl);
+    release(&ids);
+    return ret;
+}
+
+static PyObject *py_add(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    return add_or_update(CHANGE_ADD, args, kw);
+}
+
+static PyObject *py_update(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    return add_or_update(CHANGE_UPDATE, args, kw);
+}
+
+static PyObject *py_delete(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "ids", "missing_ok", "no_sync", "lock_timeout_ms", NULL};
+    const char *path;
+    PyObject *ids_obj;
+    int missing_ok = 0, no_sync = 0, lock_ms = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|ppi", names, &path, &ids_obj, &missing_ok,
+                                     &no_sync, &lock_ms))
+        return NULL;
+    chimera_update_opts uo;
+    Py_buffer ids = {0};
+    if (update_opts_from(&uo, missing_ok, no_sync, lock_ms, NULL) ||
+        get_buffer(ids_obj, &ids, "ids", KIND_I64, 1, 0))
+        return NULL;
+    change_call c = {.op = CHANGE_DELETE, .path = path, .ids = ids.buf, .n_ids = ids.shape[0],
+                     .uo = &uo};
+    PyObject *ret = run_change(&c);
+    release(&ids);
+    return ret;
+}
+
+static PyObject *py_compact(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "no_sync", "lock_timeout_ms", "progress", NULL};
+    const char *path;
+    int no_sync = 0, lock_ms = 0;
+    PyObject *progress = Py_None;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|piO", names, &path, &no_sync, &lock_ms,
+                                     &progress))
+        return NULL;
+    chimera_update_opts uo;
+    if (update_opts_from(&uo, 0, no_sync, lock_ms, progress))
+        return NULL;
+    change_call c = {.op = CHANGE_COMPACT, .path = path, .uo = &uo};
+    return run_change(&c);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -872,6 +1069,55 @@ static PyObject *Index_check(IndexObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Moves the handle to the newest committed generation. The library allows it while
+ * other threads search (they finish on the generation they started with); counted as a
+ * call in flight so that close() refuses meanwhile. Returns True when the handle moved. */
+static PyObject *Index_refresh(IndexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (index_live(self))
+        return NULL;
+    chimera_error err = {0};
+    chimera_status st;
+    int changed = 0;
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_index_refresh(self->index, &changed, &err);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    if (st != CHIMERA_OK)
+        return raise_status(st, &err);
+    return PyBool_FromLong(changed);
+}
+
+/* Fills the writable int64 array `out` with the first len(out) ids a search can return
+ * and returns how many there are in all: the caller sizes `out` from n_docs and calls
+ * again with the returned count when a refresh in between made it differ. */
+static PyObject *Index_ids(IndexObject *self, PyObject *out_obj)
+{
+    if (index_live(self))
+        return NULL;
+    Py_buffer out = {0};
+    if (get_buffer(out_obj, &out, "out", KIND_I64, 1, 1))
+        return NULL;
+    int64_t n;
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    n = chimera_index_ids(self->index, out.buf, out.shape[0]);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    release(&out);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Index_get_generation(IndexObject *self, void *unused)
+{
+    (void)unused;
+    if (index_live(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(chimera_index_generation(self->index));
+}
+
 static PyObject *Index_get_n_docs(IndexObject *self, void *unused)
 {
     (void)unused;
@@ -937,12 +1183,15 @@ static PyMethodDef Index_methods[] = {
     {"tune", (PyCFunction)(void (*)(void))Index_tune, METH_VARARGS | METH_KEYWORDS,
      "Low-level tune; use chimera.Index.tune."},
     {"check", (PyCFunction)Index_check, METH_NOARGS, "Low-level check."},
+    {"refresh", (PyCFunction)Index_refresh, METH_NOARGS, "Low-level refresh."},
+    {"ids", (PyCFunction)Index_ids, METH_O, "Low-level ids; use chimera.Index.ids."},
     {"close", (PyCFunction)Index_close, METH_NOARGS, "Low-level close."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Index_getset[] = {
-    {"n_docs", (getter)Index_get_n_docs, NULL, "documents in the index", NULL},
+    {"n_docs", (getter)Index_get_n_docs, NULL, "documents a search can return", NULL},
+    {"generation", (getter)Index_get_generation, NULL, "the generation the handle sees", NULL},
     {"dim", (getter)Index_get_dim, NULL, "token dimension", NULL},
     {"backend", (getter)Index_get_backend, NULL, "backend asked for at open", NULL},
     {"closed", (getter)Index_get_closed, NULL, "True once closed", NULL},
@@ -971,6 +1220,14 @@ static PyMethodDef module_methods[] = {
     {"exact_search", (PyCFunction)(void (*)(void))py_exact_search, METH_VARARGS | METH_KEYWORDS,
      "Low-level exact search; use chimera.exact_search."},
     {"recall", py_recall, METH_VARARGS, "Low-level recall; use chimera.recall."},
+    {"add", (PyCFunction)(void (*)(void))py_add, METH_VARARGS | METH_KEYWORDS,
+     "Low-level add; use chimera.add."},
+    {"update", (PyCFunction)(void (*)(void))py_update, METH_VARARGS | METH_KEYWORDS,
+     "Low-level update; use chimera.update."},
+    {"delete", (PyCFunction)(void (*)(void))py_delete, METH_VARARGS | METH_KEYWORDS,
+     "Low-level delete; use chimera.delete."},
+    {"compact", (PyCFunction)(void (*)(void))py_compact, METH_VARARGS | METH_KEYWORDS,
+     "Low-level compact; use chimera.compact."},
     {"info", py_info, METH_VARARGS, "The manifest of the index at path, as a dict."},
     {"runtime_info", py_runtime_info, METH_NOARGS, "This build and machine, as a dict."},
     {"profile_save", py_profile_save, METH_VARARGS, "Low-level profile save."},

@@ -22,11 +22,20 @@ arrays is concatenated once by this package (the library takes one matrix).
 Threads: an opened :class:`Index` may be searched from any number of Python threads at
 once; the GIL is released while the library works.
 
-Not yet in the library, so not here either: adding, deleting or updating documents in an
-existing index, compaction, and search filters.
+Changing an index: :func:`add`, :func:`delete`, :func:`update` and :func:`compact` work
+on an index directory (not on an open :class:`Index`), each one atomic commit: on success
+the change is on disk, on any error the index is as it was. An open :class:`Index` keeps
+seeing the generation it opened until :meth:`Index.refresh`::
+
+    chimera.add("my.idx", new_docs, ids=np.arange(1000, 1000 + len(new_docs)))
+    chimera.delete("my.idx", [3, 17])
+    index.refresh()                                  # True: it now sees both changes
+
+Not yet in the library, so not here either: search filters.
 """
 
 import errno as _errno
+import math as _math
 import os as _os
 import sys as _sys
 
@@ -35,8 +44,8 @@ import numpy as _np
 from . import _chimera
 from ._chimera import ChimeraError, CorruptIndexError
 
-__all__ = ["Index", "exact_search", "recall", "runtime_info", "ChimeraError",
-           "CorruptIndexError", "__version__"]
+__all__ = ["Index", "add", "delete", "update", "compact", "exact_search", "recall",
+           "runtime_info", "ChimeraError", "CorruptIndexError", "__version__"]
 
 __version__ = _chimera.version
 
@@ -195,6 +204,25 @@ def _missing(path, what):
     raise FileNotFoundError(_errno.ENOENT, f"{what}: {_os.strerror(_errno.ENOENT)}", path)
 
 
+def _index_dir(path):
+    path = _os.fspath(path)
+    if not _os.path.isdir(path):
+        _missing(path, "no index directory")
+    return path
+
+
+def _lock_timeout(seconds):
+    """The library's lock_timeout_ms: 0 its default (30 s), < 0 no wait."""
+    if seconds is None:
+        return 0
+    seconds = float(seconds)
+    if seconds != seconds:
+        raise ValueError("lock_timeout: NaN")
+    if seconds <= 0:
+        return -1
+    return int(min(_math.ceil(seconds * 1000), 2**31 - 1))
+
+
 # ----------------------------------------------------------------------------------------
 # Index
 # ----------------------------------------------------------------------------------------
@@ -205,6 +233,10 @@ class Index:
     Make one with :meth:`Index.build` or :meth:`Index.open`. Searching is thread-safe:
     any number of Python threads may call :meth:`search` on one index at once. Close it
     with :meth:`close` or a ``with`` block (or let it be garbage-collected).
+
+    A handle sees the index as it was when opened (one generation) while :func:`add`,
+    :func:`delete`, :func:`update` and :func:`compact` change the directory;
+    :meth:`refresh` moves it to the newest.
     """
 
     def __init__(self, path, backend="auto", verify=False):
@@ -293,11 +325,45 @@ class Index:
 
     @property
     def n_docs(self):
-        """Number of documents."""
+        """Number of documents a search can return (deleted ones excluded), in the
+        generation this handle sees."""
         return self._raw.n_docs
 
     def __len__(self):
         return self._raw.n_docs
+
+    @property
+    def generation(self):
+        """The generation this handle sees: 1 for a new index, + 1 per change committed
+        since (:func:`add`, :func:`delete`, :func:`update`, :func:`compact`, a rebuild).
+        Fixed at open; :meth:`refresh` moves it to the newest."""
+        return self._raw.generation
+
+    def ids(self):
+        """The ids a search can return (deleted documents excluded), as an int64 array in
+        the index's order: the build's documents, then each add's."""
+        out = _np.empty(self._raw.n_docs, dtype=_np.int64)
+        while True:
+            n = self._raw.ids(out)
+            if n == out.shape[0]:
+                return out
+            out = _np.empty(n, dtype=_np.int64)   # a refresh came in between: again
+
+    def refresh(self):
+        """Move this handle to the newest committed generation of its directory (after
+        :func:`add`, :func:`delete`, :func:`update`, :func:`compact` or a rebuild, by this
+        process or another). Until then the handle keeps the generation it opened, so a
+        series of searches sees one consistent index.
+
+        Safe to call while other threads search this index: searches already running
+        finish on the generation they started with, later ones use the new one.
+        Returns True when the handle moved, False when it already saw the newest. On
+        error (CorruptIndexError, OSError, MemoryError) it keeps its generation.
+        """
+        changed = self._raw.refresh()
+        if changed:
+            self._corpus = None      # no longer the corpus of what this handle searches
+        return changed
 
     @property
     def dim(self):
@@ -308,7 +374,11 @@ class Index:
     def info(self):
         """The index's manifest as a dict (what ``chimera info IDX`` prints): dimension,
         bits, clusters, documents, tokens, posting-list statistics, sections and sizes,
-        build times. Read from disk at each access."""
+        build times, generation, and the state of changes since the build (n_deleted,
+        n_segments, n_deletion_lists, appended_docs, appended_tokens, assign_sim_p10,
+        drift_tokens, drift_below, recluster_advised; see :func:`add`). n_docs and
+        n_tokens there include deleted documents. Read from disk at each access: the
+        newest generation, which may be ahead of this handle's until :meth:`refresh`."""
         return _chimera.info(self._path)
 
     # -- search --------------------------------------------------------------------------
@@ -353,7 +423,7 @@ class Index:
         against `truth`, the exact top-k ids [nq, >= k]; when it is not given it is
         computed by :func:`exact_search` over the corpus: ``documents`` (or tokens and
         doclens, ids), or, for an index made by :meth:`build` in this process, the corpus
-        it was built from.
+        it was built from (until :meth:`refresh` moves it to a changed index).
 
         save: when the target is reached, store the result in the index as the profile
             for (k, target_recall), for
@@ -394,6 +464,134 @@ class Index:
         code, factor and graph edge. Returns None; raises CorruptIndexError naming the
         damaged section."""
         self._raw.check()
+
+
+# ----------------------------------------------------------------------------------------
+# Changing an index
+# ----------------------------------------------------------------------------------------
+
+def _change_corpus(documents, tokens, doclens, ids):
+    tok, lens, uids = _corpus(documents, tokens, doclens, ids)
+    if uids is None:
+        raise ValueError("ids: required (int64, one per document, >= 0): a document's id is "
+                         "its name in the index for life")
+    return tok, lens, uids
+
+
+def add(path, documents=None, *, tokens=None, doclens=None, ids, no_sync=False,
+        lock_timeout=None):
+    """Add documents to the index at `path` without rebuilding it.
+
+    The documents are given as to :meth:`Index.build` (``documents``, or ``tokens`` with
+    ``doclens``; float32 or float16, the index's dimension) with their ``ids``
+    (required: int64, one per document, >= 0, unique and none already in the index).
+    Their tokens are assigned to the index's centroids and quantized with its settings,
+    and written as a new segment that searches treat exactly as built documents.
+
+    The centroids stay those trained at the build: when the added documents differ from
+    the built ones, they fit them worse (report ``drift_below`` well above 0.1), and
+    once many have been added ``info["recluster_advised"]`` turns True: rebuild then.
+
+    Each call is one atomic commit under the index's writer lock (shared with builds and
+    other processes): when it returns the change is on disk (fsynced unless no_sync);
+    on any error the index is exactly as it was, its generation unchanged. Open
+    :class:`Index` handles keep their view until :meth:`Index.refresh`.
+
+    no_sync: skip fsyncs (scratch indexes, tests): still atomic, but a power loss may
+        lose the change.
+    lock_timeout: seconds to wait for another writer of the index (None: the library's
+        30 s; 0: not at all); ChimeraError (CHIMERA_ERR_BUSY) past it.
+
+    The GIL is released meanwhile. A change cannot be stopped midway (the library has no
+    cancel hook for it): Ctrl-C raises KeyboardInterrupt once the call has ended, the
+    change committed or not as it would have been.
+
+    Returns a report dict: docs_added, tokens_added, docs_deleted, ids_missing,
+    generation (the index's after the call), seconds, assign_seconds, encode_seconds,
+    write_seconds, drift_below (fraction of the added tokens whose similarity to their
+    centroid is below the build's 10th percentile: about 0.1 when the new documents
+    resemble the built ones; None when unknown or nothing was added), merged (appended
+    segments or deletion lists were merged; compact: the index was rewritten), n_docs
+    and n_deleted (of the index after the call; n_docs counts the deleted ones too),
+    n_segments, peak_rss_bytes.
+
+    Raises ValueError (shapes, dtypes, NaN/Inf, empty documents, missing or duplicate
+    ids, an id already in the index, another dimension than the index's),
+    FileNotFoundError (no index at path), CorruptIndexError, OSError (a full disk: the
+    index is unchanged), MemoryError, ChimeraError.
+    """
+    path = _index_dir(path)
+    tok, lens, uids = _change_corpus(documents, tokens, doclens, ids)
+    return _chimera.add(path, tok, lens, uids, no_sync=bool(no_sync),
+                        lock_timeout_ms=_lock_timeout(lock_timeout))
+
+
+def update(path, documents=None, *, tokens=None, doclens=None, ids, missing_ok=False,
+           no_sync=False, lock_timeout=None):
+    """Replace documents of the index at `path`: each id's old version is deleted and
+    the new one (given as to :func:`add`) appended, all in one commit, so a search sees
+    either every old version or every new one. The ids keep naming the documents.
+
+    missing_ok: an id not in the index is added instead of raising ValueError (counted
+        in the report's ids_missing).
+    no_sync, lock_timeout, atomicity, Ctrl-C and the report: as :func:`add`.
+
+    Raises as :func:`add`; ValueError names an id that is not in the index.
+    """
+    path = _index_dir(path)
+    tok, lens, uids = _change_corpus(documents, tokens, doclens, ids)
+    return _chimera.update(path, tok, lens, uids, missing_ok=bool(missing_ok),
+                           no_sync=bool(no_sync), lock_timeout_ms=_lock_timeout(lock_timeout))
+
+
+def delete(path, ids, *, missing_ok=False, no_sync=False, lock_timeout=None):
+    """Delete the documents with these ids (an int or a 1-d integer array-like; an id
+    listed twice counts once) from the index at `path`. Costs O(len(ids)): the
+    documents are marked deleted, never returned by a search of a handle opened or
+    refreshed afterwards, and their space is reclaimed by :func:`compact`.
+
+    missing_ok: ids not in the index are skipped (counted in the report's ids_missing)
+        instead of raising ValueError. Nothing is committed when none was found.
+    no_sync, lock_timeout, atomicity, Ctrl-C and the report: as :func:`add`.
+
+    Raises ValueError (a negative id; an id not in the index, named, unless
+    missing_ok), FileNotFoundError, CorruptIndexError, OSError, MemoryError,
+    ChimeraError.
+    """
+    path = _index_dir(path)
+    arr = _np.asarray(ids)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(f"ids: expected integers, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"ids: expected a 1-d array of ids, got shape {arr.shape}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > 2**63 - 1:
+        raise ValueError(f"ids: {int(arr.max())} does not fit in int64")
+    arr = _np.ascontiguousarray(arr, dtype=_np.int64)
+    return _chimera.delete(path, arr, missing_ok=bool(missing_ok), no_sync=bool(no_sync),
+                           lock_timeout_ms=_lock_timeout(lock_timeout))
+
+
+def compact(path, *, no_sync=False, lock_timeout=None, progress=False):
+    """Rewrite the index at `path` as one segment without its deleted documents (ids
+    kept, nothing re-quantized, so search results are unchanged). Written beside the
+    index and swapped in like a build. Worth it when more than about 20% of the
+    documents are deleted (``info["n_deleted"]``) or after many small adds. An index
+    with one segment and nothing deleted is left as it is (report ``merged`` False,
+    generation unchanged).
+
+    progress: True for a progress bar, or a callable(phase, fraction), as for
+        :meth:`Index.build`.
+    no_sync, lock_timeout, atomicity, Ctrl-C and the report: as :func:`add`.
+
+    Raises ValueError (CHIMERA_ERR_EMPTY: every document is deleted), FileNotFoundError,
+    CorruptIndexError, OSError, MemoryError, ChimeraError.
+    """
+    path = _index_dir(path)
+    return _chimera.compact(path, no_sync=bool(no_sync),
+                            lock_timeout_ms=_lock_timeout(lock_timeout),
+                            progress=_progress(progress))
 
 
 # ----------------------------------------------------------------------------------------

@@ -23,6 +23,23 @@ class SearchParams(TypedDict, total=False):
     impute: str  # "probe" | "zero" | "min"
     probe: str   # "auto" | "brute" | "graph"
 
+class UpdateReport(TypedDict):
+    docs_added: int
+    tokens_added: int
+    docs_deleted: int
+    ids_missing: int
+    generation: int
+    seconds: float
+    assign_seconds: float
+    encode_seconds: float
+    write_seconds: float
+    drift_below: float | None
+    merged: bool
+    n_docs: int       # deleted documents included
+    n_deleted: int
+    n_segments: int
+    peak_rss_bytes: int
+
 class TuneResult(TypedDict):
     params: SearchParams
     recall: float
@@ -64,7 +81,11 @@ class Index:
     @property
     def dim(self) -> int: ...
     @property
+    def generation(self) -> int: ...
+    @property
     def info(self) -> dict[str, Any]: ...
+    def ids(self) -> npt.NDArray[np.int64]: ...
+    def refresh(self) -> bool: ...
     def search(
         self,
         queries: _Docs,
@@ -90,6 +111,42 @@ class Index:
     ) -> TuneResult: ...
     def check(self) -> None: ...
 
+def add(
+    path: _Path,
+    documents: _Docs | None = None,
+    *,
+    tokens: _Floats | None = None,
+    doclens: npt.ArrayLike | None = None,
+    ids: npt.ArrayLike,
+    no_sync: bool = False,
+    lock_timeout: float | None = None,
+) -> UpdateReport: ...
+def update(
+    path: _Path,
+    documents: _Docs | None = None,
+    *,
+    tokens: _Floats | None = None,
+    doclens: npt.ArrayLike | None = None,
+    ids: npt.ArrayLike,
+    missing_ok: bool = False,
+    no_sync: bool = False,
+    lock_timeout: float | None = None,
+) -> UpdateReport: ...
+def delete(
+    path: _Path,
+    ids: int | npt.ArrayLike,
+    *,
+    missing_ok: bool = False,
+    no_sync: bool = False,
+    lock_timeout: float | None = None,
+) -> UpdateReport: ...
+def compact(
+    path: _Path,
+    *,
+    no_sync: bool = False,
+    lock_timeout: float | None = None,
+    progress: _Progress = False,
+) -> UpdateReport: ...
 def exact_search(
     documents: _Docs | tuple[_Floats, npt.ArrayLike],
     queries: _Docs,

@@ -21,14 +21,31 @@ shapes, result format, ``index_folder``/``index_name``/``override``),
 ``pylate/retrieve/colbert.py`` and, in PyLate 1.6, ``pylate/retrieve/base.py`` (how the
 retriever calls an index). Checked against PyLate 1.6.0's ``retrieve.ColBERT``.
 
-Differences, since Chimera has no incremental update yet:
+How it stores documents: the Chimera index is named by int64 keys that this adapter
+assigns (PyLate's ids may be strings) and maps to PyLate's ids in ``docs.json``, beside
+the embeddings it keeps for ``get_documents_embeddings`` and rebuilds (one ``emb-*.npy``
+file per ``add_documents`` call, float16 by default, half the size of float32):
 
-- ``add_documents`` on a non-empty index and ``remove_documents`` rebuild the whole
-  index from the embeddings this adapter keeps beside it (``embeddings.npy``, float16 by
-  default, half the size of float32), so they cost a full build. Add documents in one
-  call when you can.
-- ``subset`` (restricting the search to some documents) is not supported: Chimera has no
-  search filters yet; passing one raises NotImplementedError.
+- ``add_documents`` builds the index on the first call and afterwards adds to it with
+  ``chimera.add`` (the new tokens assigned to the existing centroids and appended: no
+  rebuild). The centroids come from the first documents, so when the documents added
+  since the last build come to outnumber (in tokens) the ones it was built from, or
+  the library reports that they fit the centroids badly (``recluster_advised``), the
+  index is rebuilt from the kept embeddings: growing an index batch by batch costs
+  about two builds of its final size in all, not one per batch.
+- ``remove_documents`` deletes with ``chimera.delete`` (no rebuild) and compacts the
+  index (``chimera.compact``, and the kept embeddings with it) once more than a fifth of
+  it is deleted documents.
+- Each change is committed to the index first, then to ``docs.json``. Should a process
+  die in between, opening the folder again reconciles the two: documents the index no
+  longer holds are forgotten, and documents only the index holds (an interrupted add)
+  are skipped by searches and deleted by the next change.
+- A folder written by an earlier version (``ids.json``, one ``embeddings.npy``) opens
+  as it is and is converted at its first change.
+
+Difference from PyLate's own indexes: ``subset`` (restricting the search to some
+documents) is not supported: Chimera has no search filters yet; passing one raises
+NotImplementedError.
 
 Importing this module imports numpy and chimera only. PyLate and torch are never
 imported: torch tensors are accepted duck-typed (anything with ``.detach()`` is moved to
@@ -56,6 +73,15 @@ import numpy as _np
 import chimera as _chimera
 
 __all__ = ["Chimera"]
+
+# Rebuild when the documents added since the last build hold more tokens than it did:
+# the centroids, trained on the built ones, then describe less than half of the index.
+# Rebuilding at each doubling keeps the total build work within about twice one build
+# of the final index, however it was grown.
+_REBUILD_GROWTH = 1.0
+# Compact (index and kept embeddings) once deleted documents are more than this
+# fraction of the index: the library's own advice (chimera.h, chimera_index_compact).
+_COMPACT_DELETED = 0.2
 
 
 def _to_numpy(x):
@@ -94,9 +120,8 @@ class Chimera:
     ----------
     index_folder, index_name
         The index lives in ``index_folder/index_name/``: Chimera's index directory
-        ``index``, ``ids.json`` (PyLate's document ids in row order) and
-        ``embeddings.npy`` + ``doclens.npy`` (kept for rebuilds and
-        ``get_documents_embeddings``).
+        ``index``, ``docs.json`` (PyLate's document ids, each with the index's key for it
+        and where its embeddings are kept) and the kept embeddings ``emb-*.npy``.
     override
         Start empty, deleting an index already there; otherwise an existing one is opened.
     bits, threads, seed, n_clusters
@@ -120,73 +145,150 @@ class Chimera:
         if self.store_dtype not in (_np.float16, _np.float32):
             raise ValueError("store_dtype must be float16 or float32")
         self._index = None
-        self._ids = []
+        self._docs = {}      # _key(PyLate id) -> [PyLate id, key, chunk file, row, n_tokens]
+        self._pid = {}       # key -> PyLate id
+        self._next_key = 0
+        self._legacy = False
         if override and _os.path.exists(self.path):
             _shutil.rmtree(self.path)
         _os.makedirs(self.path, exist_ok=True)
-        if _os.path.exists(self._file("ids.json")):
-            with open(self._file("ids.json")) as f:
-                self._ids = _json.load(f)
-            if self._ids:
-                self._index = _chimera.Index.open(self._file("index"))
+        self._load()
+        # reconcile with the index (a change interrupted between its two commits): forget
+        # documents it no longer holds (all of them when a removal of everything deleted
+        # it); ones only it holds are skipped by searches and swept by the next change
+        held = set()
+        if self._docs and _os.path.isdir(self._file("index")):
+            self._index = _chimera.Index.open(self._file("index"))
+            held = set(self._index.ids().tolist())
+        for k in [k for k, d in self._docs.items() if d[1] not in held]:
+            del self._pid[self._docs.pop(k)[1]]
+        if not self._docs and self._index is not None:
+            self._index.close()
+            self._index = None
 
     def _file(self, name):
         return _os.path.join(self.path, name)
 
     def __len__(self):
-        return len(self._ids)
+        return len(self._docs)
 
-    # -- stored embeddings ---------------------------------------------------------------
+    # -- the table of documents ----------------------------------------------------------
 
-    def _stored(self):
-        if not self._ids:
-            return None, _np.zeros(0, dtype=_np.int64)
-        return (_np.load(self._file("embeddings.npy"), mmap_mode="r"),
-                _np.load(self._file("doclens.npy")))
+    def _load(self):
+        if _os.path.exists(self._file("docs.json")):
+            with open(self._file("docs.json")) as f:
+                t = _json.load(f)
+            self._next_key = int(t["next_key"])
+            rows = t["docs"]
+        elif _os.path.exists(self._file("ids.json")):
+            # written by an earlier version: one embeddings.npy in row order, the index's
+            # ids the rows
+            with open(self._file("ids.json")) as f:
+                ids = _json.load(f)
+            lens = (_np.load(self._file("doclens.npy")) if ids
+                    else _np.zeros(0, dtype=_np.int64))
+            offs = _np.concatenate([[0], _np.cumsum(lens)]).tolist()
+            rows = [[pid, r, "embeddings.npy", offs[r], int(lens[r])]
+                    for r, pid in enumerate(ids)]
+            self._next_key = len(ids)
+            self._legacy = True
+        else:
+            rows = []
+        for pid, key, chunk, row, n in rows:
+            self._docs[_key(pid)] = [pid, int(key), chunk, int(row), int(n)]
+            self._pid[int(key)] = pid
 
-    def _rebuild(self, ids, tokens, doclens):
-        """Build the Chimera index of (tokens, doclens), then commit ids and embeddings."""
-        if len(ids) != len(set(map(_key, ids))):
-            raise ValueError("documents_ids must be unique")
-        if not ids:
-            if self._index is not None:
-                self._index.close()
-                self._index = None
-            for name in ("index", "embeddings.npy", "doclens.npy"):
-                p = self._file(name)
-                if _os.path.isdir(p):
-                    _shutil.rmtree(p)
-                elif _os.path.exists(p):
-                    _os.remove(p)
-            self._ids = []
-            self._write_ids()
+    def _save(self):
+        """Commits the table (atomically: written aside, then renamed), then removes
+        the kept embeddings no document uses any more."""
+        tmp = self._file("docs.json.tmp")
+        with open(tmp, "w") as f:
+            _json.dump({"format": 1, "next_key": self._next_key,
+                        "docs": list(self._docs.values())}, f)
+        _os.replace(tmp, self._file("docs.json"))
+        if self._legacy:
+            for name in ("ids.json", "doclens.npy"):
+                if _os.path.exists(self._file(name)):
+                    _os.remove(self._file(name))
+            self._legacy = False
+        used = {d[2] for d in self._docs.values()}
+        for name in _os.listdir(self.path):
+            if ((name.startswith("emb-") or name == "embeddings.npy") and name.endswith(".npy")
+                    and name not in used):
+                _os.remove(self._file(name))
+
+    def _write_chunk(self, name, tokens):
+        tmp = self._file(name[:-len(".npy")] + ".tmp.npy")
+        _np.save(tmp, _np.ascontiguousarray(tokens, dtype=self.store_dtype))
+        _os.replace(tmp, self._file(name))
+
+    def _embeddings(self, docs):
+        """The kept embeddings of table entries `docs`, float32, one array each."""
+        chunks = {}
+        out = []
+        for _, _, chunk, row, n in docs:
+            if chunk not in chunks:
+                chunks[chunk] = _np.load(self._file(chunk), mmap_mode="r")
+            out.append(_np.asarray(chunks[chunk][row:row + n], dtype=_np.float32))
+        return out
+
+    # -- changes -------------------------------------------------------------------------
+
+    def _sweep(self):
+        """Deletes index documents the table does not name (an interrupted add)."""
+        if self._index is None:
             return
+        orphans = _np.setdiff1d(self._index.ids(), _np.fromiter(self._pid, _np.int64))
+        if orphans.size:
+            _chimera.delete(self._index.path, orphans, missing_ok=True)
+            self._index.refresh()
+
+    def _rebuild(self):
+        """Builds the index afresh from the kept embeddings (same keys) and keeps them
+        as one file."""
+        docs = list(self._docs.values())
+        mats = self._embeddings(docs)
+        tokens = _np.concatenate(mats, axis=0)
+        keys = _np.array([d[1] for d in docs], dtype=_np.int64)
+        # the build swaps its result in atomically; the open handle keeps the old one
+        # mapped until closed, and stays usable should the build fail
+        new = _chimera.Index.build(
+            self._file("index"), tokens=tokens, doclens=[len(m) for m in mats], ids=keys,
+            bits=self.bits, threads=self.threads, seed=self.seed, n_clusters=self.n_clusters)
+        new._corpus = None           # Index.build keeps it for tune(); not needed here
+        if self._index is not None:
+            self._index.close()
+        self._index = new
+        self._repack(docs, mats)
+
+    def _repack(self, docs, mats):
+        """Keeps the embeddings of `docs` (their arrays `mats`) as one file and commits
+        the table."""
+        name = f"emb-{self._next_key}.npy"
+        self._write_chunk(name, _np.concatenate(mats, axis=0))
+        row = 0
+        for d, m in zip(docs, mats):
+            d[2], d[3] = name, row
+            row += len(m)
+        self._next_key += 1          # the file name is never used again
+        self._save()
+
+    def _clear(self):
         if self._index is not None:
             self._index.close()
             self._index = None
-        stored = _np.ascontiguousarray(tokens, dtype=self.store_dtype)
-        tmp = self._file("embeddings.tmp.npy")
-        _np.save(tmp, stored)
-        self._index = _chimera.Index.build(
-            self._file("index"), tokens=_np.ascontiguousarray(tokens, dtype=_np.float32),
-            doclens=doclens, bits=self.bits, threads=self.threads, seed=self.seed,
-            n_clusters=self.n_clusters)
-        _os.replace(tmp, self._file("embeddings.npy"))
-        _np.save(self._file("doclens.npy"), _np.asarray(doclens, dtype=_np.int64))
-        self._ids = list(ids)
-        self._write_ids()
-
-    def _write_ids(self):
-        tmp = self._file("ids.json.tmp")
-        with open(tmp, "w") as f:
-            _json.dump(self._ids, f)
-        _os.replace(tmp, self._file("ids.json"))
+        if _os.path.isdir(self._file("index")):
+            _shutil.rmtree(self._file("index"))
+        self._docs.clear()
+        self._pid.clear()
+        self._save()
 
     # -- PyLate's index interface --------------------------------------------------------
 
     def add_documents(self, documents_ids, documents_embeddings, **kwargs):
         """Add documents (ids: a list, or one id; embeddings: one (n_i, d) matrix per
-        document). On a non-empty index this rebuilds it with the old and new documents."""
+        document). The first call builds the index; later ones add to it (see the module
+        docstring for when it is rebuilt instead)."""
         if isinstance(documents_ids, (str, int)):
             documents_ids = [documents_ids]
         documents_ids = [_plain(i) for i in documents_ids]
@@ -195,31 +297,74 @@ class Chimera:
             raise ValueError(f"{len(documents_ids)} ids for {len(mats)} documents")
         if not mats:
             return self
-        new_tokens = _np.concatenate(mats, axis=0)
-        new_lens = _np.array([len(m) for m in mats], dtype=_np.int64)
-        old_tokens, old_lens = self._stored()
-        if old_tokens is not None:
-            if old_tokens.shape[1] != new_tokens.shape[1]:
-                raise ValueError(f"the index holds {old_tokens.shape[1]}-d embeddings, "
-                                 f"these are {new_tokens.shape[1]}-d")
-            new_tokens = _np.concatenate([_np.asarray(old_tokens, _np.float32),
-                                          new_tokens.astype(_np.float32)], axis=0)
-            new_lens = _np.concatenate([old_lens, new_lens])
-        self._rebuild(self._ids + documents_ids, new_tokens, new_lens)
+        keys = [_key(i) for i in documents_ids]
+        if len(set(keys)) != len(keys):
+            raise ValueError("documents_ids must be unique")
+        for i, k in zip(documents_ids, keys):
+            if k in self._docs:
+                raise ValueError(f"documents_ids must be unique: {i!r} is already in the index")
+        dims = {m.shape[1] for m in mats}
+        if len(dims) > 1:
+            raise ValueError(f"documents_embeddings: dimensions {sorted(dims)} differ")
+        if self._index is not None and self._index.dim != mats[0].shape[1]:
+            raise ValueError(f"the index holds {self._index.dim}-d embeddings, these are "
+                             f"{mats[0].shape[1]}-d")
+        tokens = _np.concatenate([_np.asarray(m, dtype=_np.float32) for m in mats], axis=0)
+        lens = _np.array([len(m) for m in mats], dtype=_np.int64)
+        first = self._next_key
+        ids = _np.arange(first, first + len(mats), dtype=_np.int64)
+        chunk = f"emb-{first}.npy"
+        self._write_chunk(chunk, tokens)
+        try:
+            if self._index is None:
+                self._index = _chimera.Index.build(
+                    self._file("index"), tokens=tokens, doclens=lens, ids=ids, bits=self.bits,
+                    threads=self.threads, seed=self.seed, n_clusters=self.n_clusters)
+                self._index._corpus = None
+            else:
+                self._sweep()
+                _chimera.add(self._index.path, tokens=tokens, doclens=lens, ids=ids)
+                self._index.refresh()
+        except BaseException:
+            _os.remove(self._file(chunk))
+            raise
+        self._next_key = first + len(mats)
+        row = 0
+        for pid, key, n in zip(documents_ids, ids.tolist(), lens.tolist()):
+            self._docs[_key(pid)] = [pid, key, chunk, row, n]
+            self._pid[key] = pid
+            row += n
+        self._save()
+        info = self._index.info
+        appended = info["appended_tokens"]
+        if info["recluster_advised"] or appended > _REBUILD_GROWTH * (info["n_tokens"] - appended):
+            self._rebuild()
         return self
 
     def remove_documents(self, documents_ids):
-        """Remove documents by id (unknown ids are ignored); rebuilds the index."""
+        """Remove documents by id (unknown ids are ignored); deletes them from the index,
+        which is compacted once a fifth of it is deleted documents."""
         drop = {_key(_plain(i)) for i in documents_ids}
-        keep = [r for r, i in enumerate(self._ids) if _key(i) not in drop]
-        if len(keep) == len(self._ids):
+        gone = [self._docs[k] for k in drop if k in self._docs]
+        if not gone:
             return self
-        tokens, lens = self._stored()
-        offs = _np.concatenate([[0], _np.cumsum(lens)])
-        parts = [_np.asarray(tokens[offs[r]:offs[r + 1]], _np.float32) for r in keep]
-        new_tokens = (_np.concatenate(parts, axis=0) if parts
-                      else _np.zeros((0, tokens.shape[1]), _np.float32))
-        self._rebuild([self._ids[r] for r in keep], new_tokens, lens[keep])
+        if len(gone) == len(self._docs):
+            self._clear()
+            return self
+        self._sweep()
+        keys = _np.array([d[1] for d in gone], dtype=_np.int64)
+        rep = _chimera.delete(self._index.path, keys, missing_ok=True)
+        for d in gone:
+            del self._docs[_key(d[0])]
+            del self._pid[d[1]]
+        self._index.refresh()
+        if rep["n_deleted"] > _COMPACT_DELETED * rep["n_docs"]:
+            _chimera.compact(self._index.path)
+            self._index.refresh()
+            docs = list(self._docs.values())
+            self._repack(docs, self._embeddings(docs))
+        else:
+            self._save()
         return self
 
     def __call__(self, queries_embeddings, k=10, subset=None):
@@ -233,26 +378,18 @@ class Chimera:
                    for q in _as_list(queries_embeddings, "queries_embeddings")]
         if not queries:
             return []
-        scores, rows = self._index.search(queries, k=int(k), recall=self.recall,
+        scores, keys = self._index.search(queries, k=int(k), recall=self.recall,
                                           params=self.params, threads=self.threads)
-        return [[{"id": self._ids[r], "score": float(s)}
-                 for s, r in zip(srow, rrow) if r >= 0]
-                for srow, rrow in zip(scores, rows)]
+        pid = self._pid
+        return [[{"id": pid[c], "score": float(s)}
+                 for s, c in zip(srow.tolist(), crow.tolist()) if c in pid]
+                for srow, crow in zip(scores, keys)]
 
     def get_documents_embeddings(self, documents_ids):
         """The kept embeddings (float32 (n_i, d) arrays) of ``documents_ids``, a list of
         lists of ids, in the same nesting. Raises KeyError on an unknown id."""
-        tokens, lens = self._stored()
-        offs = _np.concatenate([[0], _np.cumsum(lens)])
-        row = {_key(i): r for r, i in enumerate(self._ids)}
-        out = []
-        for group in documents_ids:
-            g = []
-            for i in group:
-                r = row[_key(_plain(i))]
-                g.append(_np.asarray(tokens[offs[r]:offs[r + 1]], dtype=_np.float32))
-            out.append(g)
-        return out
+        return [self._embeddings([self._docs[_key(_plain(i))] for i in group])
+                for group in documents_ids]
 
 
 def _plain(i):
