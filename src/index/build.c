@@ -42,7 +42,10 @@
 
 uint32_t ix_auto_clusters(int64_t n_tokens)
 {
-    int64_t k = (n_tokens / 100 + 32) / 64 * 64;
+    /* rounded to a multiple of 64 only from 64 up: below, rounding would leave a few
+     * thousand tokens in one cluster */
+    int64_t k = n_tokens / 100;
+    if (k >= 64) k = (k + 32) / 64 * 64;
     if (k > n_tokens / 4) k = n_tokens / 4;
     if (k < 1) k = 1;
     if (k > (1 << 24)) k = 1 << 24;

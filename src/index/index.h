@@ -53,7 +53,7 @@ typedef struct ix_build_report {
 
 /* The number of clusters the build picks for n_tokens: one per ~100 tokens (the fine
  * granularity the paper relies on: small residuals make 1-bit filtering selective),
- * rounded to a multiple of 64, at least 1 and at most n_tokens / 4. */
+ * rounded to a multiple of 64 from 64 clusters up, at least 1 and at most n_tokens / 4. */
 uint32_t ix_auto_clusters(int64_t n_tokens);
 
 chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_build_opts *opts,
