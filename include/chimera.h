@@ -482,6 +482,9 @@ typedef struct chimera_update_opts {
     uint32_t n_clusters;    /* recluster: 0 = the build's default for the live tokens */
     int n_threads;          /* recluster: 0 = all CPUs */
     uint64_t seed;          /* recluster: k-means seed */
+    chimera_cancel_fn cancel; /* optional: non-zero stops the change before its commit
+                                 (CHIMERA_ERR_CANCELLED; the index is as it was) */
+    void *cancel_user;
 } chimera_update_opts;
 
 /* Sets *opts to the defaults (every field 0). */

@@ -615,6 +615,8 @@ static void to_ix_opts(const chimera_update_opts *o, ix_update_opts *io)
     io->lock_timeout_ms = o->lock_timeout_ms;
     io->progress = o->progress;
     io->progress_user = o->progress_user;
+    io->cancel = o->cancel;
+    io->cancel_user = o->cancel_user;
 }
 
 static void to_report(const ix_update_report *r, chimera_update_report *out)

@@ -345,6 +345,13 @@ static char *snapshot(const char *dir)
     return out;
 }
 
+/* Asks to stop at its n-th poll. */
+static int stop_at(void *user)
+{
+    int *n = user;
+    return --*n <= 0;
+}
+
 static void test_bad_batches(const corpus *c, const corpus *other_dim)
 {
     chimera_error err;
@@ -363,7 +370,7 @@ static void test_bad_batches(const corpus *c, const corpus *other_dim)
         chimera_status want;
         chimera_status got;
         char msg[600];
-    } cases[8];
+    } cases[12];
     int nc = 0;
 #define CASE(w, n, st, call)                                                                   \
     do {                                                                                       \
@@ -397,6 +404,18 @@ static void test_bad_batches(const corpus *c, const corpus *other_dim)
          chimera_index_delete(dir, neg, 2, &fast, NULL, &err));
     chimera_update_opts busy = {.no_sync = 1, .lock_timeout_ms = -1};
     CASE("nothing wrong (control)", "", CHIMERA_OK, chimera_index_delete(dir, NULL, 0, &busy, NULL, &err));
+    /* cancelled at the first poll, and just before the commit (the add polls once per
+     * 4096-token block in each of two passes, then once more) */
+    int polls = 1, late = 3;
+    chimera_update_opts cancel_first = {.no_sync = 1, .cancel = stop_at, .cancel_user = &polls};
+    chimera_update_opts cancel_late = {.no_sync = 1, .cancel = stop_at, .cancel_user = &late};
+    CASE("an add cancelled at once", "cancelled", CHIMERA_ERR_CANCELLED,
+         chimera_index_add(dir, fresh, &cancel_first, NULL, &err));
+    CASE("an add cancelled before its commit", "cancelled", CHIMERA_ERR_CANCELLED,
+         chimera_index_add(dir, fresh, &cancel_late, NULL, &err));
+    polls = 3;
+    CASE("a compact cancelled", "cancelled", CHIMERA_ERR_CANCELLED,
+         chimera_index_compact(dir, &cancel_first, NULL, &err));
 #undef CASE
     for (int i = 0; i < nc; i++)
         CHECKF(cases[i].got == cases[i].want && strstr(cases[i].msg, cases[i].needle),

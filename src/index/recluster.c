@@ -118,6 +118,7 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
                                 .n_threads = ro ? ro->n_threads : 0,
                                 .seed = ro ? ro->seed : 0, .no_sync = o.no_sync,
                                 .progress = o.progress, .progress_user = o.progress_user,
+                                .cancel = o.cancel, .cancel_user = o.cancel_user,
                                 .check_generation = 1, .expect_generation = gen};
             ix_build_report br;
             s = ix_build(&c, dir, &bo, &br, err);

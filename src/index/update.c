@@ -44,6 +44,15 @@ static chimera_status nomem(chimera_error *err)
     return cm_fail(err, CHIMERA_ERR_NOMEM, "index update: out of memory");
 }
 
+/* The caller's cancel callback, polled between blocks of work (never after the commit
+ * point: a change that committed is reported as done). */
+static int cancelled(const ix_update_opts *o) { return o && o->cancel && o->cancel(o->cancel_user); }
+
+static chimera_status cancel_fail(const char *dir, chimera_error *err)
+{
+    return cm_fail(err, CHIMERA_ERR_CANCELLED, "%s: cancelled; the index is as it was", dir);
+}
+
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 /* The largest seq the meta's segment and tombstone lists use, + 1, or its next_seq if
@@ -249,7 +258,7 @@ static void new_seg_free(new_seg *g)
 /* Nearest centroid (inner product) of every token: exactly for few centroids, by the
  * centroid graph otherwise (what search probes with; its recall is the graph's). */
 static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
-                                    float *conv, chimera_error *err)
+                                    float *conv, const ix_update_opts *o, chimera_error *err)
 {
     int64_t N = d->n_tokens;
     if (ix->n_clusters <= EXACT_ASSIGN_MAX_K) {
@@ -257,6 +266,10 @@ static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, ne
         ivf_assign_opts ao = {0};
         CM_TRY(ivf_assigner_new(ix->centroids, ix->n_clusters, ix->dim, NULL, 0, NULL, &ao, &a, err));
         for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
+            if (cancelled(o)) {
+                ivf_assigner_free(a);
+                return CHIMERA_ERR_CANCELLED;
+            }
             int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
             const float *rows = data_corpus_rows(d, r0, n, conv);
             ivf_assign_exact(a, rows, n, d->dim, g->tok_cid + r0, g->sim + r0);
@@ -268,6 +281,10 @@ static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, ne
     graph_search_params gp = {0};
     CM_TRY(graph_searcher_new(&ix->g, ix->centroids, ix->dim, &gp, 1, 1, &gs, err));
     for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
+        if (cancelled(o)) {
+            graph_searcher_free(gs);
+            return CHIMERA_ERR_CANCELLED;
+        }
         int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
         const float *rows = data_corpus_rows(d, r0, n, conv);
         for (int64_t i = 0; i < n; i++)
@@ -291,7 +308,7 @@ static int cmp_u32(const void *a, const void *b)
 
 /* Codes, and the cluster-major copy by the clusters the segment uses. */
 static chimera_status encode_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
-                                    float *conv, chimera_error *err)
+                                    float *conv, const ix_update_opts *o, chimera_error *err)
 {
     const uint32_t dp = ix->dim_pad, B = ix->bits;
     const int64_t N = d->n_tokens;
@@ -343,6 +360,10 @@ static chimera_status encode_tokens(const ix_index *ix, const data_corpus *d, ne
         goto oom;
     memcpy(g->post_cid, u, (size_t)nu * sizeof *u);
     for (int64_t r0 = 0; r0 < N && s == CHIMERA_OK; r0 += ROWS_PER_BLOCK) {
+        if (cancelled(o)) {
+            s = CHIMERA_ERR_CANCELLED;
+            goto done;
+        }
         int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
         const float *rows = data_corpus_rows(d, r0, n, conv);
         quant_rotate_n(&ix->rot, (size_t)n, rows, d->dim, vrot, dp);
@@ -412,7 +433,7 @@ typedef struct relayout_out {
  * cluster. */
 static chimera_status relayout(const ix_index *ix, uint32_t s0, uint32_t s1, int drop_deleted,
                                int sparse, ix_store_writer *w, uint32_t seq, relayout_out *out,
-                               cm_progress *prog, chimera_error *err)
+                               cm_progress *prog, const ix_update_opts *o, chimera_error *err)
 {
     const int64_t d0 = ix->segs[s0].doc_base;
     const int64_t nd = (s1 < ix->n_segs ? ix->segs[s1].doc_base : ix->n_docs) - d0;
@@ -486,6 +507,10 @@ static chimera_status relayout(const ix_index *ix, uint32_t s0, uint32_t s1, int
     }
     const int cm_secs[4] = {IX_SEC_post_tok, IX_SEC_post_doc, IX_SEC_c1_codes, IX_SEC_c1_fact};
     for (int k = 0; k < 4 && s == CHIMERA_OK; k++) {
+        if (cancelled(o)) {
+            s = CHIMERA_ERR_CANCELLED;
+            goto done;
+        }
         int id = cm_secs[k];
         uint64_t width = id == IX_SEC_c1_codes ? c1 : id == IX_SEC_c1_fact ? 3 : 0;
         s = begin(w, seq, id, width ? 2 : 1, (uint64_t)toks, width, err);
@@ -523,6 +548,10 @@ static chimera_status relayout(const ix_index *ix, uint32_t s0, uint32_t s1, int
     const int dm_secs[5] = {IX_SEC_d1_codes, IX_SEC_d1_fact, IX_SEC_tok_cid, IX_SEC_dB_codes,
                             IX_SEC_dB_fact};
     for (int k = 0; k < 5 && s == CHIMERA_OK; k++) {
+        if (cancelled(o)) {
+            s = CHIMERA_ERR_CANCELLED;
+            goto done;
+        }
         int id = dm_secs[k];
         size_t row = id == IX_SEC_d1_codes ? c1 : id == IX_SEC_d1_fact ? sizeof(quant_f1)
                    : id == IX_SEC_tok_cid ? 4 : id == IX_SEC_dB_codes ? cB : sizeof(quant_fB);
@@ -564,7 +593,7 @@ static chimera_status merge_appended(change *c, chimera_error *err)
 {
     uint32_t seq = c->next_seq++;
     relayout_out ro;
-    CM_TRY(relayout(&c->ix, 1, c->ix.n_segs, 0, 1, c->w, seq, &ro, NULL, err));
+    CM_TRY(relayout(&c->ix, 1, c->ix.n_segs, 0, 1, c->w, seq, &ro, NULL, NULL, err));
     for (uint32_t i = 1; i < c->ix.n_segs; i++) CM_TRY(drop_segment(c, &c->ix.segs[i], err));
     cJSON *arr = meta_segments(c);
     while (cJSON_GetArraySize(arr) > 1) cJSON_DeleteItemFromArray(arr, 1);
@@ -713,9 +742,9 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     memcpy(g.doc_ids, docs->ids, (size_t)g.n_docs * sizeof *g.doc_ids);
     if ((s = ix_id_order_compute(g.doc_ids, g.n_docs, g.id_order, err)) != CHIMERA_OK) goto done;
     double ta = cm_now();
-    if ((s = assign_tokens(ix, docs, &g, conv, err)) != CHIMERA_OK) goto done;
+    if ((s = assign_tokens(ix, docs, &g, conv, &c.o, err)) != CHIMERA_OK) goto cancel_or_done;
     double tb = cm_now();
-    if ((s = encode_tokens(ix, docs, &g, conv, err)) != CHIMERA_OK) goto done;
+    if ((s = encode_tokens(ix, docs, &g, conv, &c.o, err)) != CHIMERA_OK) goto cancel_or_done;
     double tc = cm_now();
     rep->assign_seconds = tb - ta;
     rep->encode_seconds = tc - tb;
@@ -756,12 +785,19 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     meta_set(c.meta, "n_deleted", (double)del_after);
     rep->write_seconds = cm_now() - tc;
     double tw = cm_now();
+    if (cancelled(&c.o)) {
+        s = CHIMERA_ERR_CANCELLED;
+        goto cancel_or_done;
+    }
     if ((s = change_commit(&c, rep, err)) != CHIMERA_OK) goto done;
     rep->write_seconds += cm_now() - tw;
     rep->docs_added = g.n_docs;
     rep->tokens_added = g.n_tokens;
     rep->docs_deleted = n_tomb;
     fill_report(rep, &c, docs_after, del_after, segs_after, t0);
+    goto done;
+cancel_or_done:
+    if (s == CHIMERA_ERR_CANCELLED) cancel_fail(dir, err);
     goto done;
 oom:
     s = nomem(err);
@@ -869,8 +905,12 @@ chimera_status ix_compact(const char *dir, const ix_update_opts *opts, ix_update
     cm_progress prog;
     cm_progress_begin(&prog, c.o.progress, c.o.progress_user, "compact", 9);
     relayout_out ro;
-    s = relayout(ix, 0, ix->n_segs, 1, 0, w, 0, &ro, &prog, err);
+    s = relayout(ix, 0, ix->n_segs, 1, 0, w, 0, &ro, &prog, &c.o, err);
     cm_progress_end(&prog);
+    if (s == CHIMERA_ERR_CANCELLED || (s == CHIMERA_OK && cancelled(&c.o))) {
+        s = cancel_fail(dir, err);
+        goto done;
+    }
     if (s != CHIMERA_OK) goto done;
     uint8_t *zeros = cm_calloc((size_t)(ro.n_docs + 8) / 8, 1);
     if (!zeros) goto oom;

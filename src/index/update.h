@@ -52,6 +52,8 @@ typedef struct ix_update_opts {
     int lock_timeout_ms;  /* as ix_store_write_opts */
     chimera_progress_fn progress;
     void *progress_user;
+    chimera_cancel_fn cancel; /* polled between blocks of work; non-zero: CANCELLED */
+    void *cancel_user;
 } ix_update_opts;
 
 typedef struct ix_update_report {
