@@ -34,9 +34,9 @@
  *     temporary directory and leaves the old index as it was) and the handler's
  *     exception is raised in its place. The cancel callback is always installed, with or
  *     without progress, and costs an atomic load per progress point. The changes (add,
- *     delete, update, compact) run the same way but cannot be cancelled (their options
- *     have no cancel callback): Ctrl-C is raised when the change has ended, committed
- *     or not, as it would have been without the signal.
+ *     delete, update, compact) run the same way: Ctrl-C cancels one before its commit
+ *     (the index is then as it was); a change past its commit point completes, and the
+ *     KeyboardInterrupt is raised after it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -617,10 +617,10 @@ static PyObject *py_runtime_info(PyObject *self, PyObject *args)
  * commit under the index's writer lock, and handles see it after Index.refresh. The
  * call runs on run_interruptible's helper thread, so a progress callable never runs on
  * the main thread (where a KeyboardInterrupt raised inside it would be swallowed as
- * unraisable) and the GIL is released meanwhile. chimera_update_opts has no cancel
- * callback, so Ctrl-C cannot stop a change: the handler's KeyboardInterrupt is raised
- * when the call returns, the change then committed or failed as it would have anyway
- * (it is atomic either way). */
+ * unraisable) and the GIL is released meanwhile. Ctrl-C reaches the change through its
+ * cancel callback: before the commit it ends with CHIMERA_ERR_CANCELLED and nothing
+ * changed; a change already committing completes. Either way the handler's
+ * KeyboardInterrupt is what the call raises. */
 
 enum { CHANGE_ADD, CHANGE_UPDATE, CHANGE_DELETE, CHANGE_COMPACT };
 
@@ -673,6 +673,10 @@ static PyObject *run_change(change_call *c)
     c->rep = &rep;
     c->err = &err;
     interruptible it = {.run = change_run, .ctx = c};
+    chimera_update_opts uo = *c->uo;
+    uo.cancel = cancel_cb;
+    uo.cancel_user = &it;
+    c->uo = &uo;
     chimera_status st = run_interruptible(&it);
     if (PyErr_Occurred())
         return NULL; /* a signal handler raised (KeyboardInterrupt): that is the error */

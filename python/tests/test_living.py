@@ -316,9 +316,11 @@ def test_refresh_while_searching(living):
 
 
 def test_ctrl_c_during_a_change(living):
-    """A change cannot be cancelled: Ctrl-C during a compact (sent from its progress
-    callback, on the library's thread) raises KeyboardInterrupt once the compact has
-    ended, and the index is the compacted one, whole."""
+    """Ctrl-C during a compact (sent from its progress callback, on the library's thread)
+    raises KeyboardInterrupt promptly, and the index is whole: either as it was (the
+    cancel reached the compact before its commit) or compacted (it was committing; the
+    Ctrl-C is checked every 50 ms, and a small compact may finish first). That a cancel
+    leaves the files untouched is test_update.c's."""
     path, _, docs = living
     chimera.delete(path, list(range(0, 300, 3)), no_sync=True)
     gen = chimera.Index.open(path).generation
@@ -335,7 +337,7 @@ def test_ctrl_c_during_a_change(living):
         time.sleep(5)   # the interrupt was lost: fail below on the time, not hang
     assert fired and time.monotonic() - t0 < 3
     with chimera.Index.open(path) as index:
-        assert index.generation == gen + 1 and index.info["n_deleted"] == 0
+        assert (index.generation, index.info["n_deleted"]) in ((gen, 100), (gen + 1, 0))
         assert len(index) == 200
         index.check()
         assert _top1(index, docs[1])[0] == 1
