@@ -30,15 +30,16 @@ static int add_or_update(const char *cmd, int replace, int argc, char **argv)
         {"--tokens", OPT_STR, &tokens, "token matrix .npy [n_tokens, dim] (float32/16)", 1, 0},
         {"--doclens", OPT_STR, &doclens, "document lengths .npy [n_docs] (int32/64)", 1, 0},
         {"--ids", OPT_STR, &ids, "document ids (.npy int64 or text, one per line)", 1, 0},
-        {"--missing-ok", OPT_FLAG, &missing_ok,
-         replace ? "add documents whose id is not in the index instead of failing" : "(ignored)",
-         0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
+        /* update only (the last entry, left out of add's list) */
+        {"--missing-ok", OPT_FLAG, &missing_ok,
+         "add documents whose id is not in the index instead of failing", 0, 0},
     };
+    int n_opts = (int)(sizeof opts / sizeof opts[0]) - (replace ? 0 : 1);
     char synopsis[96];
     snprintf(synopsis, sizeof synopsis, "IDX --tokens T.npy --doclens L.npy --ids I.npy%s",
              replace ? " [--missing-ok]" : "");
-    int r = cli_parse(cmd, synopsis, argc, argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
+    int r = cli_parse(cmd, synopsis, argc, argv, 2, opts, n_opts, pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
     if (np != 1) {
         fprintf(stderr, "usage: chimera %s %s\n", cmd, synopsis);
