@@ -693,11 +693,30 @@ typedef struct chimera_search_params {
  * the defaults; after setting some fields, the rest. (k == 0 counts as 10.) */
 CHIMERA_API void chimera_search_params_default(uint32_t k, chimera_search_params *p);
 
+/* A search filter: the user ids a search may return, or, with exclude, those it must
+ * not. Immutable after creation; one filter may serve any number of searches and
+ * indexes at once (it is resolved against each index, and each generation, when used:
+ * ids the index does not hold are simply not matched). */
+typedef struct chimera_filter chimera_filter;
+
+/* Makes a filter of ids[0..n) (copied; duplicates allowed). exclude = 0: only these ids
+ * may be returned; exclude = 1: every document but these.
+ * @return CHIMERA_OK, _INVALID_ARG (a negative id, n < 0), _NOMEM. */
+CHIMERA_API chimera_status chimera_filter_new(const int64_t *ids, int64_t n, int exclude,
+                                              chimera_filter **out, chimera_error *err);
+CHIMERA_API void chimera_filter_free(chimera_filter *filter);
+
 typedef struct chimera_search_opts {
     int n_threads;        /* 0: one per CPU */
     int latency_mode;     /* 1: one query at a time with all threads; 0: queries spread
                              over the threads (throughput) */
     chimera_backend backend; /* where to run (default: AUTO) */
+    /* Since 0.3.0. Filters act inside the pipeline (disallowed documents never take a
+     * candidate's place), and a selective one switches to scoring its allowed documents
+     * directly, so a search returns min(k, allowed) results at any selectivity. */
+    const chimera_filter *filter;                /* for every query (NULL: none) */
+    const chimera_filter *const *query_filters;  /* [n_queries], query i's filter (NULL
+                                                    entries: none); overrides filter */
 } chimera_search_opts;
 
 /* Sets *opts to the defaults (every field 0). */

@@ -19,6 +19,7 @@
 #include "index/index.h"
 #include "index/profile.h"
 #include "index/update.h"
+#include "search/filter.h"
 #include "search/eval.h"
 #include "core/progress.h"
 #include "search/exact.h"
@@ -37,6 +38,12 @@ struct chimera_queries {
 
 struct chimera_run {
     data_trec_run r;
+};
+
+struct chimera_filter {
+    int64_t *ids;
+    int64_t n;
+    int exclude;
 };
 
 /* One generation of an index as a handle sees it: the mapped index and the search
@@ -725,6 +732,91 @@ chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info
 
 /* ---- search ------------------------------------------------------------------------ */
 
+chimera_status chimera_filter_new(const int64_t *ids, int64_t n, int exclude,
+                                  chimera_filter **out, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "filter_new: out is NULL");
+    *out = NULL;
+    if (n < 0 || (n > 0 && !ids))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "filter_new: %lld ids", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "filter_new: id %lld (entry %lld) is negative; ids are >= 0",
+                           (long long)ids[i], (long long)i);
+    chimera_filter *f = cm_calloc(1, sizeof *f);
+    if (f) f->ids = cm_malloc((size_t)(n ? n : 1) * sizeof *f->ids);
+    if (!f || !f->ids) {
+        if (f) cm_free(f->ids);
+        cm_free(f);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "filter_new: out of memory");
+    }
+    if (n) memcpy(f->ids, ids, (size_t)n * sizeof *ids);
+    f->n = n;
+    f->exclude = exclude != 0;
+    *out = f;
+    return CHIMERA_OK;
+}
+
+void chimera_filter_free(chimera_filter *f)
+{
+    if (!f) return;
+    cm_free(f->ids);
+    cm_free(f);
+}
+
+/* The filters of one call resolved against the view it searches: each distinct filter
+ * once. per_query[i]: query i's resolved filter, or NULL. */
+typedef struct call_filters {
+    const chimera_filter **keys;
+    sp_filter *resolved;
+    int n;
+    const sp_filter **per_query;
+} call_filters;
+
+static void call_filters_free(call_filters *cf)
+{
+    for (int i = 0; i < cf->n; i++) sp_filter_free(&cf->resolved[i]);
+    cm_free(cf->keys);
+    cm_free(cf->resolved);
+    cm_free(cf->per_query);
+    memset(cf, 0, sizeof *cf);
+}
+
+static chimera_status call_filters_resolve(const ix_index *ix, const chimera_search_opts *o,
+                                           int64_t nq, call_filters *cf, chimera_error *err)
+{
+    memset(cf, 0, sizeof *cf);
+    if (!o || (!o->filter && !o->query_filters)) return CHIMERA_OK;
+    cf->keys = cm_calloc((size_t)nq + 1, sizeof *cf->keys);
+    cf->resolved = cm_calloc((size_t)nq + 1, sizeof *cf->resolved);
+    cf->per_query = cm_calloc((size_t)nq + 1, sizeof *cf->per_query);
+    if (!cf->keys || !cf->resolved || !cf->per_query) {
+        call_filters_free(cf);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory for filters");
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        const chimera_filter *f = o->query_filters ? o->query_filters[i] : o->filter;
+        if (!f) continue;
+        int at = -1;
+        for (int j = 0; j < cf->n && at < 0; j++)
+            if (cf->keys[j] == f) at = j;
+        if (at < 0) {
+            chimera_status s = sp_filter_resolve(ix, f->ids, f->n, f->exclude,
+                                                 &cf->resolved[cf->n], err);
+            if (s != CHIMERA_OK) {
+                call_filters_free(cf);
+                return s;
+            }
+            cf->keys[cf->n] = f;
+            at = cf->n++;
+        }
+        cf->per_query[i] = &cf->resolved[at];
+    }
+    return CHIMERA_OK;
+}
+
 void chimera_search_params_default(uint32_t k, chimera_search_params *p)
 {
     if (!p) return;
@@ -786,7 +878,7 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
     sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
-                   (be_probe_mode)cp.probe};
+                   (be_probe_mode)cp.probe, NULL};
     uint32_t max_m = 0;
     for (int64_t i = 0; i < q->n; i++)
         if ((uint32_t)(q->off[i + 1] - q->off[i]) > max_m) max_m = (uint32_t)(q->off[i + 1] - q->off[i]);
@@ -801,7 +893,12 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: backend %d, expected 0..2",
                        (int)o.backend);
     sp_run_opts ro = {bname, o.n_threads > 0 ? o.n_threads : cm_cpu_count(), o.latency_mode};
-    return sp_sessions_search(v->sessions, q, &p, max_m, &ro, ids, scores, profile, err);
+    call_filters cf;
+    CM_TRY(call_filters_resolve(&v->ix, &o, q->n, &cf, err));
+    chimera_status s = sp_sessions_search(v->sessions, q, &p, cf.per_query, max_m, &ro, ids,
+                                          scores, profile, err);
+    call_filters_free(&cf);
+    return s;
 }
 
 /* ---- tuning and profiles ----------------------------------------------------------- */

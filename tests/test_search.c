@@ -820,7 +820,7 @@ static void test_probe_unfilled(const bench *b)
     CHECKF(padded, "probe over -inf scores: cid %u score %g (want padding)", cids[0], qc[0]);
     uint32_t docs[16], n_out = 99;
     float partial[16];
-    CHECK_OK(be.iface->refine(be.ctx, 0, 16, BE_IMPUTE_ZERO, docs, partial, &n_out, NULL, &err),
+    CHECK_OK(be.iface->refine(be.ctx, 0, 16, BE_IMPUTE_ZERO, NULL, docs, partial, &n_out, NULL, &err),
              &err);
     CHECKF(n_out == 0, "refine after an empty probe found %u documents", n_out);
     backend_free(&be);

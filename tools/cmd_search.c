@@ -28,7 +28,7 @@ int cmd_search(int argc, char **argv)
     uint32_t k = 10, threads = 0;
     chimera_search_params sp = {0};
     int profile = 0, latency = 0, verify = 0;
-    const char *impute_s = "probe", *probe_s = "auto";
+    const char *impute_s = "probe", *probe_s = "auto", *subset = NULL, *exclude = NULL;
     int64_t batch = 0;
     double want_recall = 0;
     cli_opt opts[] = {
@@ -49,6 +49,8 @@ int cmd_search(int argc, char **argv)
         {"--profile", OPT_FLAG, &profile, "print per-stage times, candidates and bytes", 0, 0},
         {"--recall", OPT_F64, &want_recall, "use the tuned profile for this target recall", 0, 0},
         {"--verify", OPT_FLAG, &verify, "verify every section checksum before searching", 0, 0},
+        {"--subset", OPT_STR, &subset, "return only these document ids (.npy int64 or text)", 0, 0},
+        {"--exclude", OPT_STR, &exclude, "never return these document ids (.npy int64 or text)", 0, 0},
     };
     const char *pos[1];
     int np = 0;
@@ -73,13 +75,30 @@ int cmd_search(int argc, char **argv)
         fprintf(stderr, "chimera search: -k must be at least 1\n");
         return 2;
     }
+    if (subset && exclude) {
+        fprintf(stderr, "chimera search: --subset and --exclude are alternatives\n");
+        return 2;
+    }
     chimera_error err;
     chimera_index *ix = NULL;
     chimera_queries *q = NULL;
+    chimera_filter *filter = NULL;
+    if (subset || exclude) {
+        int64_t *fids = NULL, nf = 0;
+        if (chimera_ids_read(subset ? subset : exclude, &fids, &nf, &err) != CHIMERA_OK)
+            return cli_fail("search", &err);
+        chimera_status fs = chimera_filter_new(fids, nf, exclude != NULL, &filter, &err);
+        chimera_ids_free(fids);
+        if (fs != CHIMERA_OK) return cli_fail("search", &err);
+    }
     chimera_open_opts oo = {.verify = verify};
-    if (chimera_index_open(pos[0], &oo, &ix, &err) != CHIMERA_OK) return cli_fail("search", &err);
+    if (chimera_index_open(pos[0], &oo, &ix, &err) != CHIMERA_OK) {
+        chimera_filter_free(filter);
+        return cli_fail("search", &err);
+    }
     if (chimera_queries_read(queries, qlens, &q, &err) != CHIMERA_OK) {
         chimera_index_close(ix);
+        chimera_filter_free(filter);
         return cli_fail("search", &err);
     }
     int64_t nq = chimera_queries_count(q);
@@ -92,7 +111,8 @@ int cmd_search(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = be};
+    chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = be,
+                              .filter = filter};
     chimera_search_profile prof = {0};
     if (want_recall > 0) {
         chimera_search_params tuned;
@@ -203,5 +223,6 @@ done:
     free(lat);
     chimera_queries_free(q);
     chimera_index_close(ix);
+    chimera_filter_free(filter);
     return rc;
 }

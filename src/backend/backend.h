@@ -145,10 +145,13 @@ struct cm_backend_i {
                             uint32_t *cids, float *qc, chimera_error *err);
     /* Uses the probes of the last probe call. docs/partial: [k_refine], best first
      * (ties: smaller document), *n_out filled (fewer when fewer documents were seen).
-     * Deleted documents never appear. */
+     * Deleted documents never appear, nor, when `allow` (a bitmap over the n_docs
+     * documents, host memory, valid during the call) is given, those whose bit is
+     * clear: a search filter applied inside refinement, so disallowed documents never
+     * take a place among the k_refine. */
     chimera_status (*refine)(void *ctx, int worker, uint32_t k_refine, be_impute impute,
-                             uint32_t *docs, float *partial, uint32_t *n_out,
-                             be_refine_stats *stats, chimera_error *err);
+                             const uint8_t *allow, uint32_t *docs, float *partial,
+                             uint32_t *n_out, be_refine_stats *stats, chimera_error *err);
     /* scores[i] = 1-bit Chamfer estimate of docs[i] over all its tokens. */
     chimera_status (*score1)(void *ctx, int worker, const uint32_t *docs, uint32_t n,
                              float *scores, chimera_error *err);

@@ -39,6 +39,8 @@ typedef struct sp_worker {
     /* device side */
     uint32_t *cand;
     float *partial, *s1;
+    float *dh_s;        /* [max k_refine + 1] the direct path's running top by 1-bit score */
+    int64_t *dh_i;
     /* host side */
     quant_qset qs;
     float *cs_local;     /* [max_doc_len x max_m] centroid scores when S is not on the host */
@@ -254,6 +256,8 @@ void sp_engine_free(sp_engine *e)
             }
             quant_qset_free(&w->qs);
             cm_free(w->cand);
+            cm_free(w->dh_s);
+            cm_free(w->dh_i);
             cm_free(w->partial);
             cm_free(w->s1);
             cm_free(w->cs_local);
@@ -310,6 +314,8 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         if (s != CHIMERA_OK) goto fail;
         uint32_t kr = max->k_refine, kf = max->k_fullbit, k = max->k;
         w->cand = cm_malloc((size_t)kr * sizeof *w->cand);
+        w->dh_s = cm_malloc((size_t)(kr + 1) * sizeof *w->dh_s);
+        w->dh_i = cm_malloc((size_t)(kr + 1) * sizeof *w->dh_i);
         w->partial = cm_malloc((size_t)kr * sizeof *w->partial);
         w->s1 = cm_malloc((size_t)kr * sizeof *w->s1);
         /* [longest document x max_m] centroid scores: 4 TiB at the 2^32 - 1 tokens an
@@ -323,7 +329,7 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         w->sel_i = cm_malloc((size_t)(kf + 1) * sizeof(int64_t));
         w->fin_s = cm_malloc((size_t)(k + 1) * sizeof(float));
         w->fin_i = cm_malloc((size_t)(k + 1) * sizeof(int64_t));
-        if (!w->cand || !w->partial || !w->s1 || !w->cs_local || !w->cid_local || !w->scored ||
+        if (!w->cand || !w->dh_s || !w->dh_i || !w->partial || !w->s1 || !w->cs_local || !w->cid_local || !w->scored ||
             !w->sel_s || !w->sel_i || !w->fin_s || !w->fin_i)
             goto nomem;
         pthread_mutex_init(&w->mu, NULL);
@@ -363,6 +369,39 @@ chimera_status sp_prefetch(sp_engine *e, int worker, const float *const *qs, con
     return CHIMERA_OK;
 }
 
+/* The direct path (see sp_search in pipeline.h): every allowed document scored by its
+ * full 1-bit Chamfer estimate, batch by batch (a backend scores at most max k_refine
+ * documents per call), keeping the best k_refine as refinement's result would be. */
+static chimera_status direct_candidates(sp_engine *e, int worker, const sp_params *p,
+                                        uint32_t *n_cand, chimera_error *err)
+{
+    const struct cm_backend_i *be = e->be.iface;
+    sp_worker *w = &e->w[worker];
+    const sp_filter *f = p->filter;
+    cm_topk h;
+    cm_topk_init(&h, p->k_refine, w->dh_s, w->dh_i);
+    uint32_t B = e->max.k_refine;
+    for (int64_t i0 = 0; i0 < f->n; i0 += B) {
+        uint32_t nb = f->n - i0 < B ? (uint32_t)(f->n - i0) : B;
+        CM_TRY(be->score1(e->be.ctx, worker, f->docs + i0, nb, w->s1, err));
+        for (uint32_t i = 0; i < nb; i++) {
+            if (isnan(w->s1[i]) || w->s1[i] == INFINITY)
+                return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                               "search: document row %u got a %g 1-bit score: section 'd1_fact' "
+                               "holds non-finite or implausible factors (run chimera check)",
+                               f->docs[i0 + i], (double)w->s1[i]);
+            cm_topk_push(&h, w->s1[i], f->docs[i0 + i]);
+        }
+    }
+    cm_topk_sort(&h);
+    for (uint32_t i = 0; i < h.n; i++) {
+        w->cand[i] = (uint32_t)h.id[i];
+        w->partial[i] = h.score[i];
+    }
+    *n_cand = h.n;
+    return CHIMERA_OK;
+}
+
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err)
@@ -376,11 +415,23 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
     double t0 = cm_now();
     CM_TRY(be->query_begin(ctx, worker, q, m, err));
-    CM_TRY(be->probe(ctx, worker, p->n_probe, p->probe, NULL, NULL, err));
+    const sp_filter *f = p->filter;
+    int direct = f && (f->n <= (int64_t)SP_DIRECT_REFINES * p->k_refine ||
+                       f->n * 100 <= e->ix->n_docs);
     double t1 = cm_now();
     uint32_t n_cand = 0;
     be_refine_stats rs = {0};
-    CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, w->cand, w->partial, &n_cand, &rs, err));
+    if (!direct) {
+        CM_TRY(be->probe(ctx, worker, p->n_probe, p->probe, NULL, NULL, err));
+        t1 = cm_now();
+        CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, f ? f->allow : NULL, w->cand,
+                          w->partial, &n_cand, &rs, err));
+        /* a filter that let through fewer than k of the probed documents, while more are
+         * allowed: score them all instead */
+        if (f && (int64_t)n_cand < f->n && n_cand < p->k) direct = 1;
+    }
+    if (f && f->n == 0) n_cand = 0;
+    else if (direct) CM_TRY(direct_candidates(e, worker, p, &n_cand, err));
     double t2 = cm_now();
     /* -inf is a possible floor (a probe that found fewer clusters); NaN and +inf are not */
     for (uint32_t c = 0; c < n_cand; c++)

@@ -19,10 +19,19 @@
 #include "chimera.h"
 #include "index/index.h"
 
+/* A search filter resolved against one opened index (search/filter.h): the documents a
+ * query may return. */
+typedef struct sp_filter {
+    uint8_t *allow;  /* [ceil(n_docs / 8)]: bit set = may be returned (deleted ones clear) */
+    uint32_t *docs;  /* the allowed documents, increasing */
+    int64_t n;       /* how many */
+} sp_filter;
+
 typedef struct sp_params {
     uint32_t k, n_probe, k_refine, k_fullbit, chunks;
     be_impute impute;
     be_probe_mode probe;
+    const sp_filter *filter; /* NULL: every document */
 } sp_params;
 
 /* Per-query measurements (summed over queries by the caller). */
@@ -33,6 +42,9 @@ typedef struct sp_stats {
 } sp_stats;
 
 typedef struct sp_engine sp_engine;
+
+/* The direct path's threshold, in units of k_refine (see sp_search). */
+#define SP_DIRECT_REFINES 4
 
 /* An engine over an opened index with `n_workers` concurrent queries, each device call
  * allowed `n_threads` threads (latency mode: 1 worker, n threads), and scratch sized for
@@ -51,7 +63,16 @@ chimera_status sp_engine_refresh(sp_engine *e, const ix_index *ix, chimera_error
 const char *sp_engine_backend(const sp_engine *e);
 
 /* Searches one query (m x dim tokens) on `worker`: ids (user ids) and scores [p->k], best
- * first, padded with -1 / -inf. */
+ * first, padded with -1 / -inf.
+ *
+ * With p->filter, only allowed documents are returned, and the filter acts inside the
+ * pipeline, never on a finished top-k: refinement skips disallowed documents, so they
+ * take none of the k_refine places. When the allowed set is small (at most
+ * SP_DIRECT_REFINES x k_refine documents, or a hundredth of the index), probing cannot
+ * be relied on to reach enough of them, so refinement is replaced by the full 1-bit
+ * score of every allowed document (the "direct" path: it costs what scoring that many
+ * documents costs, and misses none); the same happens when a filtered refinement found
+ * fewer than k documents while more are allowed. Either way min(k, allowed) results. */
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err);

@@ -190,6 +190,7 @@ typedef struct search_job {
     sp_engine *engine;
     const data_queries *q;
     const sp_params *p;
+    const sp_filter *const *filters; /* per query, or NULL */
     int64_t *ids;
     float *scores;
     double *latency;
@@ -216,7 +217,9 @@ static void search_task(void *ctx, int64_t t, int w)
         j->status[w] = sp_prefetch(j->engine, w, qs, ms, nb, &taken, &j->stats[w], &j->errs[w]);
         if (taken == 0) taken = 1;
         for (uint32_t b = 0; b < taken && j->status[w] == CHIMERA_OK; b++, i++) {
-            j->status[w] = sp_search(j->engine, w, qs[b], ms[b], j->p, j->ids + i * j->p->k,
+            sp_params pq = *j->p;
+            if (j->filters) pq.filter = j->filters[i];
+            j->status[w] = sp_search(j->engine, w, qs[b], ms[b], &pq, j->ids + i * j->p->k,
                                      j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
             /* the first query of a batch waited for the whole batch's shared work */
             if (j->latency) j->latency[i] = cm_now() - t0;
@@ -250,9 +253,9 @@ static void profile_reduce(chimera_search_profile *profile, const sp_stats *stat
 }
 
 chimera_status sp_sessions_search(sp_sessions *s, const data_queries *q, const sp_params *p,
-                                  uint32_t max_m, const sp_run_opts *o, int64_t *ids,
-                                  float *scores, chimera_search_profile *profile,
-                                  chimera_error *err)
+                                  const sp_filter *const *filters, uint32_t max_m,
+                                  const sp_run_opts *o, int64_t *ids, float *scores,
+                                  chimera_search_profile *profile, chimera_error *err)
 {
     int workers = o->latency_mode ? 1 : o->n_threads;
     if (workers > q->n) workers = (int)q->n;
@@ -272,8 +275,8 @@ chimera_status sp_sessions_search(sp_sessions *s, const data_queries *q, const s
     int64_t block = o->latency_mode ? 1 : q->n / (4 * (int64_t)workers);
     if (block > SEARCH_BLOCK) block = SEARCH_BLOCK;
     if (block < 1) block = 1;
-    search_job j = {ss->engine, q,      p,    ids, scores, profile ? profile->latency : NULL,
-                    stats,      status, errs, block};
+    search_job j = {ss->engine, q,     p,      filters, ids, scores,
+                    profile ? profile->latency : NULL, stats, status, errs, block};
     double t0 = cm_now();
     cm_pool_run(ss->pool, (q->n + block - 1) / block, search_task, &j);
     double el = cm_now() - t0;

@@ -54,13 +54,15 @@ void sp_sessions_free(sp_sessions *s);
 
 /* Searches every query of q with p (validated by the caller; max_m: the longest query)
  * on a session of the pool: ids and scores [q->n x p->k] as sp_search gives them.
+ * filters (may be NULL): query i's filter, filters[i] (NULL: none), in place of
+ * p->filter.
  * profile (may be NULL) receives the sums of the per-query measurements, the wall
  * time and the backend; its latency array, when set, one entry per query.
  * Safe to call from any number of threads at once on one pool.
  * @return CHIMERA_OK or the first error of a query (its message in err), _NOMEM. */
 chimera_status sp_sessions_search(sp_sessions *s, const data_queries *q, const sp_params *p,
-                                  uint32_t max_m, const sp_run_opts *o, int64_t *ids,
-                                  float *scores, chimera_search_profile *profile,
-                                  chimera_error *err);
+                                  const sp_filter *const *filters, uint32_t max_m,
+                                  const sp_run_opts *o, int64_t *ids, float *scores,
+                                  chimera_search_profile *profile, chimera_error *err);
 
 #endif

@@ -378,8 +378,8 @@ static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_sl
 }
 
 static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_impute impute,
-                                 uint32_t *docs, float *partial, uint32_t *n_out,
-                                 be_refine_stats *stats, chimera_error *err)
+                                 const uint8_t *allow, uint32_t *docs, float *partial,
+                                 uint32_t *n_out, be_refine_stats *stats, chimera_error *err)
 {
     cpu_ctx *c = vctx;
     cpu_worker *w = &c->w[worker];
@@ -435,6 +435,7 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
     for (uint32_t s = 0; s < n_slots; s++) {
         uint32_t d = w->slot_doc[s];
         if ((r->deleted[d >> 3] >> (d & 7)) & 1) continue;
+        if (allow && !((allow[d >> 3] >> (d & 7)) & 1)) continue;
         const float *row = w->M + (size_t)s * m;
         float sum = 0.0f;
         /* The floor stands for what the document's unprobed tokens score, so a probed

@@ -172,6 +172,7 @@ static void cu_release(void *vctx)
             dfree(w->d_probe_qc);
             dfree(w->d_M);
             dfree(w->d_flag);
+            dfree(w->d_allow);
             dfree(w->d_touched);
             dfree(w->d_cand);
             dfree(w->d_minkey);
@@ -754,12 +755,27 @@ static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, be_prob
 }
 
 static chimera_status cu_refine(void *vctx, int worker, uint32_t k_refine, be_impute impute,
-                                uint32_t *docs, float *partial, uint32_t *n_out,
-                                be_refine_stats *stats, chimera_error *err)
+                                const uint8_t *allow, uint32_t *docs, float *partial,
+                                uint32_t *n_out, be_refine_stats *stats, chimera_error *err)
 {
     cu_ctx *c = (cu_ctx *)vctx;
     cu_worker *w = NULL;
     CM_TRY(get_worker(c, worker, &w, err));
+    // A filter's bitmap goes up with the query (ceil(D/8) bytes), into a per-worker buffer
+    // grown on demand, so unfiltered searches never pay for it.
+    w->allow_on = allow != NULL;
+    if (allow) {
+        size_t nb = ((size_t)c->r.n_docs + 7) / 8;
+        if (w->allow_cap < nb) {
+            dfree(w->d_allow);
+            w->d_allow = nullptr;
+            w->allow_cap = 0;
+            CUDA_CHECK(cudaMalloc((void **)&w->d_allow, nb));
+            w->allow_cap = nb;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(w->d_allow, allow, nb, cudaMemcpyHostToDevice, w->stream));
+        w->bytes_up += nb;
+    }
     if (k_refine == 0 || k_refine > c->cfg.max_refine)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: k_refine %u (max %u)",
                        k_refine, c->cfg.max_refine);

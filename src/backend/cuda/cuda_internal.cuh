@@ -133,6 +133,9 @@ struct cu_worker {
     // grows it when segments add documents).
     size_t doc_cap;
     int32_t *d_M;                 // [doc_cap x max_m] order-preserving keys, CU_KEY_EMPTY_MAX between queries
+    uint8_t *d_allow;             // [allow_cap] the current query's filter bitmap
+    size_t allow_cap;             // bytes of d_allow (grown on demand)
+    int allow_on;                 // 1: refine applies d_allow
     uint32_t *d_flag;             // [doc_cap] 1 while a document is in the touched list
     int table_dirty;              // a refinement failed between its two kernels: d_M and
                                   // d_flag must be reset before the next one

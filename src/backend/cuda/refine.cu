@@ -187,6 +187,7 @@ struct sum_args {
     int32_t *M;
     uint32_t *flag;
     const uint8_t *deleted;
+    const uint8_t *allow; /* the search filter's bitmap, or NULL */
     const int32_t *minkey;
     const float *probe_qc;
     uint32_t m, np;
@@ -221,6 +222,7 @@ __global__ void __launch_bounds__(CU_THREADS) refine_sum_kernel(sum_args a)
         }
         a.flag[d] = 0u;
         int del = (a.deleted[d >> 3] >> (d & 7)) & 1;
+        if (a.allow && !((a.allow[d >> 3] >> (d & 7)) & 1)) del = 1; /* filtered out */
         a.keys[i] = del ? 0ull : cu_sel_key(sum, d);
     }
 }
@@ -296,6 +298,7 @@ chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impu
     b.M = w->d_M;
     b.flag = w->d_flag;
     b.deleted = r->deleted;
+    b.allow = w->allow_on ? w->d_allow : nullptr;
     b.minkey = w->d_minkey;
     b.probe_qc = w->d_probe_qc;
     b.m = m;
