@@ -480,7 +480,7 @@ typedef struct chimera_update_opts {
                                from tokens reconstructed from their full-bit codes (when
                                chimera_index_info advises it: drift); 0: keep them */
     uint32_t n_clusters;    /* recluster: 0 = the build's default for the live tokens */
-    int n_threads;          /* recluster: 0 = all CPUs */
+    int n_threads;          /* add, update, recluster: threads (0 = all CPUs) */
     uint64_t seed;          /* recluster: k-means seed */
     chimera_cancel_fn cancel; /* optional: non-zero stops the change before its commit
                                  (CHIMERA_ERR_CANCELLED; the index is as it was) */

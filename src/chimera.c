@@ -624,6 +624,7 @@ static void to_ix_opts(const chimera_update_opts *o, ix_update_opts *io)
     io->progress_user = o->progress_user;
     io->cancel = o->cancel;
     io->cancel_user = o->cancel_user;
+    io->n_threads = o->n_threads;
 }
 
 static void to_report(const ix_update_report *r, chimera_update_report *out)
@@ -655,6 +656,7 @@ static chimera_status add_or_update(const char *dir, const chimera_corpus *docs,
     if (!dir || !docs)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_%s: dir and docs are required",
                        replace ? "update" : "add");
+    if (opts) CM_TRY(check_threads(opts->n_threads, replace ? "index_update" : "index_add", err));
     ix_update_opts io;
     ix_update_report r;
     to_ix_opts(opts, &io);

@@ -26,10 +26,12 @@ static int add_or_update(const char *cmd, int replace, int argc, char **argv)
 {
     const char *tokens = NULL, *doclens = NULL, *ids = NULL, *pos[1];
     int missing_ok = 0, no_sync = 0, np = 0;
+    uint32_t threads = 0;
     cli_opt opts[] = {
         {"--tokens", OPT_STR, &tokens, "token matrix .npy [n_tokens, dim] (float32/16)", 1, 0},
         {"--doclens", OPT_STR, &doclens, "document lengths .npy [n_docs] (int32/64)", 1, 0},
         {"--ids", OPT_STR, &ids, "document ids (.npy int64 or text, one per line)", 1, 0},
+        {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
         /* update only (the last entry, left out of add's list) */
         {"--missing-ok", OPT_FLAG, &missing_ok,
@@ -50,7 +52,8 @@ static int add_or_update(const char *cmd, int replace, int argc, char **argv)
     double t0 = cli_now();
     if (chimera_corpus_open(tokens, doclens, ids, NULL, &c, &err) != CHIMERA_OK)
         return cli_fail(cmd, &err);
-    chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync};
+    chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync,
+                              .n_threads = (int)threads};
     chimera_update_report rep;
     chimera_status s = replace ? chimera_index_update(pos[0], c, &uo, &rep, &err)
                                : chimera_index_add(pos[0], c, &uo, &rep, &err);

@@ -5,6 +5,7 @@
  * copy of the meta, commit, release. An error anywhere before the commit aborts the
  * writer, which removes what it wrote; the index is then as it was. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/pool.h"
 #include "core/progress.h"
 #include "graph/graph.h"
 #include "index/index.h"
@@ -22,9 +24,12 @@
 #include "quant/rabitq.h"
 
 #define ROWS_PER_BLOCK 4096
-/* Up to this many centroids, new tokens are assigned exactly (an sgemm against all of
- * them, as a build of that size does); above, by the centroid graph. */
-#define EXACT_ASSIGN_MAX_K 4096
+/* Up to this many centroids, new tokens are assigned exactly (a blocked sgemm against
+ * all of them); above, by the centroid graph. The graph computes fewer inner products
+ * per token (about 2,000 at its default list length) but one at a time, where the sgemm
+ * runs near the machine's peak: on this project's 2-core machines the two cost the same
+ * around 8,000 centroids (bench/RESULTS.md, section 5.2). */
+#define EXACT_ASSIGN_MAX_K 8192
 
 typedef struct change {
     const char *dir;
@@ -256,14 +261,17 @@ static void new_seg_free(new_seg *g)
 }
 
 /* Nearest centroid (inner product) of every token: exactly for few centroids, by the
- * centroid graph otherwise (what search probes with; its recall is the graph's). */
+ * centroid graph otherwise (what search probes with; its recall is the graph's). Blocks
+ * of rows go one after another, each spread over the pool. conv: per-worker row
+ * buffers (float16 input is converted into them). */
 static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
-                                    float *conv, const ix_update_opts *o, chimera_error *err)
+                                    cm_pool *pool, float **conv, const ix_update_opts *o,
+                                    chimera_error *err)
 {
     int64_t N = d->n_tokens;
     if (ix->n_clusters <= EXACT_ASSIGN_MAX_K) {
         ivf_assigner *a;
-        ivf_assign_opts ao = {0};
+        ivf_assign_opts ao = {.pool = pool};
         CM_TRY(ivf_assigner_new(ix->centroids, ix->n_clusters, ix->dim, NULL, 0, NULL, &ao, &a, err));
         for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
             if (cancelled(o)) {
@@ -271,7 +279,7 @@ static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, ne
                 return CHIMERA_ERR_CANCELLED;
             }
             int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
-            const float *rows = data_corpus_rows(d, r0, n, conv);
+            const float *rows = data_corpus_rows(d, r0, n, conv[0]);
             ivf_assign_exact(a, rows, n, d->dim, g->tok_cid + r0, g->sim + r0);
         }
         ivf_assigner_free(a);
@@ -279,24 +287,23 @@ static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, ne
     }
     graph_searcher *gs;
     graph_search_params gp = {0};
-    CM_TRY(graph_searcher_new(&ix->g, ix->centroids, ix->dim, &gp, 1, 1, &gs, err));
+    CM_TRY(graph_searcher_new(&ix->g, ix->centroids, ix->dim, &gp, 1, cm_pool_size(pool), &gs, err));
+    for (int64_t i = 0; i < N; i++) g->tok_cid[i] = UINT32_MAX; /* what a failed search leaves */
     for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
         if (cancelled(o)) {
             graph_searcher_free(gs);
             return CHIMERA_ERR_CANCELLED;
         }
         int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
-        const float *rows = data_corpus_rows(d, r0, n, conv);
-        for (int64_t i = 0; i < n; i++)
-            if (graph_search(gs, 0, rows + (size_t)i * d->dim, 1, g->tok_cid + r0 + i,
-                             g->sim + r0 + i) == 0) {
-                graph_searcher_free(gs);
-                return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                               "add: the centroid graph found no centroid for token %lld",
-                               (long long)(r0 + i));
-            }
+        const float *rows = data_corpus_rows(d, r0, n, conv[0]);
+        graph_search_batch(gs, pool, rows, n, d->dim, 1, g->tok_cid + r0, g->sim + r0);
     }
     graph_searcher_free(gs);
+    for (int64_t i = 0; i < N; i++)
+        if (g->tok_cid[i] >= ix->n_clusters)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "add: the centroid graph found no centroid for token %lld",
+                           (long long)i);
     return CHIMERA_OK;
 }
 
@@ -307,8 +314,46 @@ static int cmp_u32(const void *a, const void *b)
 }
 
 /* Codes, and the cluster-major copy by the clusters the segment uses. */
+/* One block of rows rotated and encoded, on the pool (encode_tokens). */
+typedef struct encode_job {
+    const ix_index *ix;
+    const data_corpus *d;
+    new_seg *g;
+    const float *crot;
+    const uint32_t *local;
+    float **conv, **vrot; /* per worker */
+    const ix_update_opts *o;
+    atomic_int status;     /* a failure (any failure is fatal) */
+    atomic_int stopped;    /* the cancel callback asked to stop, or a block failed */
+} encode_job;
+
+static void encode_block(void *ctx, int64_t t, int w)
+{
+    encode_job *j = ctx;
+    if (atomic_load(&j->stopped)) return;
+    if (cancelled(j->o)) {
+        atomic_store(&j->stopped, 1);
+        return;
+    }
+    const uint32_t dp = j->ix->dim_pad, B = j->ix->bits;
+    const size_t c1 = qm_code1_bytes(dp), cB = qm_codeB_bytes(dp, B);
+    int64_t r0 = t * ROWS_PER_BLOCK, n = j->d->n_tokens - r0;
+    if (n > ROWS_PER_BLOCK) n = ROWS_PER_BLOCK;
+    const float *rows = data_corpus_rows(j->d, r0, n, j->conv[w]);
+    quant_rotate_n(&j->ix->rot, (size_t)n, rows, j->d->dim, j->vrot[w], dp);
+    chimera_error e;
+    chimera_status s = quant_encode(dp, B, (size_t)n, j->vrot[w], j->crot, j->local + r0,
+                                    j->g->d1 + (size_t)r0 * c1, j->g->f1 + r0,
+                                    j->g->dB + (size_t)r0 * cB, j->g->fB + r0, &e);
+    if (s != CHIMERA_OK) {
+        atomic_store(&j->status, (int)s);
+        atomic_store(&j->stopped, 1);
+    }
+}
+
 static chimera_status encode_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
-                                    float *conv, const ix_update_opts *o, chimera_error *err)
+                                    cm_pool *pool, float **conv, float **vrot,
+                                    const ix_update_opts *o, chimera_error *err)
 {
     const uint32_t dp = ix->dim_pad, B = ix->bits;
     const int64_t N = d->n_tokens;
@@ -316,8 +361,8 @@ static chimera_status encode_tokens(const ix_index *ix, const data_corpus *d, ne
     chimera_status s = CHIMERA_OK;
     /* the clusters used, increasing: the segment's lists */
     uint32_t *u = cm_malloc((size_t)N * sizeof *u), *local = cm_malloc((size_t)N * sizeof *local);
-    float *crot = NULL, *vrot = cm_aligned_alloc(64, (size_t)ROWS_PER_BLOCK * dp * sizeof(float));
-    if (!u || !local || !vrot) goto oom;
+    float *crot = NULL;
+    if (!u || !local) goto oom;
     memcpy(u, g->tok_cid, (size_t)N * sizeof *u);
     qsort(u, (size_t)N, sizeof *u, cmp_u32);
     uint32_t nu = 0;
@@ -359,16 +404,13 @@ static chimera_status encode_tokens(const ix_index *ix, const data_corpus *d, ne
         !g->post_off || !g->post_tok || !g->post_doc)
         goto oom;
     memcpy(g->post_cid, u, (size_t)nu * sizeof *u);
-    for (int64_t r0 = 0; r0 < N && s == CHIMERA_OK; r0 += ROWS_PER_BLOCK) {
-        if (cancelled(o)) {
-            s = CHIMERA_ERR_CANCELLED;
-            goto done;
-        }
-        int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
-        const float *rows = data_corpus_rows(d, r0, n, conv);
-        quant_rotate_n(&ix->rot, (size_t)n, rows, d->dim, vrot, dp);
-        s = quant_encode(dp, B, (size_t)n, vrot, crot, local + r0, g->d1 + (size_t)r0 * c1,
-                         g->f1 + r0, g->dB + (size_t)r0 * cB, g->fB + r0, err);
+    {
+        encode_job j = {ix, d, g, crot, local, conv, vrot, o, CHIMERA_OK, 0};
+        cm_pool_run(pool, (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, encode_block, &j);
+        s = (chimera_status)atomic_load(&j.status);
+        if (s == CHIMERA_OK && atomic_load(&j.stopped)) s = CHIMERA_ERR_CANCELLED;
+        if (s != CHIMERA_OK && s != CHIMERA_ERR_CANCELLED)
+            s = cm_fail(err, s, "add: encoding failed (%s)", chimera_status_str(s));
     }
     if (s != CHIMERA_OK) goto done;
     /* counting sort by list; within a list, tokens in order (as a build lays them out) */
@@ -393,7 +435,6 @@ done:
     cm_free(u);
     cm_free(local);
     cm_free(crot);
-    cm_free(vrot);
     return s;
 }
 
@@ -686,7 +727,9 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     change c;
     new_seg g = {0};
     uint32_t *tomb = NULL;
-    float *conv = NULL;
+    cm_pool *pool = NULL;
+    float **conv = NULL, **vrot = NULL;
+    int nw = 0;
     chimera_status s = change_begin(&c, dir, opts, 1, err);
     if (s != CHIMERA_OK) goto done;
     ix_index *ix = &c.ix;
@@ -736,15 +779,25 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     g.id_order = cm_malloc((size_t)(g.n_docs + 1) * sizeof *g.id_order);
     g.tok_cid = cm_malloc((size_t)g.n_tokens * sizeof *g.tok_cid);
     g.sim = cm_malloc((size_t)g.n_tokens * sizeof *g.sim);
-    conv = cm_aligned_alloc(64, (size_t)ROWS_PER_BLOCK * docs->dim * sizeof *conv);
-    if (!g.doc_off || !g.doc_ids || !g.id_order || !g.tok_cid || !g.sim || !conv) goto oom;
+    pool = cm_pool_new(c.o.n_threads);
+    nw = cm_pool_size(pool);
+    conv = cm_calloc((size_t)nw, sizeof *conv);
+    vrot = cm_calloc((size_t)nw, sizeof *vrot);
+    if (!g.doc_off || !g.doc_ids || !g.id_order || !g.tok_cid || !g.sim || !pool || !conv || !vrot)
+        goto oom;
+    for (int i = 0; i < nw; i++) {
+        conv[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_BLOCK * docs->dim * sizeof(float));
+        vrot[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_BLOCK * ix->dim_pad * sizeof(float));
+        if (!conv[i] || !vrot[i]) goto oom;
+    }
     memcpy(g.doc_off, docs->doc_off, (size_t)(g.n_docs + 1) * sizeof *g.doc_off);
     memcpy(g.doc_ids, docs->ids, (size_t)g.n_docs * sizeof *g.doc_ids);
     if ((s = ix_id_order_compute(g.doc_ids, g.n_docs, g.id_order, err)) != CHIMERA_OK) goto done;
     double ta = cm_now();
-    if ((s = assign_tokens(ix, docs, &g, conv, &c.o, err)) != CHIMERA_OK) goto cancel_or_done;
+    if ((s = assign_tokens(ix, docs, &g, pool, conv, &c.o, err)) != CHIMERA_OK) goto cancel_or_done;
     double tb = cm_now();
-    if ((s = encode_tokens(ix, docs, &g, conv, &c.o, err)) != CHIMERA_OK) goto cancel_or_done;
+    if ((s = encode_tokens(ix, docs, &g, pool, conv, vrot, &c.o, err)) != CHIMERA_OK)
+        goto cancel_or_done;
     double tc = cm_now();
     rep->assign_seconds = tb - ta;
     rep->encode_seconds = tc - tb;
@@ -804,7 +857,11 @@ oom:
 done:
     new_seg_free(&g);
     cm_free(tomb);
+    for (int i = 0; conv && i < nw; i++) cm_free(conv[i]);
+    for (int i = 0; vrot && i < nw; i++) cm_free(vrot[i]);
     cm_free(conv);
+    cm_free(vrot);
+    cm_pool_free(pool);
     change_end(&c);
     return s;
 }

@@ -4,7 +4,7 @@
  * Storage (docs/format.md, "Segments" and "Deletions"). An index is a base segment
  * plus appended segments and tombstone lists, all in the one index directory:
  *   add      quantizes the new tokens against the existing centroids (assigned by
- *            the centroid graph, or exactly when there are few centroids), writes them
+ *            the centroid graph, or exactly up to 8192 centroids), writes them
  *            as a new segment "s<seq>_*" with its own posting lists (sparse: only the
  *            clusters it uses), and commits a manifest that lists it. Cost: the new
  *            tokens' assignment and encoding, and their bytes; nothing of the index is
@@ -54,6 +54,7 @@ typedef struct ix_update_opts {
     void *progress_user;
     chimera_cancel_fn cancel; /* polled between blocks of work; non-zero: CANCELLED */
     void *cancel_user;
+    int n_threads;        /* add, update: threads for assignment and encoding (0: all CPUs) */
 } ix_update_opts;
 
 typedef struct ix_update_report {
