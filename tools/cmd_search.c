@@ -1,6 +1,8 @@
 /* chimera search: the 3-stage pipeline over an index, with timing and a per-stage
  * profile. */
 #include <math.h>
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,96 @@ static double pct(const double *sorted, int64_t n, double p)
     return sorted[i];
 }
 
+/* "QID DOCID" lines (whitespace separated; blank lines and lines starting with # are
+ * skipped): query QID (0 .. nq-1) may return only its listed ids; a query with no line
+ * returns nothing. *out: nq filters. Prints what is wrong and returns -1 on a bad file. */
+static int read_per_query(const char *path, int64_t nq, chimera_filter ***out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "chimera search: %s: cannot open: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int64_t *cnt = calloc((size_t)nq + 1, sizeof *cnt), n = 0, cap = 1024;
+    int64_t *qid = malloc((size_t)cap * sizeof *qid), *did = malloc((size_t)cap * sizeof *did);
+    chimera_filter **flt = calloc((size_t)nq + 1, sizeof *flt);
+    char line[256];
+    int64_t lineno = 0;
+    int rc = cnt && qid && did && flt ? 0 : -1;
+    if (rc) fprintf(stderr, "chimera search: out of memory\n");
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        if (*p == '\0' || *p == '#') continue;
+        char *end;
+        errno = 0;
+        long long q = strtoll(p, &end, 10), d;
+        if (end == p || errno) goto bad;
+        p = end;
+        d = strtoll(p, &end, 10);
+        if (end == p || errno) goto bad;
+        while (isspace((unsigned char)*end)) end++;
+        if (*end || q < 0 || q >= nq || d < 0) goto bad;
+        if (n == cap) {
+            cap *= 2;
+            int64_t *a = realloc(qid, (size_t)cap * sizeof *a), *b = a ? realloc(did, (size_t)cap * sizeof *b) : NULL;
+            if (a) qid = a;
+            if (b) did = b;
+            if (!a || !b) {
+                fprintf(stderr, "chimera search: out of memory\n");
+                rc = -1;
+                break;
+            }
+        }
+        qid[n] = q;
+        did[n++] = d;
+        cnt[q]++;
+        continue;
+    bad:
+        fprintf(stderr, "chimera search: %s:%lld: expected \"QID DOCID\" with 0 <= QID < %lld "
+                        "and DOCID >= 0\n", path, (long long)lineno, (long long)nq);
+        rc = -1;
+    }
+    fclose(f);
+    /* bucket the ids by query: cnt becomes each query's start */
+    int64_t *buf = rc == 0 ? malloc((size_t)(n + 1) * sizeof *buf) : NULL;
+    if (rc == 0 && !buf) {
+        fprintf(stderr, "chimera search: out of memory\n");
+        rc = -1;
+    }
+    if (rc == 0) {
+        int64_t acc = 0;
+        for (int64_t q = 0; q < nq; q++) {
+            int64_t c = cnt[q];
+            cnt[q] = acc;
+            acc += c;
+        }
+        cnt[nq] = acc;
+        for (int64_t i = 0; i < n; i++) buf[cnt[qid[i]]++] = did[i];
+        for (int64_t q = nq; q > 0; q--) cnt[q] = cnt[q - 1];
+        cnt[0] = 0;
+    }
+    for (int64_t q = 0; rc == 0 && q < nq; q++) {
+        chimera_error err;
+        if (chimera_filter_new(buf + cnt[q], cnt[q + 1] - cnt[q], 0, &flt[q], &err) != CHIMERA_OK) {
+            cli_fail("search", &err);
+            rc = -1;
+        }
+    }
+    free(buf);
+    free(cnt);
+    free(qid);
+    free(did);
+    if (rc) {
+        for (int64_t q = 0; flt && q < nq; q++) chimera_filter_free(flt[q]);
+        free(flt);
+        return -1;
+    }
+    *out = flt;
+    return 0;
+}
+
 int cmd_search(int argc, char **argv)
 {
     const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
@@ -29,6 +121,7 @@ int cmd_search(int argc, char **argv)
     chimera_search_params sp = {0};
     int profile = 0, latency = 0, verify = 0;
     const char *impute_s = "probe", *probe_s = "auto", *subset = NULL, *exclude = NULL;
+    const char *per_query = NULL;
     int64_t batch = 0;
     double want_recall = 0;
     cli_opt opts[] = {
@@ -51,6 +144,8 @@ int cmd_search(int argc, char **argv)
         {"--verify", OPT_FLAG, &verify, "verify every section checksum before searching", 0, 0},
         {"--subset", OPT_STR, &subset, "return only these document ids (.npy int64 or text)", 0, 0},
         {"--exclude", OPT_STR, &exclude, "never return these document ids (.npy int64 or text)", 0, 0},
+        {"--subset-per-query", OPT_STR, &per_query,
+         "per-query allowed ids: text lines \"QID DOCID\" (QID: the query's number from 0)", 0, 0},
     };
     const char *pos[1];
     int np = 0;
@@ -75,14 +170,15 @@ int cmd_search(int argc, char **argv)
         fprintf(stderr, "chimera search: -k must be at least 1\n");
         return 2;
     }
-    if (subset && exclude) {
-        fprintf(stderr, "chimera search: --subset and --exclude are alternatives\n");
+    if ((subset != NULL) + (exclude != NULL) + (per_query != NULL) > 1) {
+        fprintf(stderr, "chimera search: --subset, --exclude and --subset-per-query are "
+                        "alternatives\n");
         return 2;
     }
     chimera_error err;
     chimera_index *ix = NULL;
     chimera_queries *q = NULL;
-    chimera_filter *filter = NULL;
+    chimera_filter *filter = NULL, **qf = NULL;
     if (subset || exclude) {
         int64_t *fids = NULL, nf = 0;
         if (chimera_ids_read(subset ? subset : exclude, &fids, &nf, &err) != CHIMERA_OK)
@@ -111,8 +207,13 @@ int cmd_search(int argc, char **argv)
         rc = 1;
         goto done;
     }
+    if (per_query && read_per_query(per_query, nq, &qf) != 0) {
+        rc = 1;
+        goto done;
+    }
     chimera_search_opts so = {.n_threads = (int)threads, .latency_mode = latency, .backend = be,
-                              .filter = filter};
+                              .filter = filter,
+                              .query_filters = (const chimera_filter *const *)qf};
     chimera_search_profile prof = {0};
     if (want_recall > 0) {
         chimera_search_params tuned;
@@ -224,5 +325,7 @@ done:
     chimera_queries_free(q);
     chimera_index_close(ix);
     chimera_filter_free(filter);
+    for (int64_t i = 0; qf && i < nq; i++) chimera_filter_free(qf[i]);
+    free(qf);
     return rc;
 }
