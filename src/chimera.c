@@ -870,6 +870,17 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
                        "'deleted'); there is nothing to search", (long long)v->ix.n_docs);
     chimera_search_params cp = {0};
     if (params) cp = *params;
+    /* A filter's top-k are close to one another (the best of a subset, not of the
+     * corpus), so ranking them takes more full-bit scores: twice the default k_fullbit
+     * (test_filter and bench/RESULTS.md section 5.3 measure it). An explicit k_fullbit
+     * is kept. */
+    int filtered = opts && (opts->filter || opts->query_filters);
+    if (filtered && !cp.k_fullbit) {
+        chimera_search_params d = {0};
+        chimera_search_params_default(k, &d);
+        cp.k_fullbit = 2 * d.k_fullbit;
+        if (!cp.k_refine) cp.k_refine = d.k_refine;
+    }
     chimera_search_params_default(k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
