@@ -16,6 +16,10 @@
  *     exact search, search, tune, check, the changes add/delete/update/compact, refresh,
  *     ids), so Python threads search one index at once; the buffers stay held by the
  *     call, so the arrays cannot go away meanwhile.
+ *   - Search filters (subset=, exclude=) arrive as 1-d int64 arrays and become
+ *     chimera_filter objects made for the one call and freed when it returns, on every
+ *     path; per-query subsets come deduplicated (an array listed for many queries is
+ *     one filter, which the library resolves once).
  *   - An Index counts the calls in flight on it (under the GIL); close() refuses while
  *     any is, since the library forbids closing a handle in use. A refresh counts too;
  *     it may run while other threads search (the library swaps generations under them).
@@ -853,6 +857,115 @@ static PyObject *params_to_dict(const chimera_search_params *p)
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* Search filters                                                                     */
+/* ---------------------------------------------------------------------------------- */
+
+/* The filters of one search call, made from what chimera.Index.search shaped (ids as
+ * 1-d int64 arrays) and freed when the call ends: either one filter for every query
+ * (`all`), or per-query filters, each distinct array made into a filter once (a list
+ * that repeats one array, [allowed] * nq, then costs one filter, and the library
+ * resolves each distinct filter once per call) and per_query[i] pointing at query i's
+ * (NULL: none). */
+typedef struct search_filters {
+    chimera_filter *all;
+    chimera_filter **distinct;
+    Py_ssize_t n_distinct;
+    const chimera_filter **per_query;
+} search_filters;
+
+static void filters_free(search_filters *sf)
+{
+    chimera_filter_free(sf->all);
+    for (Py_ssize_t i = 0; sf->distinct && i < sf->n_distinct; i++)
+        chimera_filter_free(sf->distinct[i]);
+    PyMem_Free(sf->distinct);
+    PyMem_Free(sf->per_query);
+    memset(sf, 0, sizeof *sf);
+}
+
+/* A filter of the ids in the 1-d int64 buffer `obj` (copied: the buffer is released
+ * before returning). Returns 0, or -1 with an exception set. */
+static int make_filter(PyObject *obj, const char *name, int exclude, chimera_filter **out)
+{
+    Py_buffer v = {0};
+    *out = NULL;
+    if (get_buffer(obj, &v, name, KIND_I64, 1, 0))
+        return -1;
+    chimera_error err = {0};
+    chimera_status st = chimera_filter_new(v.buf, v.shape[0], exclude, out, &err);
+    release(&v);
+    if (st != CHIMERA_OK) {
+        raise_status(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Fills *sf from Index.search's filter arguments: `filter` (ids, or None) with
+ * `exclude`, or `query_filters` (a sequence of id arrays) with `query_filter_of` (int64
+ * [nq]: for each query the position of its array in query_filters, -1 for none).
+ * Returns 0, or -1 with an exception set and nothing held. */
+static int filters_from(PyObject *filter, int exclude, PyObject *qf, PyObject *qf_of,
+                        int64_t nq, search_filters *sf)
+{
+    memset(sf, 0, sizeof *sf);
+    if (filter != Py_None && qf != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "filter and query_filters: give one, not both");
+        return -1;
+    }
+    if (filter != Py_None)
+        return make_filter(filter, exclude ? "exclude" : "subset", exclude, &sf->all);
+    if (qf == Py_None)
+        return 0;
+    if (exclude) {
+        PyErr_SetString(PyExc_ValueError, "query_filters: per-query filters are subsets");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(qf, "query_filters: expected a sequence of id arrays");
+    if (!seq)
+        return -1;
+    Py_buffer of = {0};
+    int rc = -1;
+    if (get_buffer(qf_of, &of, "query_filter_of", KIND_I64, 1, 0))
+        goto done;
+    if (of.shape[0] != nq) {
+        PyErr_Format(PyExc_ValueError, "subset: %lld per-query subsets for %lld queries",
+                     (long long)of.shape[0], (long long)nq);
+        goto done;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    sf->distinct = PyMem_Calloc((size_t)n + 1, sizeof *sf->distinct);
+    sf->per_query = PyMem_Calloc((size_t)nq + 1, sizeof *sf->per_query);
+    if (!sf->distinct || !sf->per_query) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "subset (array %zd)", i);
+        if (make_filter(PySequence_Fast_GET_ITEM(seq, i), name, 0, &sf->distinct[i]))
+            goto done;
+        sf->n_distinct = i + 1;
+    }
+    const int64_t *at = of.buf;
+    for (int64_t q = 0; q < nq; q++) {
+        if (at[q] < -1 || at[q] >= n) {
+            PyErr_Format(PyExc_ValueError, "query_filter_of[%lld]: %lld is not in -1..%zd",
+                         (long long)q, (long long)at[q], n - 1);
+            goto done;
+        }
+        sf->per_query[q] = at[q] < 0 ? NULL : sf->distinct[at[q]];
+    }
+    rc = 0;
+done:
+    release(&of);
+    Py_DECREF(seq);
+    if (rc)
+        filters_free(sf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* The Index type                                                                     */
 /* ---------------------------------------------------------------------------------- */
 
@@ -923,13 +1036,16 @@ static PyObject *Index_close(IndexObject *self, PyObject *unused)
 static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"queries", "qlens", "k", "params", "recall", "threads",
-                            "out_ids", "out_scores", "latency", NULL};
+                            "out_ids", "out_scores", "latency", "filter", "exclude",
+                            "query_filters", "query_filter_of", NULL};
     PyObject *q_obj, *ql_obj, *params = Py_None, *recall = Py_None, *oi_obj, *os_obj;
+    PyObject *filter = Py_None, *qf = Py_None, *qf_of = Py_None;
     long long k_ll;
-    int threads = 0, latency = 0;
+    int threads = 0, latency = 0, exclude = 0;
     uint32_t k;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOLOOiOO|p", names, &q_obj, &ql_obj, &k_ll,
-                                     &params, &recall, &threads, &oi_obj, &os_obj, &latency))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOLOOiOO|pOpOO", names, &q_obj, &ql_obj, &k_ll,
+                                     &params, &recall, &threads, &oi_obj, &os_obj, &latency,
+                                     &filter, &exclude, &qf, &qf_of))
         return NULL;
     chimera_search_opts so;
     chimera_search_opts_default(&so);
@@ -958,10 +1074,14 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
     }
     chimera_queries *q = NULL;
     Py_buffer oi = {0}, os = {0};
+    search_filters sf = {0};
     PyObject *ret = NULL;
     if (make_queries(q_obj, ql_obj, &q) == 0 &&
         get_output(oi_obj, &oi, "out_ids", KIND_I64, chimera_queries_count(q), k) == 0 &&
-        get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0) {
+        get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0 &&
+        filters_from(filter, exclude, qf, qf_of, chimera_queries_count(q), &sf) == 0) {
+        so.filter = sf.all;
+        so.query_filters = sf.per_query;
         chimera_search_profile prof;
         memset(&prof, 0, sizeof prof);
         chimera_error err = {0};
@@ -978,6 +1098,7 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
                                 prof.backend, "n_refined", (unsigned long long)prof.n_refined,
                                 "n_fullbit", (unsigned long long)prof.n_fullbit);
     }
+    filters_free(&sf);
     chimera_queries_free(q);
     release(&oi);
     release(&os);

@@ -31,7 +31,10 @@ seeing the generation it opened until :meth:`Index.refresh`::
     chimera.delete("my.idx", [3, 17])
     index.refresh()                                  # True: it now sees both changes
 
-Not yet in the library, so not here either: search filters.
+Search filters: ``index.search(queries, k, subset=ids)`` returns only documents whose ids
+are listed (one list for every query, or a list of lists, one per query), and
+``exclude=ids`` never returns the listed ones. The filter acts inside the pipeline, so a
+query still gets min(k, allowed) results however few documents are allowed.
 """
 
 import errno as _errno
@@ -148,6 +151,55 @@ def _queries(queries):
             raise ValueError(f"queries: shape {q.shape} holds no tokens")
         return q.reshape(nq * m, d), _np.full(nq, m, dtype=_np.int64)
     return _matrices(queries, "queries")
+
+
+def _filter_ids(x, name):
+    """x (a 1-d array-like of ids) as a C-contiguous int64 array of ids >= 0."""
+    try:
+        arr = _np.asarray(x)
+    except (ValueError, TypeError) as e:       # ragged nesting, odd objects
+        raise ValueError(f"{name}: expected a 1-d array of integer ids ({e})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-d array of ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return _np.empty(0, dtype=_np.int64)   # [] is float64 to numpy: no ids at all
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integer ids, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and int(arr.max()) > 2**63 - 1:
+        raise ValueError(f"{name}: id {int(arr.max())} does not fit in int64")
+    arr = _np.ascontiguousarray(arr, dtype=_np.int64)
+    if int(arr.min()) < 0:
+        i = int(_np.argmax(arr < 0))
+        raise ValueError(f"{name}: id {int(arr[i])} (entry {i}) is negative; ids are >= 0")
+    return arr
+
+
+def _filters(subset, exclude, nq):
+    """The raw search's filter arguments for subset= and exclude= (see Index.search)."""
+    if subset is not None and exclude is not None:
+        raise ValueError("subset and exclude: give one or the other, not both "
+                         "(to exclude ids from a subset, leave them out of it)")
+    if exclude is not None:
+        return {"filter": _filter_ids(exclude, "exclude"), "exclude": True}
+    if subset is None:
+        return {}
+    # A list whose first entry is None or itself a sequence of ids: one subset per query
+    # (PyLate's list-of-lists form); anything else is one subset for every query.
+    if (isinstance(subset, (list, tuple)) and len(subset) > 0
+            and (subset[0] is None or _np.ndim(subset[0]) >= 1)):
+        if len(subset) != nq:
+            raise ValueError(f"subset: {len(subset)} per-query subsets for {nq} queries")
+        arrays, where, seen = [], _np.full(nq, -1, dtype=_np.int64), {}
+        for q, s in enumerate(subset):
+            if s is None:
+                continue
+            at = seen.get(id(s))                # one array listed for many queries: once
+            if at is None:
+                at = seen[id(s)] = len(arrays)
+                arrays.append(_filter_ids(s, f"subset[{q}]"))
+            where[q] = at
+        return {"query_filters": arrays, "query_filter_of": where}
+    return {"filter": _filter_ids(subset, "subset")}
 
 
 def _threads(threads):
@@ -383,7 +435,8 @@ class Index:
 
     # -- search --------------------------------------------------------------------------
 
-    def search(self, queries, k=10, recall=None, params=None, threads=None, latency=False):
+    def search(self, queries, k=10, recall=None, params=None, threads=None, latency=False,
+               subset=None, exclude=None):
         """Top-k documents for each query.
 
         queries: a [nq, m, d] array, or a list of (m_i, d) arrays; float32 or float16.
@@ -397,21 +450,33 @@ class Index:
             callers a share each (threads=1 for one search per Python thread).
         latency: one query at a time with all threads, instead of queries spread over
             the threads.
+        subset: the ids that may be returned: a 1-d array-like of ids for every query,
+            or a list of nq of them, one per query (a None entry: no filter for that
+            query). Ids the index does not hold are ignored; duplicates are allowed.
+        exclude: ids never returned (a 1-d array-like, for every query). Give subset or
+            exclude, not both.
+
+        Filters act inside the pipeline: a disallowed document never takes an allowed
+        one's place, and a selective filter switches to scoring the allowed documents
+        directly, so each query gets min(k, allowed) results at any selectivity (an
+        empty subset: every id -1).
 
         Returns (scores float32 [nq, k], ids int64 [nq, k]), best first; ids are the
         user ids, padded with -1 (score -inf) where fewer than k documents qualify.
-        Raises ValueError (shapes, dtypes, NaN/Inf, dimension mismatch),
-        CorruptIndexError, MemoryError, ChimeraError.
+        Raises ValueError (shapes, dtypes, NaN/Inf, dimension mismatch; filter ids that
+        are not integers, negative or not 1-d, subset with exclude, per-query subsets
+        not one per query), CorruptIndexError, MemoryError, ChimeraError.
         """
         k = _k(k)
         qt, ql = _queries(queries)
         if qt.shape[1] != self._raw.dim:
             raise ValueError(f"queries: dimension {qt.shape[1]}, the index's is {self._raw.dim}")
+        filters = _filters(subset, exclude, ql.shape[0])
         ids, scores = _outputs(ql.shape[0], k)
         if params is not None:
             params = dict(params)
         self.last_profile = self._raw.search(qt, ql, k, params, recall, _threads(threads),
-                                             ids, scores, bool(latency))
+                                             ids, scores, bool(latency), **filters)
         return scores, ids
 
     def tune(self, queries, k=10, target_recall=0.95, truth=None, documents=None, *,

@@ -11,6 +11,7 @@ _Floats = npt.NDArray[np.float32] | npt.NDArray[np.float16]
 _Docs = Sequence[_Floats] | _Floats
 _Path = str | PathLike[str]
 _Progress = bool | Callable[[str, float], None]
+_Ids = Sequence[int] | npt.NDArray[np.integer[Any]]  # document ids, 1-d, >= 0
 
 class ChimeraError(RuntimeError): ...
 class CorruptIndexError(ChimeraError): ...
@@ -94,6 +95,8 @@ class Index:
         params: SearchParams | None = None,
         threads: int | None = None,
         latency: bool = False,
+        subset: _Ids | Sequence[_Ids | None] | None = None,
+        exclude: _Ids | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
     def tune(
         self,

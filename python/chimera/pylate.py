@@ -43,9 +43,12 @@ file per ``add_documents`` call, float16 by default, half the size of float32):
 - A folder written by an earlier version (``ids.json``, one ``embeddings.npy``) opens
   as it is and is converted at its first change.
 
-Difference from PyLate's own indexes: ``subset`` (restricting the search to some
-documents) is not supported: Chimera has no search filters yet; passing one raises
-NotImplementedError.
+``subset`` (restricting the search to some documents), as PyLate's retriever passes it:
+a list of document ids for every query, or a list of such lists, one per query (the
+shapes of PyLate's ``FastPlaid`` index). Ids the adapter does not hold are ignored, as
+there; an empty list allows nothing (no results). The ids are mapped to the index's keys
+and searched with ``chimera.Index.search(subset=...)``, whose filter acts inside the
+pipeline: each query gets min(k, allowed) results, however few documents are allowed.
 
 Importing this module imports numpy and chimera only. PyLate and torch are never
 imported: torch tensors are accepted duck-typed (anything with ``.detach()`` is moved to
@@ -368,10 +371,11 @@ class Chimera:
         return self
 
     def __call__(self, queries_embeddings, k=10, subset=None):
-        """Top-k documents per query: a list per query of {"id", "score"}, best first."""
-        if subset is not None:
-            raise NotImplementedError("Chimera has no search filters yet: subset is not "
-                                      "supported")
+        """Top-k documents per query: a list per query of {"id", "score"}, best first.
+
+        subset: the documents a query may return: a list of ids for every query, or a
+        list of lists, one per query (None for a query: no restriction). Unknown ids are
+        ignored."""
         if self._index is None:
             raise ValueError("the index is empty: add documents before querying")
         queries = [_np.ascontiguousarray(q, dtype=_np.float32)
@@ -379,11 +383,41 @@ class Chimera:
         if not queries:
             return []
         scores, keys = self._index.search(queries, k=int(k), recall=self.recall,
-                                          params=self.params, threads=self.threads)
+                                          params=self.params, threads=self.threads,
+                                          subset=self._subset(subset, len(queries)))
         pid = self._pid
         return [[{"id": pid[c], "score": float(s)}
                  for s, c in zip(srow.tolist(), crow.tolist()) if c in pid]
                 for srow, crow in zip(scores, keys)]
+
+    def _keys(self, ids):
+        """The index's keys (int64) of the PyLate ids `ids` that the adapter holds."""
+        docs = self._docs
+        keys = [docs[k][1] for k in (_key(_plain(i)) for i in ids) if k in docs]
+        return _np.array(keys, dtype=_np.int64)
+
+    def _subset(self, subset, nq):
+        """PyLate's subset as chimera.Index.search's: keys for every query, or a list of
+        nq (None entries kept: no filter for that query)."""
+        if subset is None:
+            return None
+        if isinstance(subset, (str, int, _np.integer)):
+            subset = [subset]                   # one id, as add_documents allows
+        elif isinstance(subset, _np.ndarray):
+            subset = subset.tolist()
+        else:
+            subset = list(subset)
+        # a list of lists, one per query, as PyLate's FastPlaid index tells them apart
+        if subset and (subset[0] is None or isinstance(subset[0], (list, tuple, _np.ndarray))):
+            if len(subset) != nq:
+                raise ValueError(f"subset: {len(subset)} per-query lists for {nq} queries")
+            out, seen = [], {}
+            for s in subset:                    # one list given for many queries: mapped once
+                if s is not None and id(s) not in seen:
+                    seen[id(s)] = self._keys(s.tolist() if isinstance(s, _np.ndarray) else s)
+                out.append(None if s is None else seen[id(s)])
+            return out
+        return self._keys(subset)
 
     def get_documents_embeddings(self, documents_ids):
         """The kept embeddings (float32 (n_i, d) arrays) of ``documents_ids``, a list of

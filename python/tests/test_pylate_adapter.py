@@ -48,8 +48,7 @@ def test_add_search_get_remove(tmp_path, corpus):
     got = index.get_documents_embeddings([["doc-3"], ["doc-100", "doc-0"]])
     np.testing.assert_array_equal(got[0][0], docs[3])
     np.testing.assert_array_equal(got[1][1], docs[0])
-    with pytest.raises(NotImplementedError, match="filters"):
-        index(queries[:1], k=2, subset=["doc-1"])
+    assert [h["id"] for h in index(queries[:1], k=2, subset=["doc-1"])[0]] == ["doc-1"]
 
     best = res[0][0]["id"]
     index.remove_documents([best, "no-such-id"])
@@ -180,3 +179,55 @@ def test_folder_of_earlier_version(tmp_path, corpus):
     got = again.get_documents_embeddings([["p29", "q0"]])[0]
     np.testing.assert_allclose(got[0], docs[29], atol=1e-3)
     np.testing.assert_allclose(got[1], docs[30], atol=1e-3)
+
+
+def test_subset(tmp_path, corpus):
+    """PyLate's subset: one list of ids for every query, or a list of lists, one per
+    query; ids the adapter does not hold are ignored; results are the allowed documents
+    only, min(k, allowed) of them, and a query made of a document's own tokens finds it
+    within any subset that holds it."""
+    docs, queries = _docs(corpus, 150)
+    ids = [f"doc-{i}" for i in range(len(docs))]
+    index = Chimera(index_folder=str(tmp_path), index_name="ix", override=True, threads=2)
+    index.add_documents(ids[:100], docs[:100])
+    index.add_documents(ids[100:], docs[100:])     # keys from a second batch too
+    rng = np.random.default_rng(9)
+
+    for size in (1, 4, 30):
+        allowed = [ids[i] for i in rng.choice(len(ids), size, replace=False)]
+        res = index(queries, k=10, subset=allowed + ["no-such-id"])
+        assert len(res) == len(queries)
+        for r in res:
+            assert len(r) == min(10, size) and {h["id"] for h in r} <= set(allowed)
+            assert all(a["score"] >= b["score"] for a, b in zip(r, r[1:]))
+        probe = [docs[int(a[4:])] for a in allowed[:5]]   # each its own document's tokens
+        assert [r[0]["id"] for r in index(probe, k=3, subset=allowed)] == allowed[:5]
+
+    # per query: each query its own list (PyLate's list of lists); None: no restriction
+    rows = rng.choice(len(ids), 6, replace=False)
+    per = [[ids[r]] + [ids[j] for j in rng.choice(len(ids), 10)] for r in rows]
+    res = index([docs[r] for r in rows], k=5, subset=per)
+    assert [r[0]["id"] for r in res] == [ids[r] for r in rows]
+    assert all({h["id"] for h in r} <= set(p) for r, p in zip(res, per))
+    res = index([docs[r] for r in rows[:2]], k=5, subset=[None, [ids[rows[0]]]])
+    assert res[0][0]["id"] == ids[rows[0]] and len(res[0]) == 5
+    assert [h["id"] for h in res[1]] == [ids[rows[0]]]
+    shared = [ids[r] for r in rows]
+    assert (index(queries[:3], k=4, subset=[shared] * 3)
+            == index(queries[:3], k=4, subset=shared))
+    with pytest.raises(ValueError, match="per-query"):
+        index(queries[:3], k=4, subset=[shared, shared])
+
+    # nothing allowed: no results (an empty list, or only unknown ids)
+    assert index(queries[:2], k=5, subset=[]) == [[], []]
+    assert index(queries[:2], k=5, subset=["nope"]) == [[], []]
+    assert index(queries[:2], k=5, subset=[[], ["nope"]]) == [[], []]
+
+    # removed documents are unknown ids; integer (and numpy integer) ids map as well
+    index.remove_documents([shared[0]])
+    assert index(docs[rows[0]], k=3, subset=shared[:1]) == [[]]
+    ints = Chimera(index_folder=str(tmp_path), index_name="ints", override=True, threads=2)
+    ints.add_documents(list(range(40)), docs[:40])
+    assert ints(docs[7], k=2, subset=np.array([7, 9]))[0][0]["id"] == 7
+    assert ints(docs[7], k=2, subset=[np.int64(9), 3])[0][0]["id"] in (9, 3)
+    assert ints(docs[7], k=2, subset=["7"]) == [[]]      # "7" is not 7, as in PyLate
