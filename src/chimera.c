@@ -646,6 +646,7 @@ static void to_report(const ix_update_report *r, chimera_update_report *out)
     out->n_deleted = r->n_deleted;
     out->n_segments = r->n_segments;
     out->peak_rss_bytes = r->peak_rss;
+    out->assign_recall = r->assign_recall;
 }
 
 static chimera_status add_or_update(const char *dir, const chimera_corpus *docs, int replace,

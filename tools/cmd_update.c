@@ -72,6 +72,9 @@ static int add_or_update(const char *cmd, int replace, int argc, char **argv)
                rep.drift_below > 0.25 ? " (they fit the centroids worse than the built ones; "
                                         "see chimera info)" : "");
     printf("%s\n", rep.merged ? "; appended segments merged" : "");
+    if (rep.assign_recall < 1)
+        printf("assignment: %.4f of the new tokens got their exact nearest centroid (sample)\n",
+               rep.assign_recall);
     print_report(pos[0], &rep, t0);
     return 0;
 }

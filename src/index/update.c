@@ -11,13 +11,13 @@
 #include <string.h>
 
 #include "cluster/assign.h"
+#include "cluster/kmeans.h"
 #include "cluster/postings.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/pool.h"
 #include "core/progress.h"
-#include "graph/graph.h"
 #include "index/index.h"
 #include "index/store.h"
 #include "index/update.h"
@@ -25,11 +25,8 @@
 
 #define ROWS_PER_BLOCK 4096
 /* Up to this many centroids, new tokens are assigned exactly (a blocked sgemm against
- * all of them); above, by the centroid graph. The graph computes fewer inner products
- * per token (about 2,000 at its default list length) but one at a time, where the sgemm
- * runs near the machine's peak: on this project's 2-core machines the two cost the same
- * around 8,000 centroids (bench/RESULTS.md, section 5.2). */
-#define EXACT_ASSIGN_MAX_K 8192
+ * all of them); above, through two levels (two_level_make). */
+#define EXACT_ASSIGN_MAX_K 4096
 
 typedef struct change {
     const char *dir;
@@ -233,6 +230,7 @@ typedef struct new_seg {
     uint32_t *id_order;
     uint32_t *tok_cid;
     float *sim;        /* similarity of each token to its centroid */
+    double assign_recall; /* the assignment's exact-nearest fraction, on a sample */
     uint8_t *d1, *dB, *c1;
     quant_f1 *f1, *cf1;
     quant_fB *fB;
@@ -260,51 +258,113 @@ static void new_seg_free(new_seg *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Nearest centroid (inner product) of every token: exactly for few centroids, by the
- * centroid graph otherwise (what search probes with; its recall is the graph's). Blocks
- * of rows go one after another, each spread over the pool. conv: per-worker row
+/* The two-level structure that makes assignment cheap for many centroids, as the
+ * build's hierarchical k-means leaves it (cluster/assign.h): the index does not keep
+ * that structure, so an add makes one over the centroids themselves: k-means of the K
+ * centroids into round(sqrt(K)) coarse groups, the centroids regrouped by their nearest
+ * coarse centroid (a permuted copy; perm maps back). A row is then compared with every
+ * coarse centroid and exactly with the children of the best ASSIGN_PROBE_COARSE, about
+ * (sqrt(K) + 16 K / sqrt(K)) inner products in sgemm blocks instead of K. */
+#define ASSIGN_PROBE_COARSE 16
+
+typedef struct two_level {
+    ivf_kmeans_result km;
+    float *cent;     /* [K x dim] grouped by coarse centroid */
+    uint32_t *perm;  /* cent row -> index centroid */
+    uint32_t *child_off;
+} two_level;
+
+static void two_level_free(two_level *t)
+{
+    ivf_kmeans_result_free(&t->km);
+    cm_free(t->cent);
+    cm_free(t->perm);
+    cm_free(t->child_off);
+}
+
+static chimera_status two_level_make(const ix_index *ix, cm_pool *pool, two_level *t,
+                                     chimera_error *err)
+{
+    memset(t, 0, sizeof *t);
+    const uint32_t K = ix->n_clusters, d = ix->dim;
+    uint32_t nc = (uint32_t)(sqrt((double)K) + 0.5);
+    ivf_kmeans_opts ko = {.seed = 4321, .pool = pool, .max_points_per_centroid = K};
+    CM_TRY(ivf_kmeans_train(ix->centroids, K, d, d, nc, &ko, &t->km, err));
+    nc = t->km.k;
+    uint32_t *cc = cm_malloc((size_t)K * sizeof *cc);
+    t->cent = cm_malloc((size_t)K * d * sizeof *t->cent);
+    t->perm = cm_malloc((size_t)K * sizeof *t->perm);
+    t->child_off = cm_calloc((size_t)nc + 1, sizeof *t->child_off);
+    ivf_assigner *a = NULL;
+    ivf_assign_opts ao = {.pool = pool};
+    chimera_status s = CHIMERA_OK;
+    if (!cc || !t->cent || !t->perm || !t->child_off) s = nomem(err);
+    if (s == CHIMERA_OK) s = ivf_assigner_new(t->km.centroids, nc, d, NULL, 0, NULL, &ao, &a, err);
+    if (s == CHIMERA_OK) {
+        ivf_assign_exact(a, ix->centroids, K, d, cc, NULL);
+        for (uint32_t k = 0; k < K; k++) t->child_off[cc[k] + 1]++;
+        for (uint32_t c = 0; c < nc; c++) t->child_off[c + 1] += t->child_off[c];
+        uint32_t *fill = cm_malloc((size_t)nc * sizeof *fill);
+        if (!fill) s = nomem(err);
+        else {
+            memcpy(fill, t->child_off, (size_t)nc * sizeof *fill);
+            for (uint32_t k = 0; k < K; k++) {
+                uint32_t r = fill[cc[k]]++;
+                t->perm[r] = k;
+                memcpy(t->cent + (size_t)r * d, ix->centroids + (size_t)k * d, d * sizeof(float));
+            }
+            cm_free(fill);
+        }
+    }
+    ivf_assigner_free(a);
+    cm_free(cc);
+    if (s != CHIMERA_OK) two_level_free(t);
+    return s;
+}
+
+/* Nearest centroid (inner product) of every token: exactly (a blocked sgemm against all
+ * of them) for few centroids, through a two-level structure over them otherwise (above).
+ * Blocks of rows go one after another, each spread over the pool. conv: per-worker row
  * buffers (float16 input is converted into them). */
 static chimera_status assign_tokens(const ix_index *ix, const data_corpus *d, new_seg *g,
                                     cm_pool *pool, float **conv, const ix_update_opts *o,
                                     chimera_error *err)
 {
     int64_t N = d->n_tokens;
-    if (ix->n_clusters <= EXACT_ASSIGN_MAX_K) {
-        ivf_assigner *a;
-        ivf_assign_opts ao = {.pool = pool};
-        CM_TRY(ivf_assigner_new(ix->centroids, ix->n_clusters, ix->dim, NULL, 0, NULL, &ao, &a, err));
-        for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
-            if (cancelled(o)) {
-                ivf_assigner_free(a);
-                return CHIMERA_ERR_CANCELLED;
-            }
-            int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
-            const float *rows = data_corpus_rows(d, r0, n, conv[0]);
-            ivf_assign_exact(a, rows, n, d->dim, g->tok_cid + r0, g->sim + r0);
-        }
-        ivf_assigner_free(a);
-        return CHIMERA_OK;
-    }
-    graph_searcher *gs;
-    graph_search_params gp = {0};
-    CM_TRY(graph_searcher_new(&ix->g, ix->centroids, ix->dim, &gp, 1, cm_pool_size(pool), &gs, err));
-    for (int64_t i = 0; i < N; i++) g->tok_cid[i] = UINT32_MAX; /* what a failed search leaves */
-    for (int64_t r0 = 0; r0 < N; r0 += ROWS_PER_BLOCK) {
+    const uint32_t K = ix->n_clusters;
+    int exact = K <= EXACT_ASSIGN_MAX_K;
+    two_level t = {0};
+    if (!exact) CM_TRY(two_level_make(ix, pool, &t, err));
+    ivf_assigner *a;
+    ivf_assign_opts ao = {.pool = pool, .n_probe_coarse = ASSIGN_PROBE_COARSE};
+    chimera_status s = exact ? ivf_assigner_new(ix->centroids, K, ix->dim, NULL, 0, NULL, &ao, &a, err)
+                             : ivf_assigner_new(t.cent, K, ix->dim, t.km.centroids, t.km.k,
+                                                t.child_off, &ao, &a, err);
+    for (int64_t r0 = 0; r0 < N && s == CHIMERA_OK; r0 += ROWS_PER_BLOCK) {
         if (cancelled(o)) {
-            graph_searcher_free(gs);
-            return CHIMERA_ERR_CANCELLED;
+            s = CHIMERA_ERR_CANCELLED;
+            break;
         }
         int64_t n = N - r0 < ROWS_PER_BLOCK ? N - r0 : ROWS_PER_BLOCK;
         const float *rows = data_corpus_rows(d, r0, n, conv[0]);
-        graph_search_batch(gs, pool, rows, n, d->dim, 1, g->tok_cid + r0, g->sim + r0);
+        if (exact) ivf_assign_exact(a, rows, n, d->dim, g->tok_cid + r0, g->sim + r0);
+        else {
+            ivf_assign(a, rows, n, d->dim, g->tok_cid + r0, g->sim + r0);
+            for (int64_t i = 0; i < n; i++) g->tok_cid[r0 + i] = t.perm[g->tok_cid[r0 + i]];
+        }
     }
-    graph_searcher_free(gs);
-    for (int64_t i = 0; i < N; i++)
-        if (g->tok_cid[i] >= ix->n_clusters)
-            return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                           "add: the centroid graph found no centroid for token %lld",
-                           (long long)i);
-    return CHIMERA_OK;
+    if (s == CHIMERA_OK && !exact && g->n_tokens > 0) {
+        /* how often the two levels find the exact nearest centroid, on a sample */
+        int64_t ns = N < 2000 ? N : 2000;
+        const float *rows = data_corpus_rows(d, 0, ns < ROWS_PER_BLOCK ? ns : ROWS_PER_BLOCK, conv[0]);
+        g->assign_recall = ivf_assign_recall(a, rows, ns < ROWS_PER_BLOCK ? ns : ROWS_PER_BLOCK,
+                                             d->dim, 2000, 99);
+    } else {
+        g->assign_recall = 1.0;
+    }
+    ivf_assigner_free(a);
+    two_level_free(&t);
+    return s;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -801,6 +861,7 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     double tc = cm_now();
     rep->assign_seconds = tb - ta;
     rep->encode_seconds = tc - tb;
+    rep->assign_recall = g.assign_recall;
 
     /* drift: the new tokens' centroid similarity against the build's 10th percentile */
     const cJSON *bld = cJSON_GetObjectItemCaseSensitive(c.meta, "build");

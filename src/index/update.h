@@ -4,7 +4,7 @@
  * Storage (docs/format.md, "Segments" and "Deletions"). An index is a base segment
  * plus appended segments and tombstone lists, all in the one index directory:
  *   add      quantizes the new tokens against the existing centroids (assigned by
- *            the centroid graph, or exactly up to 8192 centroids), writes them
+ *            two levels over the centroids, or exactly up to 4096 of them), writes them
  *            as a new segment "s<seq>_*" with its own posting lists (sparse: only the
  *            clusters it uses), and commits a manifest that lists it. Cost: the new
  *            tokens' assignment and encoding, and their bytes; nothing of the index is
@@ -65,6 +65,7 @@ typedef struct ix_update_report {
     double drift_below;       /* added tokens whose centroid similarity is below the
                                  build's 10th percentile, as a fraction (-1: unknown) */
     int merged;               /* 1 when the commit merged appended segments or lists */
+    double assign_recall;     /* added tokens given their exact nearest centroid (sample) */
     int64_t n_docs, n_deleted;/* of the index after the call */
     uint32_t n_segments;
     uint64_t peak_rss;
