@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Chimera needs on Debian 12 (bookworm): compilers (gcc, and clang with its
-# sanitizer and libFuzzer runtime) and CMake, OpenBLAS, xxHash and cJSON (all from
-# Debian), Python's venv module and headers (the Python package), and numpy for the
+# sanitizer and libFuzzer runtime) and CMake, OpenBLAS, xxHash, cJSON and SQLite (all
+# from Debian; SQLite holds document metadata and evaluates filter predicates), Python's venv module and headers (the Python package), and numpy for the
 # tests' fixture conversions.
 # Idempotent: installs only what is missing. The CUDA toolkit is optional and is not
 # installed here (the build uses nvcc when it finds one).
@@ -11,7 +11,7 @@ set -euo pipefail
 # python3-venv and python3-dev for the Python package's pass (a venv under build-python/,
 # and Python.h for its C extension); pip fetches scikit-build-core, numpy and pytest
 # from PyPI into that venv.
-pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev clang libclang-rt-14-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev libsqlite3-dev clang libclang-rt-14-dev
       python3-venv python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -8,6 +8,7 @@ cd "$root" || exit 2
 declare -A allowed=(
   [core]="core"
   [data]="core data"
+  [meta]="core meta"
   [quant]="core quant"
   [cluster]="core cluster"
   [graph]="core graph"
@@ -38,6 +39,13 @@ for f in $(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -na
       cJSON.h|index/store.h|index/store_impl.h) echo "$f includes \"$inc\": cJSON and the store are private to src/index/"; bad=1 ;;
     esac
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]\([^">]*\)[">].*/\1/p' "$f")
+done
+# SQLite is the metadata module's business: outside src/meta/, no source file includes it
+# (the index and search reach metadata through meta/meta.h).
+for f in $(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -not -path 'src/meta/*'); do
+  if grep -qE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](sqlite3\.h|meta/meta_impl\.h)[">]' "$f"; then
+    echo "$f includes sqlite3.h or meta/meta_impl.h: SQLite is private to src/meta/"; bad=1
+  fi
 done
 # The front ends: the CLI (tools/) and the Python extension (python/, any depth).
 for f in tools/*.c tools/*.h $(find python -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null); do
