@@ -485,6 +485,9 @@ typedef struct chimera_update_opts {
     chimera_cancel_fn cancel; /* optional: non-zero stops the change before its commit
                                  (CHIMERA_ERR_CANCELLED; the index is as it was) */
     void *cancel_user;
+    const char *metadata;   /* add, update: a JSON Lines file of the documents' metadata
+                               records ({"id": ..., fields}), stored with them in the same
+                               commit (chimera_index_meta_import says how it is kept) */
 } chimera_update_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -509,6 +512,9 @@ typedef struct chimera_update_report {
     double assign_recall;   /* add, update: the fraction of added tokens given their exact
                                nearest centroid, on a sample (1 below 4096 clusters, where
                                assignment is exact) */
+    int64_t meta_records;   /* metadata records imported or upserted */
+    int meta_repaired;      /* metadata changes replayed because an earlier change was
+                               interrupted between the index's commit and the database's */
 } chimera_update_report;
 
 /* Appends the documents of `docs` to the index at `dir` without rebuilding it: their
@@ -527,6 +533,22 @@ typedef struct chimera_update_report {
 CHIMERA_API chimera_status chimera_index_add(const char *dir, const chimera_corpus *docs,
                                              const chimera_update_opts *opts,
                                              chimera_update_report *report, chimera_error *err);
+
+/* Imports document metadata for filtering (chimera_filter_sql): one record per document,
+ * keyed by its id, from a JSON Lines file ({"id": 7, "year": 2021, "lang": "en"} per line)
+ * or, with csv, a CSV file with a header row naming the fields (one of them "id").
+ * Columns are typed from the data (INTEGER, REAL or TEXT). The records replace the
+ * metadata the index had, in an SQLite database inside the index directory
+ * (IDX/meta.sqlite), in one commit with the index: the file is also stored in the index,
+ * so that a crash between the two commits is repaired by the next change. Deletes remove
+ * their documents' records in the same commit, and add/update bring theirs
+ * (chimera_update_opts.metadata). A malformed line fails the import naming file:line,
+ * and nothing is imported.
+ * @return CHIMERA_OK; _FORMAT (a malformed record); the statuses of chimera_index_add. */
+CHIMERA_API chimera_status chimera_index_meta_import(const char *dir, const char *path, int csv,
+                                                     const chimera_update_opts *opts,
+                                                     chimera_update_report *report,
+                                                     chimera_error *err);
 
 /* Reads document ids from an integer .npy file ([n], int32 or int64) or a text file of
  * one integer per line into *ids (n entries; free it with chimera_ids_free).
@@ -708,6 +730,21 @@ typedef struct chimera_filter chimera_filter;
 CHIMERA_API chimera_status chimera_filter_new(const int64_t *ids, int64_t n, int exclude,
                                               chimera_filter **out, chimera_error *err);
 CHIMERA_API void chimera_filter_free(chimera_filter *filter);
+
+/* A filter of the documents whose metadata (chimera_index_meta_import) satisfies the SQL
+ * expression `expr`, e.g. "year >= ? AND lang = ?" with args {"2020", "en"}: evaluated
+ * as SELECT id FROM meta WHERE (expr) on a read-only connection that may read only the
+ * metadata table and call only built-in functions such as lower, like, abs, coalesce,
+ * json_extract (no statements, ATTACH, PRAGMA, load_extension or writes; no `;` or
+ * comments), with its `?` bound to args in order (an argument written as a number is
+ * bound as one) and at most timeout_ms of running time (0: 2 s).
+ * @return CHIMERA_OK; _INVALID_ARG (a syntax error or a refused operation, named; the
+ *         index has no metadata); _CANCELLED (the time limit); _CONFLICT (the metadata is
+ *         behind the index after an interrupted change: any change repairs it); _NOMEM. */
+CHIMERA_API chimera_status chimera_filter_sql(const chimera_index *index, const char *expr,
+                                              const char *const *args, int n_args,
+                                              int timeout_ms, chimera_filter **out,
+                                              chimera_error *err);
 
 typedef struct chimera_search_opts {
     int n_threads;        /* 0: one per CPU */

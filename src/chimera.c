@@ -4,7 +4,9 @@
  * chimera_error of each call, never into a handle: handles are read-only after open, so
  * one may be used from many threads at once (search scheduling and its per-call scratch
  * live in search/session.c, profile storage in index/profile.c). */
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "chimera.h"
@@ -18,6 +20,7 @@
 #include "data/trec.h"
 #include "index/index.h"
 #include "index/profile.h"
+#include "index/metadata.h"
 #include "index/update.h"
 #include "search/filter.h"
 #include "search/eval.h"
@@ -647,6 +650,41 @@ static void to_report(const ix_update_report *r, chimera_update_report *out)
     out->n_segments = r->n_segments;
     out->peak_rss_bytes = r->peak_rss;
     out->assign_recall = r->assign_recall;
+    out->meta_repaired = r->meta_repaired;
+}
+
+/* A whole file into memory (cm_malloc'd). */
+static chimera_status slurp(const char *path, char **text, size_t *len, chimera_error *err)
+{
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 0;
+    for (;;) {
+        if (*len == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *t = cm_realloc(*text, cap);
+            if (!t) {
+                fclose(f);
+                cm_free(*text);
+                *text = NULL;
+                return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", path);
+            }
+            *text = t;
+        }
+        size_t r = fread(*text + *len, 1, cap - *len, f);
+        *len += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        cm_free(*text);
+        *text = NULL;
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: read failed", path);
+    }
+    return CHIMERA_OK;
 }
 
 static chimera_status add_or_update(const char *dir, const chimera_corpus *docs, int replace,
@@ -661,7 +699,11 @@ static chimera_status add_or_update(const char *dir, const chimera_corpus *docs,
     ix_update_opts io;
     ix_update_report r;
     to_ix_opts(opts, &io);
-    chimera_status s = ix_add(dir, &docs->c, replace, &io, &r, err);
+    char *mt = NULL;
+    size_t ml = 0;
+    if (opts && opts->metadata) CM_TRY(slurp(opts->metadata, &mt, &ml, err));
+    chimera_status s = ix_add(dir, &docs->c, replace, mt, ml, &io, &r, err);
+    cm_free(mt);
     to_report(&r, report);
     return s;
 }
@@ -703,6 +745,23 @@ chimera_status chimera_index_delete(const char *dir, const int64_t *ids, int64_t
     to_ix_opts(opts, &io);
     chimera_status s = ix_delete(dir, ids, n, &io, &r, err);
     to_report(&r, report);
+    return s;
+}
+
+chimera_status chimera_index_meta_import(const char *dir, const char *path, int csv,
+                                         const chimera_update_opts *opts,
+                                         chimera_update_report *report, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!dir || !path)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_meta_import: dir and path are required");
+    ix_update_opts io;
+    ix_update_report r;
+    int64_t n = 0;
+    to_ix_opts(opts, &io);
+    chimera_status s = ix_meta_import(dir, path, csv != 0, &io, &r, &n, err);
+    to_report(&r, report);
+    if (report) report->meta_records = n;
     return s;
 }
 
@@ -760,6 +819,25 @@ chimera_status chimera_filter_new(const int64_t *ids, int64_t n, int exclude,
     f->exclude = exclude != 0;
     *out = f;
     return CHIMERA_OK;
+}
+
+chimera_status chimera_filter_sql(const chimera_index *index, const char *expr,
+                                  const char *const *args, int n_args, int timeout_ms,
+                                  chimera_filter **out, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!out) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "filter_sql: out is NULL");
+    *out = NULL;
+    if (!index || !expr || n_args < 0 || (n_args > 0 && !args))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "filter_sql: index, expr and args are required");
+    index_view *v = view_get(index);
+    int64_t *ids = NULL, n = 0;
+    chimera_status s = ix_meta_filter(index->dir, &v->ix, expr, args, n_args, timeout_ms, &ids,
+                                      &n, err);
+    view_put(index, v);
+    if (s == CHIMERA_OK) s = chimera_filter_new(ids, n, 0, out, err);
+    cm_free(ids);
+    return s;
 }
 
 void chimera_filter_free(chimera_filter *f)

@@ -12,11 +12,11 @@ declare -A allowed=(
   [quant]="core quant"
   [cluster]="core cluster"
   [graph]="core graph"
-  [index]="core data quant cluster graph index"
+  [index]="core data meta quant cluster graph index"
   [backend]="core quant backend backend/cpu backend/cuda"
   [backend/cpu]="core quant graph backend backend/cpu"
   [backend/cuda]="core quant backend backend/cuda"
-  [search]="core data quant cluster graph index backend search"
+  [search]="core data meta quant cluster graph index backend search"
 )
 bad=0
 for mod in "${!allowed[@]}"; do

@@ -54,6 +54,7 @@ static void usage(void)
             "  delete   IDX: delete documents by id\n"
             "  update   IDX: replace documents, keeping their ids\n"
             "  compact  IDX: drop deleted documents, merge appended segments\n"
+            "  meta     import IDX --jsonl F | --csv F: document metadata for --filter\n"
             "  version  print the version\n");
 }
 
@@ -97,6 +98,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "delete") == 0) return cmd_delete(argc, argv);
     if (strcmp(cmd, "update") == 0) return cmd_update(argc, argv);
     if (strcmp(cmd, "compact") == 0) return cmd_compact(argc, argv);
+    if (strcmp(cmd, "meta") == 0) return cmd_meta(argc, argv);
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -58,5 +58,6 @@ int cmd_add(int argc, char **argv);
 int cmd_delete(int argc, char **argv);
 int cmd_update(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
+int cmd_meta(int argc, char **argv);
 
 #endif

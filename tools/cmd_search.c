@@ -24,6 +24,8 @@ static double pct(const double *sorted, int64_t n, double p)
     return sorted[i];
 }
 
+static int search_main(int argc, char **argv, const char *const *fargs, int n_fargs);
+
 /* "QID DOCID" lines (whitespace separated; blank lines and lines starting with # are
  * skipped): query QID (0 .. nq-1) may return only its listed ids; a query with no line
  * returns nothing. *out: nq filters. Prints what is wrong and returns -1 on a bad file. */
@@ -116,12 +118,33 @@ static int read_per_query(const char *path, int64_t nq, chimera_filter ***out)
 
 int cmd_search(int argc, char **argv)
 {
+    /* --filter-args A B ...: every argument up to the next option, taken out first */
+    const char *fargs[64];
+    int n_fargs = 0, n_rest = 0;
+    char **rest = malloc((size_t)(argc + 1) * sizeof *rest);
+    if (!rest) return 1;
+    for (int i = 0; i < argc; i++) {
+        if (i >= 2 && strcmp(argv[i], "--filter-args") == 0) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && n_fargs < 64)
+                fargs[n_fargs++] = argv[++i];
+            continue;
+        }
+        rest[n_rest++] = argv[i];
+    }
+    rest[n_rest] = NULL;
+    int rc = search_main(n_rest, rest, fargs, n_fargs);
+    free(rest);
+    return rc;
+}
+
+static int search_main(int argc, char **argv, const char *const *fargs, int n_fargs)
+{
     const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
     uint32_t k = 10, threads = 0;
     chimera_search_params sp = {0};
     int profile = 0, latency = 0, verify = 0;
     const char *impute_s = "probe", *probe_s = "auto", *subset = NULL, *exclude = NULL;
-    const char *per_query = NULL;
+    const char *per_query = NULL, *filter_expr = NULL;
     int64_t batch = 0;
     double want_recall = 0;
     cli_opt opts[] = {
@@ -144,6 +167,8 @@ int cmd_search(int argc, char **argv)
         {"--verify", OPT_FLAG, &verify, "verify every section checksum before searching", 0, 0},
         {"--subset", OPT_STR, &subset, "return only these document ids (.npy int64 or text)", 0, 0},
         {"--exclude", OPT_STR, &exclude, "never return these document ids (.npy int64 or text)", 0, 0},
+        {"--filter", OPT_STR, &filter_expr,
+         "SQL expression over the metadata (chimera meta import), ? bound to --filter-args", 0, 0},
         {"--subset-per-query", OPT_STR, &per_query,
          "per-query allowed ids: text lines \"QID DOCID\" (QID: the query's number from 0)", 0, 0},
     };
@@ -170,9 +195,13 @@ int cmd_search(int argc, char **argv)
         fprintf(stderr, "chimera search: -k must be at least 1\n");
         return 2;
     }
-    if ((subset != NULL) + (exclude != NULL) + (per_query != NULL) > 1) {
-        fprintf(stderr, "chimera search: --subset, --exclude and --subset-per-query are "
+    if ((subset != NULL) + (exclude != NULL) + (per_query != NULL) + (filter_expr != NULL) > 1) {
+        fprintf(stderr, "chimera search: --subset, --exclude, --subset-per-query and --filter are "
                         "alternatives\n");
+        return 2;
+    }
+    if (n_fargs && !filter_expr) {
+        fprintf(stderr, "chimera search: --filter-args without --filter\n");
         return 2;
     }
     chimera_error err;
@@ -195,6 +224,12 @@ int cmd_search(int argc, char **argv)
     if (chimera_queries_read(queries, qlens, &q, &err) != CHIMERA_OK) {
         chimera_index_close(ix);
         chimera_filter_free(filter);
+        return cli_fail("search", &err);
+    }
+    if (filter_expr && chimera_filter_sql(ix, filter_expr, fargs, n_fargs, 0, &filter, &err) !=
+                           CHIMERA_OK) {
+        chimera_queries_free(q);
+        chimera_index_close(ix);
         return cli_fail("search", &err);
     }
     int64_t nq = chimera_queries_count(q);

@@ -24,13 +24,14 @@ static void print_report(const char *dir, const chimera_update_report *r, double
 
 static int add_or_update(const char *cmd, int replace, int argc, char **argv)
 {
-    const char *tokens = NULL, *doclens = NULL, *ids = NULL, *pos[1];
+    const char *tokens = NULL, *doclens = NULL, *ids = NULL, *meta = NULL, *pos[1];
     int missing_ok = 0, no_sync = 0, np = 0;
     uint32_t threads = 0;
     cli_opt opts[] = {
         {"--tokens", OPT_STR, &tokens, "token matrix .npy [n_tokens, dim] (float32/16)", 1, 0},
         {"--doclens", OPT_STR, &doclens, "document lengths .npy [n_docs] (int32/64)", 1, 0},
         {"--ids", OPT_STR, &ids, "document ids (.npy int64 or text, one per line)", 1, 0},
+        {"--meta", OPT_STR, &meta, "the documents' metadata, JSON Lines ({\"id\": ..., fields})", 0, 0},
         {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
         /* update only (the last entry, left out of add's list) */
@@ -53,7 +54,7 @@ static int add_or_update(const char *cmd, int replace, int argc, char **argv)
     if (chimera_corpus_open(tokens, doclens, ids, NULL, &c, &err) != CHIMERA_OK)
         return cli_fail(cmd, &err);
     chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync,
-                              .n_threads = (int)threads};
+                              .n_threads = (int)threads, .metadata = meta};
     chimera_update_report rep;
     chimera_status s = replace ? chimera_index_update(pos[0], c, &uo, &rep, &err)
                                : chimera_index_add(pos[0], c, &uo, &rep, &err);
@@ -72,6 +73,8 @@ static int add_or_update(const char *cmd, int replace, int argc, char **argv)
                rep.drift_below > 0.25 ? " (they fit the centroids worse than the built ones; "
                                         "see chimera info)" : "");
     printf("%s\n", rep.merged ? "; appended segments merged" : "");
+    if (rep.meta_repaired)
+        printf("metadata: %d interrupted change(s) replayed\n", rep.meta_repaired);
     if (rep.assign_recall < 1)
         printf("assignment: %.4f of the new tokens got their exact nearest centroid (sample)\n",
                rep.assign_recall);
@@ -205,6 +208,40 @@ int cmd_compact(int argc, char **argv)
     else
         printf("compacted: %lld deleted documents dropped, segments merged into one\n",
                (long long)rep.docs_deleted);
+    print_report(pos[0], &rep, t0);
+    return 0;
+}
+
+/* chimera meta import IDX (--jsonl F | --csv F) */
+int cmd_meta(int argc, char **argv)
+{
+    if (argc < 3 || strcmp(argv[2], "import") != 0) {
+        fprintf(stderr, "usage: chimera meta import IDX (--jsonl F.jsonl | --csv F.csv)\n");
+        return 2;
+    }
+    const char *jsonl = NULL, *csv = NULL, *pos[1];
+    int no_sync = 0, np = 0;
+    cli_opt opts[] = {
+        {"--jsonl", OPT_STR, &jsonl, "records, one JSON object per line, each with an \"id\"", 0, 0},
+        {"--csv", OPT_STR, &csv, "records as CSV with a header row (one column \"id\")", 0, 0},
+        {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
+    };
+    int r = cli_parse("meta import", "IDX (--jsonl F | --csv F)", argc, argv, 3, opts,
+                      sizeof opts / sizeof opts[0], pos, 1, &np);
+    if (r) return r < 0 ? 2 : 0;
+    if (np != 1 || (jsonl != NULL) == (csv != NULL)) {
+        fprintf(stderr, "usage: chimera meta import IDX (--jsonl F.jsonl | --csv F.csv)\n");
+        return 2;
+    }
+    chimera_error err;
+    chimera_update_opts uo = {.no_sync = no_sync};
+    chimera_update_report rep;
+    double t0 = cli_now();
+    if (chimera_index_meta_import(pos[0], jsonl ? jsonl : csv, csv != NULL, &uo, &rep, &err) !=
+        CHIMERA_OK)
+        return cli_fail("meta import", &err);
+    printf("imported %lld metadata records (%.0f records/s)\n", (long long)rep.meta_records,
+           rep.seconds > 0 ? (double)rep.meta_records / rep.seconds : 0.0);
     print_report(pos[0], &rep, t0);
     return 0;
 }

@@ -154,6 +154,18 @@ chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chi
 /* Removes the temporary directory and frees the writer. NULL is a no-op. */
 void ix_store_writer_abort(ix_store_writer *w);
 
+/* Copies the file `src` into the index being written under `name`, which must be a side
+ * file (ix_store_is_side_file: the metadata database), fsynced like a section; an absent
+ * src copies nothing. The caller keeps src from changing meanwhile (the writer lock).
+ * @return CHIMERA_OK, _INVALID_ARG (another name), _IO, _NOMEM. */
+chimera_status ix_store_writer_copy_file(ix_store_writer *w, const char *name, const char *src,
+                                         chimera_error *err);
+
+/* 1 for the files besides manifest.json and the sections that an index directory may
+ * hold: the metadata database ("meta.sqlite", index/metadata.h) and its journal. They
+ * are not listed in the manifest and are kept in step with it by the index layer. */
+int ix_store_is_side_file(const char *name);
+
 /* ---- changing an index in place ------------------------------------------------------ */
 
 /* Starts a change committed into the index directory itself (add, delete, update): new

@@ -181,6 +181,11 @@ static int temp_suffix(const char *s)
     return s[6] == '\0';
 }
 
+int ix_store_is_side_file(const char *name)
+{
+    return strcmp(name, "meta.sqlite") == 0 || strcmp(name, "meta.sqlite-journal") == 0;
+}
+
 int ix_store_is_manifest_tmp(const char *name)
 {
     static const char pre[] = FMT_MANIFEST_NAME ".tmp-";
@@ -230,7 +235,7 @@ static int empty_ours(int dfd)
         struct stat sb;
         int ours = fstatat(dirfd(d), nm, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
                    (strcmp(nm, FMT_MANIFEST_NAME) == 0 || ix_store_is_manifest_tmp(nm) ||
-                    has_suffix(nm, FMT_SECTION_SUFFIX));
+                    has_suffix(nm, FMT_SECTION_SUFFIX) || ix_store_is_side_file(nm));
         if (!ours || unlinkat(dirfd(d), nm, 0) != 0) left = 1;
     }
     closedir(d); /* also drops an flock taken on it */

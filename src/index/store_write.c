@@ -223,8 +223,8 @@ static chimera_status classify_target(const char *dir, int *kind, uint64_t *gen,
         struct stat fs;
         int regular = fstatat(dirfd(d), nm, &fs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fs.st_mode);
         if (regular && strcmp(nm, FMT_MANIFEST_NAME) == 0) manifest = 1;
-        else if (!(regular &&
-                   (has_suffix(nm, FMT_SECTION_SUFFIX) || ix_store_is_manifest_tmp(nm))) &&
+        else if (!(regular && (has_suffix(nm, FMT_SECTION_SUFFIX) || ix_store_is_manifest_tmp(nm) ||
+                               ix_store_is_side_file(nm))) &&
                  !foreign[0])
             snprintf(foreign, sizeof foreign, "%.63s", nm);
     }
@@ -904,5 +904,37 @@ fail:
     cJSON_free(text);
     cm_free(path);
     ix_store_writer_abort(w);
+    return s;
+}
+
+chimera_status ix_store_writer_copy_file(ix_store_writer *w, const char *name, const char *src,
+                                         chimera_error *err)
+{
+    if (w->failed.code != CHIMERA_OK) return sticky(w, err);
+    if (!ix_store_is_side_file(name))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: '%s' is not a file an index may hold",
+                       w->out_dir, name);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) {
+        if (errno == ENOENT) return CHIMERA_OK; /* nothing to carry over */
+        return writer_fail(w, CHIMERA_ERR_IO, err, "%s: cannot open: %s", src, strerror(errno));
+    }
+    char *dst = cm_path_join(w->tmp_dir, name);
+    int out = dst ? open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+    int e = dst ? (out < 0 ? errno : 0) : ENOMEM;
+    while (!e) {
+        ssize_t r = read(in, w->buf, STORE_BUF_BYTES);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) e = errno;
+        if (r <= 0) break;
+        e = write_all(out, w->buf, (size_t)r);
+    }
+    if (!e && !w->opts.no_sync && fsync(out) != 0) e = errno;
+    if (out >= 0 && close(out) != 0 && !e) e = errno;
+    close(in);
+    chimera_status s = CHIMERA_OK;
+    if (e) s = writer_fail(w, CHIMERA_ERR_IO, err, "%s: cannot copy %s: %s", w->out_dir, src,
+                           strerror(e));
+    cm_free(dst);
     return s;
 }

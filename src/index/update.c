@@ -4,6 +4,7 @@
  * sections (in place for add/delete/update, into a new directory for compact), edit a
  * copy of the meta, commit, release. An error anywhere before the commit aborts the
  * writer, which removes what it wrote; the index is then as it was. */
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "core/progress.h"
 #include "index/index.h"
 #include "index/store.h"
+#include "index/metadata.h"
 #include "index/update.h"
 #include "quant/rabitq.h"
 
@@ -39,6 +41,11 @@ typedef struct change {
     uint32_t next_seq;
     char (*drop)[FMT_NAME_BYTES];
     uint32_t n_drop, cap_drop;
+    /* document metadata (metadata.h): the database, when the index has one */
+    ix_meta *md;
+    int md_repaired;           /* log entries replayed when it was found behind */
+    const char *md_op, *md_fmt; /* the change to it, if any: "replace", "upsert", "delete" */
+    char md_section[FMT_NAME_BYTES];
 } change;
 
 static chimera_status nomem(chimera_error *err)
@@ -77,7 +84,7 @@ static uint32_t first_free_seq(const ix_index *ix, const cJSON *meta)
 }
 
 static chimera_status change_begin(change *c, const char *dir, const ix_update_opts *opts,
-                                   int in_place, chimera_error *err)
+                                   int in_place, int meta_create, chimera_error *err)
 {
     memset(c, 0, sizeof *c);
     c->dir = dir;
@@ -94,6 +101,7 @@ static chimera_status change_begin(change *c, const char *dir, const ix_update_o
     c->meta = cJSON_Duplicate(ix_store_meta(c->ix.st), 1);
     if (!c->meta) return nomem(err);
     c->next_seq = first_free_seq(&c->ix, c->meta);
+    CM_TRY(ix_meta_begin(dir, &c->ix, meta_create, &c->md, &c->md_repaired, err));
     if (in_place) {
         ix_store_write_opts wo = {.no_sync = c->o.no_sync};
         CM_TRY(ix_store_delta_begin(dir, c->ix.st, c->lock, &wo, &c->w, err));
@@ -103,6 +111,7 @@ static chimera_status change_begin(change *c, const char *dir, const ix_update_o
 
 static void change_end(change *c)
 {
+    ix_meta_end(c->md, 0); /* NULL after a commit */
     ix_store_writer_abort(c->w); /* NULL after a commit */
     cJSON_Delete(c->meta);
     if (c->opened) ix_close(&c->ix);
@@ -164,9 +173,17 @@ static chimera_status change_commit(change *c, ix_update_report *rep, chimera_er
     cJSON_DeleteItemFromObjectCaseSensitive(c->meta, "next_seq");
     cJSON_AddNumberToObject(c->meta, "next_seq", c->next_seq);
     uint64_t gen = ix_store_generation(c->ix.st);
-    chimera_status s = ix_store_delta_commit(c->w, c->meta, names, c->n_drop, err);
+    chimera_status s = CHIMERA_OK;
+    if (c->md && c->md_op)
+        s = ix_meta_prepare(c->md, c->meta, gen + 1, c->md_op, c->md_fmt,
+                            c->md_section[0] ? c->md_section : NULL, err);
+    if (s == CHIMERA_OK) s = ix_store_delta_commit(c->w, c->meta, names, c->n_drop, err);
+    else ix_store_writer_abort(c->w);
     c->w = NULL; /* consumed */
     cm_free(names);
+    /* the database follows the manifest: committed after it, or rolled back */
+    ix_meta_end(c->md, s == CHIMERA_OK);
+    c->md = NULL;
     if (s == CHIMERA_OK && rep) rep->generation = gen + 1;
     return s;
 }
@@ -766,6 +783,7 @@ static void fill_report(ix_update_report *rep, const change *c, int64_t docs_aft
     rep->n_segments = segs_after;
     rep->seconds = cm_now() - t0;
     rep->peak_rss = cm_peak_rss_bytes();
+    rep->meta_repaired = c->md_repaired;
     if (!rep->generation) rep->generation = ix_store_generation(c->ix.st);
 }
 
@@ -774,7 +792,8 @@ static void fill_report(ix_update_report *rep, const change *c, int64_t docs_aft
 static int cmp_u32_docs(const void *a, const void *b) { return cmp_u32(a, b); }
 
 chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
-                      const ix_update_opts *opts, ix_update_report *report, chimera_error *err)
+                      const char *meta_text, size_t meta_len, const ix_update_opts *opts,
+                      ix_update_report *report, chimera_error *err)
 {
     double t0 = cm_now();
     ix_update_report rep_local, *rep = report ? report : &rep_local;
@@ -790,7 +809,7 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     cm_pool *pool = NULL;
     float **conv = NULL, **vrot = NULL;
     int nw = 0;
-    chimera_status s = change_begin(&c, dir, opts, 1, err);
+    chimera_status s = change_begin(&c, dir, opts, 1, meta_text != NULL, err);
     if (s != CHIMERA_OK) goto done;
     ix_index *ix = &c.ix;
     if (docs->dim != ix->dim) {
@@ -890,6 +909,17 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     uint32_t seq = c.next_seq++;
     if ((s = write_new_segment(c.w, seq, ix, &g, err)) != CHIMERA_OK) goto done;
     meta_add_segment(meta_segments(&c), seq, g.n_docs, g.n_tokens, g.n_lists);
+    if (meta_text) { /* the batch's records: stored beside its segment, and upserted */
+        snprintf(c.md_section, sizeof c.md_section, "s%u_meta", seq);
+        ix_store_type t = {"u8", 1, {(uint64_t)meta_len, 0, 0, 0}};
+        if ((s = ix_store_writer_add_typed(c.w, c.md_section, &t, meta_text, meta_len, err)) !=
+                CHIMERA_OK ||
+            (s = ix_meta_load(c.md, META_INPUT_JSONL, META_LOAD_UPSERT, meta_text, meta_len,
+                              "metadata", NULL, err)) != CHIMERA_OK)
+            goto done;
+        c.md_op = "upsert";
+        c.md_fmt = "jsonl";
+    }
     if (n_tomb > 0 && (s = write_tombstones(&c, tomb, n_tomb, &rep->merged, err)) != CHIMERA_OK)
         goto done;
     int64_t docs_after = ix->n_docs + g.n_docs, del_after = ix->n_deleted + n_tomb;
@@ -941,7 +971,7 @@ chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const i
                            "deleted", dir, (long long)ids[i], (long long)i);
     change c;
     uint32_t *docs = NULL;
-    chimera_status s = change_begin(&c, dir, opts, 1, err);
+    chimera_status s = change_begin(&c, dir, opts, 1, 0, err);
     if (s != CHIMERA_OK) goto done;
     docs = cm_malloc((size_t)(n + 1) * sizeof *docs);
     if (!docs) goto oom;
@@ -971,6 +1001,10 @@ chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const i
     }
     if ((s = write_tombstones(&c, docs, nd, &rep->merged, err)) != CHIMERA_OK) goto done;
     meta_set(c.meta, "n_deleted", (double)(c.ix.n_deleted + nd));
+    if (c.md) { /* their metadata goes in the same commit */
+        if ((s = ix_meta_delete(c.md, ids, n, err)) != CHIMERA_OK) goto done;
+        c.md_op = "delete";
+    }
     profiles_note_change(&c, nd);
     if (!cJSON_GetObjectItemCaseSensitive(c.meta, "segments")) meta_segments(&c);
     if ((s = change_commit(&c, rep, err)) != CHIMERA_OK) goto done;
@@ -994,9 +1028,12 @@ chimera_status ix_compact(const char *dir, const ix_update_opts *opts, ix_update
     rep->drift_below = -1;
     change c;
     ix_store_writer *w = NULL;
-    chimera_status s = change_begin(&c, dir, opts, 0, err);
+    chimera_status s = change_begin(&c, dir, opts, 0, 0, err);
     if (s != CHIMERA_OK) goto done;
     ix_index *ix = &c.ix;
+    /* the metadata database goes along as it is (repaired when it was behind) */
+    ix_meta_end(c.md, 0);
+    c.md = NULL;
     if (ix->n_segs == 1 && ix->n_deleted == 0) { /* already compact */
         fill_report(rep, &c, ix->n_docs, 0, 1, t0);
         goto done;
@@ -1035,6 +1072,14 @@ chimera_status ix_compact(const char *dir, const ix_update_opts *opts, ix_update
     s = put(w, 0, IX_SEC_deleted, 1, (uint64_t)(ro.n_docs + 7) / 8, 0, zeros, err);
     cm_free(zeros);
     if (s != CHIMERA_OK) goto done;
+    {
+        char *mp = ix_meta_path(dir);
+        if (!mp) goto oom;
+        s = ix_store_writer_copy_file(w, IX_META_FILE, mp, err);
+        cm_free(mp);
+        if (s != CHIMERA_OK) goto done;
+    }
+    ix_meta_clear_log(c.meta); /* its sections stay behind; the database holds them */
     cJSON_DeleteItemFromObjectCaseSensitive(c.meta, "segments");
     cJSON_DeleteItemFromObjectCaseSensitive(c.meta, "tombstones");
     cJSON_DeleteItemFromObjectCaseSensitive(c.meta, "next_seq");
@@ -1062,6 +1107,65 @@ oom:
     s = nomem(err);
 done:
     ix_store_writer_abort(w);
+    change_end(&c);
+    return s;
+}
+
+chimera_status ix_meta_import(const char *dir, const char *path, int csv, const ix_update_opts *opts,
+                              ix_update_report *report, int64_t *n_records, chimera_error *err)
+{
+    double t0 = cm_now();
+    ix_update_report rep_local, *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->drift_below = -1;
+    *n_records = 0;
+    /* the file whole: it is stored in the index as the import's record (metadata.h) */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    for (size_t cap = 0;;) {
+        if (len == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *t = cm_realloc(text, cap);
+            if (!t) {
+                fclose(f);
+                cm_free(text);
+                return nomem(err);
+            }
+            text = t;
+        }
+        size_t r = fread(text + len, 1, cap - len, f);
+        len += r;
+        if (r == 0) break;
+    }
+    int rerr = ferror(f);
+    fclose(f);
+    if (rerr) {
+        cm_free(text);
+        return cm_fail(err, CHIMERA_ERR_IO, "%s: read failed", path);
+    }
+    change c;
+    chimera_status s = change_begin(&c, dir, opts, 1, 1, err);
+    if (s == CHIMERA_OK) {
+        snprintf(c.md_section, sizeof c.md_section, "m%u_meta", c.next_seq++);
+        ix_store_type t = {"u8", 1, {(uint64_t)len, 0, 0, 0}};
+        meta_load_info info = {0};
+        s = ix_store_writer_add_typed(c.w, c.md_section, &t, text, len, err);
+        if (s == CHIMERA_OK)
+            s = ix_meta_load(c.md, csv ? META_INPUT_CSV : META_INPUT_JSONL, META_LOAD_REPLACE,
+                             text, len, path, &info, err);
+        c.md_op = "replace";
+        c.md_fmt = csv ? "csv" : "jsonl";
+        if (s == CHIMERA_OK && !cJSON_GetObjectItemCaseSensitive(c.meta, "segments"))
+            meta_segments(&c); /* a 2.x manifest says what it holds */
+        if (s == CHIMERA_OK) s = change_commit(&c, rep, err);
+        if (s == CHIMERA_OK) {
+            *n_records = info.n_records;
+            fill_report(rep, &c, c.ix.n_docs, c.ix.n_deleted, c.ix.n_segs, t0);
+        }
+    }
+    cm_free(text);
     change_end(&c);
     return s;
 }

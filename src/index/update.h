@@ -66,6 +66,7 @@ typedef struct ix_update_report {
                                  build's 10th percentile, as a fraction (-1: unknown) */
     int merged;               /* 1 when the commit merged appended segments or lists */
     double assign_recall;     /* added tokens given their exact nearest centroid (sample) */
+    int meta_repaired;        /* metadata log entries replayed (metadata.h) */
     int64_t n_docs, n_deleted;/* of the index after the call */
     uint32_t n_segments;
     uint64_t peak_rss;
@@ -80,7 +81,16 @@ typedef struct ix_update_report {
  *         dimension than the index's), the statuses of opening the index, _BUSY,
  *         _IO (a full disk: the index is as it was), _NOMEM. Nothing changes on error. */
 chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
-                      const ix_update_opts *opts, ix_update_report *report, chimera_error *err);
+                      const char *meta_text, size_t meta_len, const ix_update_opts *opts,
+                      ix_update_report *report, chimera_error *err);
+
+/* Imports document metadata (index/metadata.h) from a JSON Lines (csv = 0) or CSV file
+ * at path, replacing what the index had: one commit that stores the file in the index
+ * and loads it into IDX/meta.sqlite. *n_records: how many records.
+ * @return CHIMERA_OK; _FORMAT (a malformed line, named by file:line; nothing imported);
+ *         the statuses of ix_add. */
+chimera_status ix_meta_import(const char *dir, const char *path, int csv, const ix_update_opts *opts,
+                              ix_update_report *report, int64_t *n_records, chimera_error *err);
 
 /* Deletes the documents with the n given ids (duplicates in the list count once).
  * @return CHIMERA_OK (nothing committed when no id was found and missing_ok);

@@ -1,0 +1,186 @@
+/* Document metadata kept in step with the index (metadata.h gives the protocol). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/fileio.h"
+#include <cJSON.h>
+
+#include "index/metadata.h"
+#include "index/store.h"
+
+struct ix_meta {
+    meta_db *db;
+};
+
+char *ix_meta_path(const char *dir) { return cm_path_join(dir, IX_META_FILE); }
+
+/* meta.metadata.gen of an index (0: no metadata change ever committed). */
+static int64_t index_meta_gen(const ix_index *ix)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, "gen");
+    return cJSON_IsNumber(g) && g->valuedouble >= 0 ? (int64_t)g->valuedouble : 0;
+}
+
+/* Replays the log entries after the database's generation, then deletes the rows of
+ * ids the index no longer holds (every delete, and the ids an update replaced, end up
+ * there), and records the index's metadata generation. Inside a transaction of its own. */
+static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int64_t to,
+                             int *n_replayed, chimera_error *err)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
+    const cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log"), *e;
+    CM_TRY(meta_db_begin(db, err));
+    chimera_status s = CHIMERA_OK;
+    cJSON_ArrayForEach(e, log)
+    {
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "gen");
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op");
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(e, "section");
+        const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(e, "format");
+        if (!cJSON_IsNumber(g) || g->valuedouble <= (double)from || !cJSON_IsString(op)) continue;
+        (*n_replayed)++;
+        if (!cJSON_IsString(sec)) continue; /* a delete: below */
+        const void *text;
+        uint64_t bytes;
+        if (ix_store_section(ix->st, sec->valuestring, &text, &bytes) != CHIMERA_OK) {
+            s = cm_fail(err, CHIMERA_ERR_CORRUPT, "metadata: the log names section '%s', which "
+                        "the index does not hold", sec->valuestring);
+            break;
+        }
+        meta_input_format f = cJSON_IsString(fmt) && strcmp(fmt->valuestring, "csv") == 0
+                                  ? META_INPUT_CSV : META_INPUT_JSONL;
+        meta_load_mode mode = strcmp(op->valuestring, "replace") == 0 ? META_LOAD_REPLACE
+                                                                      : META_LOAD_UPSERT;
+        s = meta_load_text(db, f, mode, text, (size_t)bytes, sec->valuestring, NULL, err);
+        if (s != CHIMERA_OK) break;
+    }
+    int64_t *ids = NULL, n = 0;
+    if (s == CHIMERA_OK) s = meta_filter_ids(db, "1", NULL, 0, 0, &ids, &n, err);
+    if (s == CHIMERA_OK) {
+        int64_t k = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (ix_find_id(ix, ids[i]) < 0) ids[k++] = ids[i];
+        if (k) s = meta_db_delete_ids(db, ids, k, NULL, err);
+    }
+    cm_free(ids);
+    if (s == CHIMERA_OK) s = meta_db_set_generation(db, to, err);
+    if (s == CHIMERA_OK) return meta_db_commit(db, err);
+    meta_db_rollback(db, NULL);
+    return s;
+}
+
+chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int create, ix_meta **out,
+                             int *repaired, chimera_error *err)
+{
+    *out = NULL;
+    if (repaired) *repaired = 0;
+    char *path = ix_meta_path(dir);
+    if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
+    struct stat sb;
+    if (!create && stat(path, &sb) != 0) {
+        cm_free(path);
+        return CHIMERA_OK; /* no metadata */
+    }
+    ix_meta *m = cm_calloc(1, sizeof *m);
+    chimera_status s = m ? meta_db_open(path, create, &m->db, err)
+                         : cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
+    cm_free(path);
+    int64_t have = 0, want = index_meta_gen(ix);
+    if (s == CHIMERA_OK) s = meta_db_generation(m->db, &have, err);
+    int n = 0;
+    if (s == CHIMERA_OK && have != want) s = replay(m->db, ix, have, want, &n, err);
+    if (repaired) *repaired = n;
+    if (s == CHIMERA_OK) s = meta_db_begin(m->db, err);
+    if (s != CHIMERA_OK) {
+        cm_fail_prefix(err, "%s", dir);
+        ix_meta_end(m, 0);
+        return s;
+    }
+    *out = m;
+    return CHIMERA_OK;
+}
+
+chimera_status ix_meta_delete(ix_meta *m, const int64_t *ids, int64_t n, chimera_error *err)
+{
+    return meta_db_delete_ids(m->db, ids, n, NULL, err);
+}
+
+chimera_status ix_meta_load(ix_meta *m, meta_input_format fmt, meta_load_mode mode,
+                            const char *text, size_t len, const char *source,
+                            meta_load_info *info, chimera_error *err)
+{
+    return meta_load_text(m->db, fmt, mode, text, len, source, info, err);
+}
+
+chimera_status ix_meta_prepare(ix_meta *m, cJSON *meta, uint64_t new_gen, const char *op,
+                               const char *format, const char *section, chimera_error *err)
+{
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(meta, "metadata");
+    if (!md) md = cJSON_AddObjectToObject(meta, "metadata");
+    cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log");
+    if (!log) log = cJSON_AddArrayToObject(md, "log");
+    cJSON *e = cJSON_CreateObject();
+    if (!md || !log || !e) {
+        cJSON_Delete(e);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
+    }
+    cJSON_AddNumberToObject(e, "gen", (double)new_gen);
+    cJSON_AddStringToObject(e, "op", op);
+    if (format) cJSON_AddStringToObject(e, "format", format);
+    if (section) cJSON_AddStringToObject(e, "section", section);
+    cJSON_AddItemToArray(log, e);
+    cJSON_DeleteItemFromObjectCaseSensitive(md, "gen");
+    cJSON_AddNumberToObject(md, "gen", (double)new_gen);
+    return meta_db_set_generation(m->db, (int64_t)new_gen, err);
+}
+
+void ix_meta_end(ix_meta *m, int committed)
+{
+    if (!m) return;
+    if (m->db && meta_db_in_transaction(m->db)) {
+        if (committed) meta_db_commit(m->db, NULL); /* a failure: replayed next time */
+        else meta_db_rollback(m->db, NULL);
+    }
+    meta_db_close(m->db);
+    cm_free(m);
+}
+
+void ix_meta_clear_log(cJSON *meta)
+{
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(meta, "metadata");
+    if (md) cJSON_DeleteItemFromObjectCaseSensitive(md, "log");
+}
+
+chimera_status ix_meta_filter(const char *dir, const ix_index *ix, const char *expr,
+                              const char *const *args, int n_args, int timeout_ms,
+                              int64_t **ids, int64_t *n, chimera_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    char *path = ix_meta_path(dir);
+    if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        cm_free(path);
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "%s has no document metadata to filter on (chimera meta import)", dir);
+    }
+    meta_db *db = NULL;
+    chimera_status s = meta_db_open(path, 0, &db, err);
+    cm_free(path);
+    int64_t have = 0, want = index_meta_gen(ix);
+    if (s == CHIMERA_OK) s = meta_db_generation(db, &have, err);
+    if (s == CHIMERA_OK && have < want)
+        s = cm_fail(err, CHIMERA_ERR_CONFLICT,
+                    "%s: the metadata database is behind the index (a change was interrupted "
+                    "after its commit); the next change to the index repairs it, e.g. chimera "
+                    "compact %s", dir, dir);
+    if (s == CHIMERA_OK) s = meta_filter_ids(db, expr, args, n_args, timeout_ms, ids, n, err);
+    meta_db_close(db);
+    return s;
+}

@@ -1,0 +1,71 @@
+/* Document metadata beside an index: the SQLite database IDX/meta.sqlite (src/meta/),
+ * kept in step with the index's commits.
+ *
+ * The database is derived state. Every change that alters metadata (an import, an add
+ * or update bringing records, a delete) also stores what it did in the index itself, in
+ * the same manifest commit: the records as a section ("m<seq>_meta" for an import,
+ * "s<seq>_meta" beside an added segment) and an entry of meta.metadata.log
+ * ({"gen", "op": "replace" | "upsert" | "delete", "format", "section"}), and records the
+ * generation of that commit as meta.metadata.gen. The database records the same number
+ * once it holds the change. The order is: database transaction opened and changed,
+ * manifest committed, database committed. A crash between the last two leaves the
+ * database behind the index (its generation smaller than metadata.gen): the next writer
+ * of the index replays the log entries after the database's generation (re-loading the
+ * stored records, then deleting the rows of ids the index no longer holds) and says so;
+ * filters refuse to run on a database that is behind rather than miss documents. A
+ * crash before the manifest commit rolls the database back with the change. A
+ * compaction copies the (repaired) database into the new index and clears the log. */
+#ifndef CHIMERA_INDEX_METADATA_H
+#define CHIMERA_INDEX_METADATA_H
+
+#include <stdint.h>
+
+#include "chimera.h"
+#include "index/index.h"
+#include "meta/meta.h"
+
+#define IX_META_FILE "meta.sqlite"
+
+typedef struct ix_meta ix_meta;
+
+/* Opens the database of the index at dir (opened as ix, under the writer lock) for a
+ * change: replays what it is behind (committed at once; *repaired counts the entries
+ * replayed), then begins the change's transaction. With create, a missing database is
+ * made; without, *out is NULL when the index has none.
+ * @return CHIMERA_OK; the statuses of meta_db_open and of loading stored records. */
+chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int create, ix_meta **out,
+                             int *repaired, chimera_error *err);
+
+/* Row changes inside the change's transaction. */
+chimera_status ix_meta_delete(ix_meta *m, const int64_t *ids, int64_t n, chimera_error *err);
+chimera_status ix_meta_load(ix_meta *m, meta_input_format fmt, meta_load_mode mode,
+                            const char *text, size_t len, const char *source,
+                            meta_load_info *info, chimera_error *err);
+
+/* Before the manifest commit of generation new_gen: sets meta.metadata (gen = new_gen,
+ * the log entry appended) in the manifest's meta being written, and the database's
+ * generation. section (may be NULL) names the stored records; format "jsonl" or "csv". */
+struct cJSON; /* the manifest's JSON stays private to src/index/ (store.h) */
+chimera_status ix_meta_prepare(ix_meta *m, struct cJSON *meta, uint64_t new_gen, const char *op,
+                               const char *format, const char *section, chimera_error *err);
+
+/* After the manifest commit (committed = 1: commit the database; 0: roll it back), and
+ * closes. A failed database commit after a committed manifest is not an error of the
+ * change: the next writer replays it. NULL is a no-op. */
+void ix_meta_end(ix_meta *m, int committed);
+
+/* A compaction: the log is cleared (its sections are not carried over). */
+void ix_meta_clear_log(struct cJSON *meta);
+
+/* The path of the database of the index at dir (cm_malloc'd). */
+char *ix_meta_path(const char *dir);
+
+/* The ids whose metadata satisfies expr (meta_filter_ids), from the database of the
+ * index at dir as ix sees it: CHIMERA_ERR_CONFLICT when the database is behind ix (an
+ * interrupted change, repaired by the next writer), CHIMERA_ERR_EMPTY-free: an index
+ * without metadata is CHIMERA_ERR_INVALID_ARG ("no metadata: chimera meta import"). */
+chimera_status ix_meta_filter(const char *dir, const ix_index *ix, const char *expr,
+                              const char *const *args, int n_args, int timeout_ms,
+                              int64_t **ids, int64_t *n, chimera_error *err);
+
+#endif

@@ -1,0 +1,220 @@
+/* Document metadata kept in step with the index (index/metadata.h), through the public
+ * API: chimera_index_meta_import, chimera_filter_sql, and add / delete / update /
+ * compact carrying metadata.
+ *   - a filter returns exactly the documents whose records satisfy it (checked against
+ *     the records in C), and a search with it returns only those;
+ *   - a delete removes its documents' records in the same commit; an add with records
+ *     makes them filterable; compaction keeps the database;
+ *   - the crash between the index's commit and the database's (simulated by putting the
+ *     database file back as it was before the change): filters refuse to run on a
+ *     database behind the index, and the next change replays what it missed (the
+ *     delete, the add's records) and says so;
+ *   - a malformed import changes nothing; hostile filters are refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/alloc.h"
+#include "data/synth.h"
+#include "tmpdir.h"
+
+#define ND 600
+
+static char dir[512], dbpath[600];
+
+static int year_of(int64_t id) { return 2000 + (int)(id % 25); }
+static const char *lang_of(int64_t id) { return id % 3 == 0 ? "en" : id % 3 == 1 ? "de" : "fr"; }
+
+static void write_records(const char *path, int64_t from, int64_t to)
+{
+    FILE *f = fopen(path, "w");
+    for (int64_t i = from; f && i < to; i++)
+        fprintf(f, "{\"id\": %lld, \"year\": %d, \"lang\": \"%s\"}\n", (long long)i, year_of(i),
+                lang_of(i));
+    if (f) fclose(f);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    CHECK(system(cmd) == 0);
+}
+
+/* The ids chimera_filter_sql("year >= 2020 AND lang = 'en'") must give: the live ids
+ * [0, n_live) minus `gone`, by their records. */
+static int64_t expected(int64_t upto, const int64_t *gone, int n_gone, int64_t *out)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < upto; i++) {
+        int del = 0;
+        for (int g = 0; g < n_gone; g++) del |= gone[g] == i;
+        if (!del && year_of(i) >= 2020 && strcmp(lang_of(i), "en") == 0) out[n++] = i;
+    }
+    return n;
+}
+
+/* Runs the filter on a fresh handle; returns its status and fills ids (via a search-free
+ * route: a filter's ids are checked by searching with it and by its size through
+ * chimera_index_search of each allowed document would be slow, so the filter is applied
+ * to an id-listing search: k = all documents). */
+static chimera_status filter_ids(int64_t *ids, int64_t *n, chimera_error *err)
+{
+    chimera_index *ix = NULL;
+    *n = 0;
+    chimera_status s = chimera_index_open(dir, NULL, &ix, err);
+    if (s != CHIMERA_OK) return s;
+    chimera_filter *f = NULL;
+    const char *args[2] = {"2020", "en"};
+    s = chimera_filter_sql(ix, "year >= ? AND lang = ?", args, 2, 0, &f, err);
+    if (s == CHIMERA_OK) {
+        /* every allowed document, found by a query of random tokens with k large */
+        float q[4 * 32];
+        for (int i = 0; i < 4 * 32; i++) q[i] = (float)((i * 7919) % 13) - 6.0f;
+        chimera_queries *qq = NULL;
+        chimera_queries_new(q, 1, 32, NULL, 4, &qq, err);
+        int64_t r[ND];
+        float sc[ND];
+        chimera_search_opts so = {.n_threads = 1, .filter = f};
+        s = chimera_index_search(ix, qq, ND, NULL, &so, r, sc, NULL, err);
+        for (int i = 0; s == CHIMERA_OK && i < ND; i++)
+            if (r[i] >= 0) ids[(*n)++] = r[i];
+        chimera_queries_free(qq);
+    }
+    chimera_filter_free(f);
+    chimera_index_close(ix);
+    return s;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void check_filter(int64_t upto, const int64_t *gone, int n_gone, const char *when)
+{
+    int64_t want[ND], got[ND], nw = expected(upto, gone, n_gone, want), ng = 0;
+    chimera_error err;
+    chimera_status s = filter_ids(got, &ng, &err);
+    CHECKF(s == CHIMERA_OK, "%s: filter: %s", when, err.msg);
+    qsort(got, (size_t)ng, sizeof *got, cmp_i64);
+    CHECKF(ng == nw && memcmp(got, want, (size_t)nw * sizeof *want) == 0,
+           "%s: the filter gave %lld documents, the records say %lld", when, (long long)ng,
+           (long long)nw);
+}
+
+int main(void)
+{
+    chimera_error err;
+    data_synth_corpus s;
+    chimera_synth_opts so = {.n_docs = ND, .dim = 32, .n_queries = 4, .query_len = 4, .seed = 9,
+                             .min_len = 4, .max_len = 30, .vocab = 2000, .n_topics = 20};
+    CHECK_OK(data_synth_generate(&so, &s, &err), &err);
+    int64_t *ids = cm_malloc(ND * sizeof *ids), *off = cm_malloc((ND + 1) * sizeof *off);
+    off[0] = 0;
+    for (int64_t i = 0; i < ND; i++) ids[i] = i, off[i + 1] = off[i] + s.doclens[i];
+    test_path(dir, sizeof dir, "idx");
+    snprintf(dbpath, sizeof dbpath, "%s/meta.sqlite", dir);
+    char recs[600], recs2[600], bad[600], saved[600];
+    test_path(recs, sizeof recs, "meta.jsonl");
+    test_path(recs2, sizeof recs2, "more.jsonl");
+    test_path(bad, sizeof bad, "bad.jsonl");
+    test_path(saved, sizeof saved, "saved.sqlite");
+    chimera_corpus *base = NULL;
+    const int64_t NB = 500;
+    CHECK_OK(chimera_corpus_wrap(s.tokens, off[NB], s.dim, s.doclens, NB, ids, NULL, &base, &err), &err);
+    chimera_build_opts bo = {.n_clusters = 16, .seed = 1, .no_sync = 1};
+    CHECK_OK(chimera_index_build(base, dir, &bo, NULL, &err), &err);
+    chimera_corpus_close(base);
+    chimera_update_opts fast = {.no_sync = 1};
+    chimera_update_report rep;
+
+    /* no metadata yet */
+    int64_t tmp[ND], nt;
+    CHECK_STATUS(filter_ids(tmp, &nt, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK(strstr(err.msg, "meta import") != NULL);
+    /* import, filter */
+    write_records(recs, 0, NB);
+    CHECK_OK(chimera_index_meta_import(dir, recs, 0, &fast, &rep, &err), &err);
+    CHECK(rep.meta_records == NB);
+    check_filter(NB, NULL, 0, "import");
+    /* a malformed import changes nothing */
+    FILE *f = fopen(bad, "w");
+    fprintf(f, "{\"id\": 1, \"year\": 1990}\n{\"id\": 2, \"year\": \n");
+    fclose(f);
+    CHECK_STATUS(chimera_index_meta_import(dir, bad, 0, &fast, &rep, &err), CHIMERA_ERR_FORMAT, &err);
+    CHECKF(strstr(err.msg, ":2") != NULL, "a malformed line is not named by number: %s", err.msg);
+    check_filter(NB, NULL, 0, "a refused import");
+    /* hostile filters */
+    {
+        chimera_index *ix = NULL;
+        CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);
+        const char *hostile[] = {"1); DROP TABLE meta; --", "load_extension('x')",
+                                 "1 = 1; ATTACH 'x' AS y"};
+        for (int i = 0; ix && i < 3; i++) {
+            chimera_filter *hf = NULL;
+            chimera_status hs = chimera_filter_sql(ix, hostile[i], NULL, 0, 0, &hf, &err);
+            CHECKF(hs == CHIMERA_ERR_INVALID_ARG && !hf, "filter '%s' gave %s", hostile[i],
+                   chimera_status_str(hs));
+        }
+        chimera_index_close(ix);
+        check_filter(NB, NULL, 0, "hostile filters");
+    }
+
+    /* delete: the records go in the same commit */
+    int64_t gone2[2] = {75, 135}; /* en, years 2000 and 2010: not matching either way */
+    CHECK_OK(chimera_index_delete(dir, gone2, 2, &fast, &rep, &err), &err);
+    check_filter(NB, gone2, 2, "delete");
+
+    /* crash between the index's commit and the database's: the database put back as it
+     * was before a delete */
+    int64_t gone3[3] = {gone2[0], gone2[1], 21}; /* id 21: en, year 2021: matching */
+    copy_file(dbpath, saved);
+    CHECK_OK(chimera_index_delete(dir, &gone3[2], 1, &fast, &rep, &err), &err);
+    copy_file(saved, dbpath);
+    CHECK_STATUS(filter_ids(tmp, &nt, &err), CHIMERA_ERR_CONFLICT, &err);
+    CHECK(strstr(err.msg, "behind") != NULL);
+    CHECK_OK(chimera_index_compact(dir, &fast, &rep, &err), &err); /* any change repairs */
+    CHECKF(rep.meta_repaired == 1, "compact replayed %d metadata changes, expected 1",
+           rep.meta_repaired);
+    check_filter(NB, gone3, 3, "repaired delete");
+    /* id 21 added again, without records: the old record must not describe it */
+    chimera_corpus *again = NULL;
+    CHECK_OK(chimera_corpus_wrap(s.tokens + (size_t)off[21] * s.dim, s.doclens[21], s.dim,
+                                 s.doclens + 21, 1, ids + 21, NULL, &again, &err), &err);
+    CHECK_OK(chimera_index_add(dir, again, &fast, &rep, &err), &err);
+    chimera_corpus_close(again);
+    check_filter(NB, gone3, 3, "an id deleted and added again without records");
+
+    /* add with records; then the same crash after it */
+    chimera_corpus *more = NULL;
+    CHECK_OK(chimera_corpus_wrap(s.tokens + (size_t)off[NB] * s.dim, off[ND] - off[NB], s.dim,
+                                 s.doclens + NB, ND - NB, ids + NB, NULL, &more, &err), &err);
+    write_records(recs2, NB, ND);
+    chimera_update_opts with_meta = {.no_sync = 1, .metadata = recs2};
+    copy_file(dbpath, saved);
+    CHECK_OK(chimera_index_add(dir, more, &with_meta, &rep, &err), &err);
+    check_filter(ND, gone3, 3, "add with records");
+    copy_file(saved, dbpath);
+    CHECK_STATUS(filter_ids(tmp, &nt, &err), CHIMERA_ERR_CONFLICT, &err);
+    int64_t none = 999999;
+    chimera_update_opts lenient = {.no_sync = 1, .missing_ok = 1};
+    CHECK_OK(chimera_index_delete(dir, &none, 1, &lenient, &rep, &err), &err); /* no commit */
+    CHECKF(rep.meta_repaired == 1, "a delete of nothing replayed %d metadata changes, "
+           "expected 1", rep.meta_repaired);
+    CHECK_OK(chimera_index_compact(dir, &fast, &rep, &err), &err);
+    CHECK(rep.meta_repaired == 0);
+    check_filter(ND, gone3, 3, "repaired add");
+    /* the database survived the compaction, and the index checks */
+    chimera_index *ix = NULL;
+    CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);
+    if (ix) CHECK_OK(chimera_index_check(ix, &err), &err);
+    chimera_index_close(ix);
+    chimera_corpus_close(more);
+    cm_free(ids);
+    cm_free(off);
+    data_synth_free(&s);
+    return check_report();
+}
