@@ -13,15 +13,19 @@ const ix_section_def ix_sections[IX_N_SECTIONS] = {
 
 static const ix_section_def tombstones = {"del", "u32", "[n]", "deleted documents", 1, 0,
                                           IX_SHARED};
+static const ix_section_def metadata = {"meta", "u8", "[bytes]",
+                                        "metadata records (index/metadata.h)", 0, 0, IX_SHARED};
 
 const ix_section_def *ix_section_find(const char *name)
 {
     /* "s<digits>_<name>" is a segment's copy of <name>; "t<digits>_del" a tombstone list */
-    if ((name[0] == 's' || name[0] == 't') && name[1] >= '0' && name[1] <= '9') {
+    if ((name[0] == 's' || name[0] == 't' || name[0] == 'm') && name[1] >= '0' && name[1] <= '9') {
         const char *p = name + 1;
         while (*p >= '0' && *p <= '9') p++;
         if (*p == '_') {
             if (name[0] == 't') return strcmp(p + 1, "del") == 0 ? &tombstones : NULL;
+            if (strcmp(p + 1, "meta") == 0) return &metadata; /* s<seq>_ or m<seq>_ */
+            if (name[0] == 'm') return NULL;
             const ix_section_def *d = ix_section_find(p + 1);
             return d && d->scope == IX_SEGMENT ? d : NULL;
         }

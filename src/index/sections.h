@@ -71,7 +71,8 @@ typedef struct ix_section_def {
 extern const ix_section_def ix_sections[IX_N_SECTIONS];
 
 /* The entry for `name`, or NULL for a name that is not an index section. An appended
- * segment's "s<seq>_<name>" and a tombstone list's "t<seq>_del" count as their kind. */
+ * segment's "s<seq>_<name>", a tombstone list's "t<seq>_del" and stored metadata records
+ * ("m<seq>_meta", "s<seq>_meta": host-only) count as their kind. */
 const ix_section_def *ix_section_find(const char *name);
 
 #endif
