@@ -970,7 +970,12 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
     sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
-                   (be_probe_mode)cp.probe, NULL};
+                   (be_probe_mode)cp.probe, NULL, 0};
+    if (filtered) { /* room for the deeper probing of selective filters (pipeline.h) */
+        uint64_t room = (uint64_t)cp.n_probe * SP_FILTER_PROBE_MAX;
+        p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;
+        if (p.n_probe_room < p.n_probe) p.n_probe_room = p.n_probe;
+    }
     uint32_t max_m = 0;
     for (int64_t i = 0; i < q->n; i++)
         if ((uint32_t)(q->off[i + 1] - q->off[i]) > max_m) max_m = (uint32_t)(q->off[i + 1] - q->off[i]);

@@ -125,7 +125,7 @@ int main(void)
     CHECK(base > 0.8);
     cm_rng rng;
     cm_rng_seed(&rng, 5, 0);
-    const double sel[] = {0.5, 0.1, 0.01, 0.001, 1.0 / 3000};
+    const double sel[] = {0.5, 0.3, 0.1, 0.01, 0.001, 1.0 / 3000}; /* 0.5, 0.3: refinement */
     for (int exclude = 0; exclude < 2; exclude++)
         for (size_t si = 0; si < sizeof sel / sizeof sel[0]; si++) {
             if (exclude && sel[si] < 0.01) continue; /* excluding 0.1% changes nothing */

@@ -410,6 +410,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     void *ctx = e->be.ctx;
     sp_worker *w = &e->w[worker];
     if (m == 0 || m > e->max_m || p->k > e->max.k || p->n_probe > e->max.n_probe ||
+        p->n_probe_room > e->max.n_probe ||
         p->k_refine > e->max.k_refine || p->k_fullbit > e->max.k_fullbit || p->chunks == 0 ||
         p->chunks > SP_MAX_CHUNKS)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
@@ -422,7 +423,15 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     uint32_t n_cand = 0;
     be_refine_stats rs = {0};
     if (!direct) {
-        CM_TRY(be->probe(ctx, worker, p->n_probe, p->probe, NULL, NULL, err));
+        uint32_t np = p->n_probe;
+        if (f) { /* deeper for a selective filter (pipeline.h) */
+            double deep = sqrt((double)e->ix->n_docs / (double)(f->n > 0 ? f->n : 1));
+            if (deep > SP_FILTER_PROBE_MAX) deep = SP_FILTER_PROBE_MAX;
+            double want = ceil(np * deep);
+            uint32_t room = p->n_probe_room > np ? p->n_probe_room : np;
+            np = want < room ? (uint32_t)want : room;
+        }
+        CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
         t1 = cm_now();
         CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, f ? f->allow : NULL, w->cand,
                           w->partial, &n_cand, &rs, err));

@@ -32,6 +32,8 @@ typedef struct sp_params {
     be_impute impute;
     be_probe_mode probe;
     const sp_filter *filter; /* NULL: every document */
+    uint32_t n_probe_room;   /* the largest n_probe a filtered query may probe (>= n_probe;
+                                0: n_probe): engines are sized for it */
 } sp_params;
 
 /* Per-query measurements (summed over queries by the caller). */
@@ -45,6 +47,8 @@ typedef struct sp_engine sp_engine;
 
 /* The direct path's threshold, in units of k_refine (see sp_search). */
 #define SP_DIRECT_REFINES 4
+/* The largest factor a filter deepens probing by (see sp_search). */
+#define SP_FILTER_PROBE_MAX 4
 
 /* An engine over an opened index with `n_workers` concurrent queries, each device call
  * allowed `n_threads` threads (latency mode: 1 worker, n threads), and scratch sized for
@@ -72,7 +76,10 @@ const char *sp_engine_backend(const sp_engine *e);
  * be relied on to reach enough of them, so refinement is replaced by the full 1-bit
  * score of every allowed document (the "direct" path: it costs what scoring that many
  * documents costs, and misses none); the same happens when a filtered refinement found
- * fewer than k documents while more are allowed. Either way min(k, allowed) results. */
+ * fewer than k documents while more are allowed. Either way min(k, allowed) results.
+ * A filtered refinement probes deeper, n_probe x min(SP_FILTER_PROBE_MAX, 1 /
+ * sqrt(selectivity)) clusters (up to p->n_probe_room): a subset's best documents rank
+ * lower in the corpus, so their tokens sit in clusters further from the query's. */
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err);
