@@ -651,6 +651,7 @@ static void to_report(const ix_update_report *r, chimera_update_report *out)
     out->peak_rss_bytes = r->peak_rss;
     out->assign_recall = r->assign_recall;
     out->meta_repaired = r->meta_repaired;
+    out->meta_records = r->meta_records;
 }
 
 /* A whole file into memory (cm_malloc'd). */
@@ -702,7 +703,8 @@ static chimera_status add_or_update(const char *dir, const chimera_corpus *docs,
     char *mt = NULL;
     size_t ml = 0;
     if (opts && opts->metadata) CM_TRY(slurp(opts->metadata, &mt, &ml, err));
-    chimera_status s = ix_add(dir, &docs->c, replace, mt, ml, &io, &r, err);
+    chimera_status s = ix_add(dir, &docs->c, replace, mt, ml, opts ? opts->metadata : NULL, &io,
+                              &r, err);
     cm_free(mt);
     to_report(&r, report);
     return s;
@@ -760,8 +762,8 @@ chimera_status chimera_index_meta_import(const char *dir, const char *path, int 
     int64_t n = 0;
     to_ix_opts(opts, &io);
     chimera_status s = ix_meta_import(dir, path, csv != 0, &io, &r, &n, err);
+    r.meta_records = n;
     to_report(&r, report);
-    if (report) report->meta_records = n;
     return s;
 }
 
@@ -950,16 +952,11 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     chimera_search_params cp = {0};
     if (params) cp = *params;
     /* A filter's top-k are close to one another (the best of a subset, not of the
-     * corpus), so ranking them takes more full-bit scores: twice the default k_fullbit
-     * (test_filter and bench/RESULTS.md section 5.3 measure it). An explicit k_fullbit
-     * is kept. */
+     * corpus), so ranking them takes more full-bit scores: queries with a filter re-score
+     * twice the default k_fullbit (bench/RESULTS.md section 5.3); an explicit k_fullbit
+     * is kept, and queries without a filter are searched as in an unfiltered call. */
     int filtered = opts && (opts->filter || opts->query_filters);
-    if (filtered && !cp.k_fullbit) {
-        chimera_search_params d = {0};
-        chimera_search_params_default(k, &d);
-        cp.k_fullbit = 2 * d.k_fullbit;
-        if (!cp.k_refine) cp.k_refine = d.k_refine;
-    }
+    int own_k_fullbit = cp.k_fullbit != 0;
     chimera_search_params_default(k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
@@ -970,7 +967,9 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
     sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
-                   (be_probe_mode)cp.probe, NULL, 0};
+                   (be_probe_mode)cp.probe, NULL, 0, 0};
+    if (filtered && !own_k_fullbit) /* only the queries that have a filter */
+        p.k_fullbit_filtered = 2 * cp.k_fullbit < cp.k_refine ? 2 * cp.k_fullbit : cp.k_refine;
     if (filtered) { /* room for the deeper probing of selective filters (pipeline.h) */
         uint64_t room = (uint64_t)cp.n_probe * SP_FILTER_PROBE_MAX;
         p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;

@@ -792,8 +792,8 @@ static void fill_report(ix_update_report *rep, const change *c, int64_t docs_aft
 static int cmp_u32_docs(const void *a, const void *b) { return cmp_u32(a, b); }
 
 chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
-                      const char *meta_text, size_t meta_len, const ix_update_opts *opts,
-                      ix_update_report *report, chimera_error *err)
+                      const char *meta_text, size_t meta_len, const char *meta_source,
+                      const ix_update_opts *opts, ix_update_report *report, chimera_error *err)
 {
     double t0 = cm_now();
     ix_update_report rep_local, *rep = report ? report : &rep_local;
@@ -909,14 +909,16 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     uint32_t seq = c.next_seq++;
     if ((s = write_new_segment(c.w, seq, ix, &g, err)) != CHIMERA_OK) goto done;
     meta_add_segment(meta_segments(&c), seq, g.n_docs, g.n_tokens, g.n_lists);
+    meta_load_info minfo = {0};
     if (meta_text) { /* the batch's records: stored beside its segment, and upserted */
         snprintf(c.md_section, sizeof c.md_section, "s%u_meta", seq);
         ix_store_type t = {"u8", 1, {(uint64_t)meta_len, 0, 0, 0}};
         if ((s = ix_store_writer_add_typed(c.w, c.md_section, &t, meta_text, meta_len, err)) !=
                 CHIMERA_OK ||
             (s = ix_meta_load(c.md, META_INPUT_JSONL, META_LOAD_UPSERT, meta_text, meta_len,
-                              "metadata", NULL, err)) != CHIMERA_OK)
+                              meta_source ? meta_source : "metadata", &minfo, err)) != CHIMERA_OK)
             goto done;
+        rep->meta_records = minfo.n_records;
         c.md_op = "upsert";
         c.md_fmt = "jsonl";
     }

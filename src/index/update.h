@@ -67,6 +67,7 @@ typedef struct ix_update_report {
     int merged;               /* 1 when the commit merged appended segments or lists */
     double assign_recall;     /* added tokens given their exact nearest centroid (sample) */
     int meta_repaired;        /* metadata log entries replayed (metadata.h) */
+    int64_t meta_records;     /* metadata records imported or upserted */
     int64_t n_docs, n_deleted;/* of the index after the call */
     uint32_t n_segments;
     uint64_t peak_rss;
@@ -81,8 +82,8 @@ typedef struct ix_update_report {
  *         dimension than the index's), the statuses of opening the index, _BUSY,
  *         _IO (a full disk: the index is as it was), _NOMEM. Nothing changes on error. */
 chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
-                      const char *meta_text, size_t meta_len, const ix_update_opts *opts,
-                      ix_update_report *report, chimera_error *err);
+                      const char *meta_text, size_t meta_len, const char *meta_source,
+                      const ix_update_opts *opts, ix_update_report *report, chimera_error *err);
 
 /* Imports document metadata (index/metadata.h) from a JSON Lines (csv = 0) or CSV file
  * at path, replacing what the index had: one commit that stores the file in the index

@@ -414,6 +414,14 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         p->k_refine > e->max.k_refine || p->k_fullbit > e->max.k_fullbit || p->chunks == 0 ||
         p->chunks > SP_MAX_CHUNKS)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
+    if (p->k_fullbit_filtered > e->max.k_fullbit || p->k_fullbit_filtered > p->k_refine)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
+    sp_params pf;
+    if (p->filter && p->k_fullbit_filtered) { /* this query's own k_fullbit (pipeline.h) */
+        pf = *p;
+        pf.k_fullbit = p->k_fullbit_filtered;
+        p = &pf; /* lives until the host thread is done with the query, below */
+    }
     double t0 = cm_now();
     CM_TRY(be->query_begin(ctx, worker, q, m, err));
     const sp_filter *f = p->filter;

@@ -34,6 +34,8 @@ typedef struct sp_params {
     const sp_filter *filter; /* NULL: every document */
     uint32_t n_probe_room;   /* the largest n_probe a filtered query may probe (>= n_probe;
                                 0: n_probe): engines are sized for it */
+    uint32_t k_fullbit_filtered; /* k_fullbit of a query with a filter (0: k_fullbit); <=
+                                    k_refine. Engines are sized for the larger */
 } sp_params;
 
 /* Per-query measurements (summed over queries by the caller). */
