@@ -13,13 +13,16 @@
  *     borrows it for the build; chimera_queries_new copies queries, which are small).
  *   - Outputs are arrays the Python layer allocated (np.empty), filled in place.
  *   - The GIL is released around every call into the library that does work (build,
- *     exact search, search, tune, check, the changes add/delete/update/compact, refresh,
- *     ids), so Python threads search one index at once; the buffers stay held by the
- *     call, so the arrays cannot go away meanwhile.
+ *     exact search, search and its SQL filter, tune, check, the changes
+ *     add/delete/update/compact/meta_import, refresh, ids), so Python threads search one
+ *     index at once; the buffers stay held by the call, so the arrays cannot go away
+ *     meanwhile.
  *   - Search filters (subset=, exclude=) arrive as 1-d int64 arrays and become
  *     chimera_filter objects made for the one call and freed when it returns, on every
  *     path; per-query subsets come deduplicated (an array listed for many queries is
- *     one filter, which the library resolves once).
+ *     one filter, which the library resolves once). An SQL filter (filter=, over the
+ *     metadata that meta_import stores) is made by chimera_filter_sql on the handle,
+ *     with the GIL released, and travels and is freed the same way.
  *   - An Index counts the calls in flight on it (under the GIL); close() refuses while
  *     any is, since the library forbids closing a handle in use. A refresh counts too;
  *     it may run while other threads search (the library swaps generations under them).
@@ -38,9 +41,9 @@
  *     temporary directory and leaves the old index as it was) and the handler's
  *     exception is raised in its place. The cancel callback is always installed, with or
  *     without progress, and costs an atomic load per progress point. The changes (add,
- *     delete, update, compact) run the same way: Ctrl-C cancels one before its commit
- *     (the index is then as it was); a change past its commit point completes, and the
- *     KeyboardInterrupt is raised after it.
+ *     delete, update, compact, meta_import) run the same way: Ctrl-C cancels one before
+ *     its commit (the index is then as it was); a change past its commit point
+ *     completes, and the KeyboardInterrupt is raised after it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -626,7 +629,7 @@ static PyObject *py_runtime_info(PyObject *self, PyObject *args)
  * changed; a change already committing completes. Either way the handler's
  * KeyboardInterrupt is what the call raises. */
 
-enum { CHANGE_ADD, CHANGE_UPDATE, CHANGE_DELETE, CHANGE_COMPACT };
+enum { CHANGE_ADD, CHANGE_UPDATE, CHANGE_DELETE, CHANGE_COMPACT, CHANGE_META };
 
 typedef struct change_call {
     int op;
@@ -634,6 +637,8 @@ typedef struct change_call {
     const chimera_corpus *corpus; /* add, update */
     const int64_t *ids;           /* delete */
     int64_t n_ids;
+    const char *meta_path;        /* meta import: the records file */
+    int meta_csv;                 /* meta import: 1 CSV, 0 JSON Lines */
     const chimera_update_opts *uo;
     chimera_update_report *rep;
     chimera_error *err;
@@ -647,6 +652,9 @@ static chimera_status change_run(void *ctx)
     case CHANGE_UPDATE: return chimera_index_update(c->path, c->corpus, c->uo, c->rep, c->err);
     case CHANGE_DELETE:
         return chimera_index_delete(c->path, c->ids, c->n_ids, c->uo, c->rep, c->err);
+    case CHANGE_META:
+        return chimera_index_meta_import(c->path, c->meta_path, c->meta_csv, c->uo, c->rep,
+                                         c->err);
     default: return chimera_index_compact(c->path, c->uo, c->rep, c->err);
     }
 }
@@ -658,14 +666,16 @@ static PyObject *update_report_to_dict(const chimera_update_report *r)
     if (!drift)
         return NULL;
     return Py_BuildValue(
-        "{s:L,s:L,s:L,s:L,s:K,s:d,s:d,s:d,s:d,s:N,s:O,s:L,s:L,s:I,s:K}", "docs_added",
-        (long long)r->docs_added, "tokens_added", (long long)r->tokens_added, "docs_deleted",
-        (long long)r->docs_deleted, "ids_missing", (long long)r->ids_missing, "generation",
-        (unsigned long long)r->generation, "seconds", r->seconds, "assign_seconds",
-        r->assign_seconds, "encode_seconds", r->encode_seconds, "write_seconds",
-        r->write_seconds, "drift_below", drift, "merged", r->merged ? Py_True : Py_False,
-        "n_docs", (long long)r->n_docs, "n_deleted", (long long)r->n_deleted, "n_segments",
-        r->n_segments, "peak_rss_bytes", (unsigned long long)r->peak_rss_bytes);
+        "{s:L,s:L,s:L,s:L,s:K,s:d,s:d,s:d,s:d,s:N,s:O,s:L,s:L,s:I,s:K,s:d,s:L,s:i}",
+        "docs_added", (long long)r->docs_added, "tokens_added", (long long)r->tokens_added,
+        "docs_deleted", (long long)r->docs_deleted, "ids_missing", (long long)r->ids_missing,
+        "generation", (unsigned long long)r->generation, "seconds", r->seconds,
+        "assign_seconds", r->assign_seconds, "encode_seconds", r->encode_seconds,
+        "write_seconds", r->write_seconds, "drift_below", drift, "merged",
+        r->merged ? Py_True : Py_False, "n_docs", (long long)r->n_docs, "n_deleted",
+        (long long)r->n_deleted, "n_segments", r->n_segments, "peak_rss_bytes",
+        (unsigned long long)r->peak_rss_bytes, "assign_recall", r->assign_recall,
+        "meta_records", (long long)r->meta_records, "meta_repaired", r->meta_repaired);
 }
 
 /* Runs one change with its options filled; returns the report as a dict, or NULL. */
@@ -711,12 +721,12 @@ static int update_opts_from(chimera_update_opts *uo, int missing_ok, int no_sync
 static PyObject *add_or_update(int op, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"path", "tokens", "doclens", "ids", "missing_ok", "no_sync",
-                            "lock_timeout_ms", NULL};
-    const char *path;
+                            "lock_timeout_ms", "metadata", NULL};
+    const char *path, *metadata = NULL;
     PyObject *tok_obj, *dl_obj, *ids_obj;
     int missing_ok = 0, no_sync = 0, lock_ms = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOOO|ppi", names, &path, &tok_obj, &dl_obj,
-                                     &ids_obj, &missing_ok, &no_sync, &lock_ms))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOOO|ppiz", names, &path, &tok_obj, &dl_obj,
+                                     &ids_obj, &missing_ok, &no_sync, &lock_ms, &metadata))
         return NULL;
     if (ids_obj == Py_None)
         return PyErr_Format(PyExc_ValueError,
@@ -725,6 +735,7 @@ static PyObject *add_or_update(int op, PyObject *args, PyObject *kw)
     chimera_update_opts uo;
     if (update_opts_from(&uo, missing_ok, no_sync, lock_ms, NULL))
         return NULL;
+    uo.metadata = metadata; /* a JSON Lines file (the Python layer writes one for dicts) */
     Py_buffer tok = {0}, dl = {0}, ids = {0};
     chimera_corpus *corpus = NULL;
     PyObject *ret = NULL;
@@ -771,6 +782,25 @@ static PyObject *py_delete(PyObject *self, PyObject *args, PyObject *kw)
     PyObject *ret = run_change(&c);
     release(&ids);
     return ret;
+}
+
+/* Document metadata for SQL filters: the records file (JSON Lines, or CSV with csv=True)
+ * replaces the index's metadata in one commit, run like the other changes. */
+static PyObject *py_meta_import(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "file", "csv", "no_sync", "lock_timeout_ms", NULL};
+    const char *path, *file;
+    int csv = 0, no_sync = 0, lock_ms = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|ppi", names, &path, &file, &csv, &no_sync,
+                                     &lock_ms))
+        return NULL;
+    chimera_update_opts uo;
+    if (update_opts_from(&uo, 0, no_sync, lock_ms, NULL))
+        return NULL;
+    change_call c = {.op = CHANGE_META, .path = path, .meta_path = file, .meta_csv = csv,
+                     .uo = &uo};
+    return run_change(&c);
 }
 
 static PyObject *py_compact(PyObject *self, PyObject *args, PyObject *kw)
@@ -985,6 +1015,86 @@ static int index_live(IndexObject *self)
     return 0;
 }
 
+/* A UTF-8 view of the str `obj` with no NUL inside (the library takes C strings, and
+ * an embedded NUL would silently cut the SQL short). NULL with ValueError set. */
+static const char *c_string(PyObject *obj, const char *name)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8AndSize(obj, &len) : NULL;
+    if (!s) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_UnicodeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: expected a str", name);
+        }
+        return NULL;
+    }
+    if ((Py_ssize_t)strlen(s) != len) {
+        PyErr_Format(PyExc_ValueError, "%s: contains a NUL character", name);
+        return NULL;
+    }
+    return s;
+}
+
+/* The filter of an SQL expression over the index's metadata (Index.search's filter=),
+ * with `args` (a sequence of str, already converted by the Python layer) bound to its
+ * `?` in order. The library runs it read-only, with its own time limit, on the handle's
+ * generation; the GIL is released meanwhile and the call counted as in flight. The
+ * strings stay owned by `seq` until the library has copied what it needs. Returns 0,
+ * or -1 with an exception set and *out NULL. */
+static int sql_filter(IndexObject *self, PyObject *expr_obj, PyObject *args_obj,
+                      chimera_filter **out)
+{
+    *out = NULL;
+    const char *expr = c_string(expr_obj, "filter");
+    if (!expr)
+        return -1;
+    /* A tuple of its own: a list could change (and free its strings) while the GIL is
+     * released. */
+    PyObject *seq = args_obj == Py_None ? PyTuple_New(0) : PySequence_Tuple(args_obj);
+    if (!seq) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "filter_args: expected a sequence of str");
+        }
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    const char **argv = NULL;
+    int rc = -1;
+    if (n > 4096) {
+        PyErr_Format(PyExc_ValueError, "filter_args: %zd arguments (at most 4096)", n);
+        goto done;
+    }
+    argv = PyMem_Calloc((size_t)n + 1, sizeof *argv);
+    if (!argv) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char name[40];
+        snprintf(name, sizeof name, "filter_args[%zd]", i);
+        if (!(argv[i] = c_string(PyTuple_GET_ITEM(seq, i), name)))
+            goto done;
+    }
+    chimera_error err = {0};
+    chimera_status st;
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    st = chimera_filter_sql(self->index, expr, argv, (int)n, 0, out, &err);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    if (st != CHIMERA_OK) {
+        raise_status(st, &err);
+        *out = NULL;
+        goto done;
+    }
+    rc = 0;
+done:
+    PyMem_Free(argv);
+    Py_DECREF(seq);
+    return rc;
+}
+
 static int Index_init(IndexObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"path", "backend", "verify", NULL};
@@ -1037,16 +1147,22 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"queries", "qlens", "k", "params", "recall", "threads",
                             "out_ids", "out_scores", "latency", "filter", "exclude",
-                            "query_filters", "query_filter_of", NULL};
+                            "query_filters", "query_filter_of", "sql", "sql_args", NULL};
     PyObject *q_obj, *ql_obj, *params = Py_None, *recall = Py_None, *oi_obj, *os_obj;
-    PyObject *filter = Py_None, *qf = Py_None, *qf_of = Py_None;
+    PyObject *filter = Py_None, *qf = Py_None, *qf_of = Py_None, *sql = Py_None;
+    PyObject *sql_args = NULL;
     long long k_ll;
     int threads = 0, latency = 0, exclude = 0;
     uint32_t k;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOLOOiOO|pOpOO", names, &q_obj, &ql_obj, &k_ll,
-                                     &params, &recall, &threads, &oi_obj, &os_obj, &latency,
-                                     &filter, &exclude, &qf, &qf_of))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOLOOiOO|pOpOOOO", names, &q_obj, &ql_obj,
+                                     &k_ll, &params, &recall, &threads, &oi_obj, &os_obj,
+                                     &latency, &filter, &exclude, &qf, &qf_of, &sql, &sql_args))
         return NULL;
+    if (sql != Py_None && (filter != Py_None || qf != Py_None))
+        return PyErr_Format(PyExc_ValueError,
+                            "filter: an SQL filter cannot be combined with subset or exclude");
+    if (sql == Py_None && sql_args && sql_args != Py_None)
+        return PyErr_Format(PyExc_ValueError, "filter_args: given without a filter");
     chimera_search_opts so;
     chimera_search_opts_default(&so);
     chimera_search_params sp;
@@ -1079,7 +1195,9 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
     if (make_queries(q_obj, ql_obj, &q) == 0 &&
         get_output(oi_obj, &oi, "out_ids", KIND_I64, chimera_queries_count(q), k) == 0 &&
         get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0 &&
-        filters_from(filter, exclude, qf, qf_of, chimera_queries_count(q), &sf) == 0) {
+        filters_from(filter, exclude, qf, qf_of, chimera_queries_count(q), &sf) == 0 &&
+        (sql == Py_None ||
+         sql_filter(self, sql, sql_args ? sql_args : Py_None, &sf.all) == 0)) {
         so.filter = sf.all;
         so.query_filters = sf.per_query;
         chimera_search_profile prof;
@@ -1353,6 +1471,8 @@ static PyMethodDef module_methods[] = {
      "Low-level delete; use chimera.delete."},
     {"compact", (PyCFunction)(void (*)(void))py_compact, METH_VARARGS | METH_KEYWORDS,
      "Low-level compact; use chimera.compact."},
+    {"meta_import", (PyCFunction)(void (*)(void))py_meta_import, METH_VARARGS | METH_KEYWORDS,
+     "Low-level metadata import; use chimera.meta_import."},
     {"info", py_info, METH_VARARGS, "The manifest of the index at path, as a dict."},
     {"runtime_info", py_runtime_info, METH_NOARGS, "This build and machine, as a dict."},
     {"profile_save", py_profile_save, METH_VARARGS, "Low-level profile save."},

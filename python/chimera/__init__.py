@@ -35,20 +35,35 @@ Search filters: ``index.search(queries, k, subset=ids)`` returns only documents 
 are listed (one list for every query, or a list of lists, one per query), and
 ``exclude=ids`` never returns the listed ones. The filter acts inside the pipeline, so a
 query still gets min(k, allowed) results however few documents are allowed.
+
+Metadata filters: :func:`meta_import` stores one record per document (JSON Lines, CSV,
+or a list of dicts) in the index, :func:`add` and :func:`update` bring the new
+documents' records (``metadata=``), :func:`delete` removes theirs, and
+``index.search(q, k, filter="year >= ? AND lang = ?", filter_args=(2020, "en"))``
+returns only documents whose record satisfies the SQL expression::
+
+    chimera.meta_import("my.idx", records=[{"id": 0, "year": 2021, "lang": "en"}, ...])
+    index.refresh()
+    scores, ids = index.search(queries, k=10, filter="year >= ?", filter_args=[2020])
 """
 
+import collections.abc as _abc
+import contextlib as _contextlib
 import errno as _errno
+import json as _json
 import math as _math
 import os as _os
+import re as _re
 import sys as _sys
+import tempfile as _tempfile
 
 import numpy as _np
 
 from . import _chimera
 from ._chimera import ChimeraError, CorruptIndexError
 
-__all__ = ["Index", "add", "delete", "update", "compact", "exact_search", "recall",
-           "runtime_info", "ChimeraError", "CorruptIndexError", "__version__"]
+__all__ = ["Index", "add", "delete", "update", "compact", "meta_import", "exact_search",
+           "recall", "runtime_info", "ChimeraError", "CorruptIndexError", "__version__"]
 
 __version__ = _chimera.version
 
@@ -275,6 +290,94 @@ def _lock_timeout(seconds):
     return int(min(_math.ceil(seconds * 1000), 2**31 - 1))
 
 
+def _sql_args(filter, filter_args):
+    """filter_args as a list of str for the library (which binds one written as a number
+    as a number): str, int and float values (numpy's included), never bool."""
+    if filter is None:
+        if filter_args is not None and not (isinstance(filter_args, _abc.Sized)
+                                            and len(filter_args) == 0):
+            raise ValueError("filter_args: given without a filter")
+        return {}
+    if not isinstance(filter, str):
+        raise ValueError(f"filter: expected an SQL expression (str), got {type(filter).__name__}")
+    if filter_args is None:
+        filter_args = ()
+    if isinstance(filter_args, (str, bytes)) or not isinstance(filter_args, _abc.Iterable):
+        raise ValueError("filter_args: expected a sequence of str, int or float values, "
+                         f"got {type(filter_args).__name__}")
+    out = []
+    for i, a in enumerate(filter_args):
+        if isinstance(a, (bool, _np.bool_)):
+            raise ValueError(f"filter_args[{i}]: a bool is ambiguous in SQL; give 1 or 0")
+        if isinstance(a, (float, _np.floating)):
+            if not _math.isfinite(a):
+                raise ValueError(f"filter_args[{i}]: {a} is not a finite number")
+        elif not isinstance(a, (str, int, _np.integer)):
+            raise ValueError(f"filter_args[{i}]: expected a str, int or float, "
+                             f"got {type(a).__name__}")
+        out.append(str(a))
+    return {"sql": filter, "sql_args": out}
+
+
+def _json_value(x):
+    """json.dumps's default= for numpy values in metadata records."""
+    if isinstance(x, _np.generic):
+        return x.item()
+    if isinstance(x, _np.ndarray):
+        return x.tolist()
+    raise TypeError(f"a {type(x).__name__} is not a JSON value")
+
+
+@_contextlib.contextmanager
+def _records_file(records, name):
+    """Yields the path of a temporary JSON Lines file holding `records` (dicts, one a
+    line), removed afterwards. The library's errors name the file's lines; they are
+    raised again, of the same type, naming the records instead (line n is
+    `name`[n - 1])."""
+    if isinstance(records, (str, bytes, _abc.Mapping)) or not isinstance(records, _abc.Iterable):
+        raise ValueError(f"{name}: expected a list of dicts, got {type(records).__name__}")
+    fd, tmp = _tempfile.mkstemp(prefix="chimera-meta-", suffix=".jsonl")
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            for i, rec in enumerate(records):
+                if not isinstance(rec, _abc.Mapping):
+                    raise ValueError(f"{name}[{i}]: expected a dict, got {type(rec).__name__}")
+                try:
+                    line = _json.dumps(dict(rec), default=_json_value, allow_nan=False)
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{name}[{i}]: {e}") from None
+                f.write(line)
+                f.write("\n")
+        try:
+            yield tmp
+        except (ValueError, OSError, ChimeraError) as e:
+            # meta import names the file, add and update the records as "metadata"
+            msg = str(e)
+            new = _re.sub("(?:" + _re.escape(tmp) + r"|^metadata):(\d+)",
+                          lambda m: f"{name}[{int(m.group(1)) - 1}]", msg).replace(tmp, name)
+            if new == msg:
+                raise
+            raise type(e)(new) from None
+    finally:
+        try:
+            _os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def _metadata_file(metadata, name="metadata"):
+    """A context yielding the library's metadata path: `metadata` itself (a JSON Lines
+    file), a temporary file of its records (a list of dicts), or None."""
+    if metadata is None:
+        return _contextlib.nullcontext(None)
+    if isinstance(metadata, (str, bytes, _os.PathLike)):
+        path = _os.fsdecode(metadata)
+        if not _os.path.isfile(path):
+            _missing(path, "no metadata file")
+        return _contextlib.nullcontext(path)
+    return _records_file(metadata, name)
+
+
 # ----------------------------------------------------------------------------------------
 # Index
 # ----------------------------------------------------------------------------------------
@@ -436,7 +539,7 @@ class Index:
     # -- search --------------------------------------------------------------------------
 
     def search(self, queries, k=10, recall=None, params=None, threads=None, latency=False,
-               subset=None, exclude=None):
+               subset=None, exclude=None, filter=None, filter_args=()):
         """Top-k documents for each query.
 
         queries: a [nq, m, d] array, or a list of (m_i, d) arrays; float32 or float16.
@@ -455,6 +558,15 @@ class Index:
             query). Ids the index does not hold are ignored; duplicates are allowed.
         exclude: ids never returned (a 1-d array-like, for every query). Give subset or
             exclude, not both.
+        filter: an SQL expression over the documents' metadata (:func:`meta_import`),
+            e.g. ``"year >= ? AND lang = ?"``: only documents whose record satisfies it
+            are returned (for every query). An expression, never a statement: it runs
+            read-only over the metadata table with built-in functions only (lower,
+            like, abs, coalesce, json_extract, ...), no ``;`` or comments, stopped after
+            2 s. Not with subset or exclude.
+        filter_args: values bound to the expression's ``?`` in order: str, int or float
+            (sent as str(); one written as a number is bound as a number; bools are
+            refused). Pass user input here, never into the expression.
 
         Filters act inside the pipeline: a disallowed document never takes an allowed
         one's place, and a selective filter switches to scoring the allowed documents
@@ -465,13 +577,21 @@ class Index:
         user ids, padded with -1 (score -inf) where fewer than k documents qualify.
         Raises ValueError (shapes, dtypes, NaN/Inf, dimension mismatch; filter ids that
         are not integers, negative or not 1-d, subset with exclude, per-query subsets
-        not one per query), CorruptIndexError, MemoryError, ChimeraError.
+        not one per query; an SQL filter with a syntax error or a refused operation,
+        named, or on an index without metadata; filter with subset or exclude),
+        CorruptIndexError, MemoryError, ChimeraError (CHIMERA_ERR_CANCELLED: the filter
+        ran past its time limit; CHIMERA_ERR_CONFLICT: the metadata is behind the index
+        after an interrupted change, which the next change repairs).
         """
         k = _k(k)
         qt, ql = _queries(queries)
         if qt.shape[1] != self._raw.dim:
             raise ValueError(f"queries: dimension {qt.shape[1]}, the index's is {self._raw.dim}")
+        if filter is not None and (subset is not None or exclude is not None):
+            raise ValueError("filter: an SQL filter cannot be combined with subset or exclude "
+                             "(express those ids in the SQL, e.g. id IN (...))")
         filters = _filters(subset, exclude, ql.shape[0])
+        filters.update(_sql_args(filter, filter_args))
         ids, scores = _outputs(ql.shape[0], k)
         if params is not None:
             params = dict(params)
@@ -543,8 +663,8 @@ def _change_corpus(documents, tokens, doclens, ids):
     return tok, lens, uids
 
 
-def add(path, documents=None, *, tokens=None, doclens=None, ids, no_sync=False,
-        lock_timeout=None):
+def add(path, documents=None, *, tokens=None, doclens=None, ids, metadata=None,
+        no_sync=False, lock_timeout=None):
     """Add documents to the index at `path` without rebuilding it.
 
     The documents are given as to :meth:`Index.build` (``documents``, or ``tokens`` with
@@ -562,6 +682,11 @@ def add(path, documents=None, *, tokens=None, doclens=None, ids, no_sync=False,
     on any error the index is exactly as it was, its generation unchanged. Open
     :class:`Index` handles keep their view until :meth:`Index.refresh`.
 
+    metadata: the documents' metadata records for SQL filters (see :func:`meta_import`),
+        stored in the same commit: a path to a JSON Lines file (one ``{"id": ..., ...}``
+        object a line), or a list of dicts (written to a temporary JSON Lines file with
+        json.dumps; numpy values allowed, NaN not). A malformed record fails the change
+        naming its line (``file:3``) or its position (``metadata[2]``).
     no_sync: skip fsyncs (scratch indexes, tests): still atomic, but a power loss may
         lose the change.
     lock_timeout: seconds to wait for another writer of the index (None: the library's
@@ -578,7 +703,11 @@ def add(path, documents=None, *, tokens=None, doclens=None, ids, no_sync=False,
     resemble the built ones; None when unknown or nothing was added), merged (appended
     segments or deletion lists were merged; compact: the index was rewritten), n_docs
     and n_deleted (of the index after the call; n_docs counts the deleted ones too),
-    n_segments, peak_rss_bytes.
+    n_segments, peak_rss_bytes, assign_recall (the fraction of added tokens given their
+    exact nearest centroid, on a sample; 0 when nothing was added), meta_records
+    (metadata records imported or upserted), meta_repaired (metadata changes replayed
+    because an earlier change was interrupted between the index's commit and the
+    metadata database's).
 
     Raises ValueError (shapes, dtypes, NaN/Inf, empty documents, missing or duplicate
     ids, an id already in the index, another dimension than the index's),
@@ -587,26 +716,30 @@ def add(path, documents=None, *, tokens=None, doclens=None, ids, no_sync=False,
     """
     path = _index_dir(path)
     tok, lens, uids = _change_corpus(documents, tokens, doclens, ids)
-    return _chimera.add(path, tok, lens, uids, no_sync=bool(no_sync),
-                        lock_timeout_ms=_lock_timeout(lock_timeout))
+    with _metadata_file(metadata) as meta:
+        return _chimera.add(path, tok, lens, uids, no_sync=bool(no_sync),
+                            lock_timeout_ms=_lock_timeout(lock_timeout), metadata=meta)
 
 
 def update(path, documents=None, *, tokens=None, doclens=None, ids, missing_ok=False,
-           no_sync=False, lock_timeout=None):
+           metadata=None, no_sync=False, lock_timeout=None):
     """Replace documents of the index at `path`: each id's old version is deleted and
     the new one (given as to :func:`add`) appended, all in one commit, so a search sees
     either every old version or every new one. The ids keep naming the documents.
 
     missing_ok: an id not in the index is added instead of raising ValueError (counted
         in the report's ids_missing).
+    metadata: the new versions' metadata records (upserted), as for :func:`add`.
     no_sync, lock_timeout, atomicity, Ctrl-C and the report: as :func:`add`.
 
     Raises as :func:`add`; ValueError names an id that is not in the index.
     """
     path = _index_dir(path)
     tok, lens, uids = _change_corpus(documents, tokens, doclens, ids)
-    return _chimera.update(path, tok, lens, uids, missing_ok=bool(missing_ok),
-                           no_sync=bool(no_sync), lock_timeout_ms=_lock_timeout(lock_timeout))
+    with _metadata_file(metadata) as meta:
+        return _chimera.update(path, tok, lens, uids, missing_ok=bool(missing_ok),
+                               no_sync=bool(no_sync),
+                               lock_timeout_ms=_lock_timeout(lock_timeout), metadata=meta)
 
 
 def delete(path, ids, *, missing_ok=False, no_sync=False, lock_timeout=None):
@@ -617,6 +750,7 @@ def delete(path, ids, *, missing_ok=False, no_sync=False, lock_timeout=None):
 
     missing_ok: ids not in the index are skipped (counted in the report's ids_missing)
         instead of raising ValueError. Nothing is committed when none was found.
+    The documents' metadata records (:func:`meta_import`) are removed in the same commit.
     no_sync, lock_timeout, atomicity, Ctrl-C and the report: as :func:`add`.
 
     Raises ValueError (a negative id; an id not in the index, named, unless
@@ -657,6 +791,49 @@ def compact(path, *, no_sync=False, lock_timeout=None, progress=False):
     return _chimera.compact(path, no_sync=bool(no_sync),
                             lock_timeout_ms=_lock_timeout(lock_timeout),
                             progress=_progress(progress))
+
+
+def meta_import(path, *, jsonl=None, csv=None, records=None, no_sync=False,
+                lock_timeout=None):
+    """Import document metadata for SQL filters (``Index.search(filter=...)``) into the
+    index at `path`: one record per document, keyed by its id. Give exactly one of
+
+    jsonl: a JSON Lines file, one object a line: ``{"id": 7, "year": 2021, "lang": "en"}``.
+    csv: a CSV file whose header row names the fields, one of them ``id`` (an empty
+        field is NULL; a field written as a JSON number is a number, anything else text).
+    records: a list of dicts, written to a temporary JSON Lines file with json.dumps
+        (numpy values allowed, NaN not) and removed afterwards.
+
+    Columns are typed from the data (INTEGER, REAL or TEXT). The records replace the
+    metadata the index had, in IDX/meta.sqlite, in one commit with the index (its
+    generation moves on; open handles see the new metadata at their next filtered
+    search). Afterwards :func:`add` and :func:`update` bring their documents' records
+    (``metadata=``) and :func:`delete` removes theirs.
+
+    no_sync, lock_timeout, Ctrl-C: as :func:`add`. Returns the report dict of
+    :func:`add`, with meta_records the number of records imported.
+
+    Raises ValueError naming the first malformed record (``file:line``, or
+    ``records[i]`` for records=; a syntax error, no id or a non-integer one, a duplicate
+    id, a field whose type conflicts) with nothing imported, FileNotFoundError (no index
+    or no such file), CorruptIndexError, OSError, MemoryError, ChimeraError
+    (CHIMERA_ERR_BUSY past lock_timeout).
+    """
+    path = _index_dir(path)
+    given = [n for n, v in (("jsonl", jsonl), ("csv", csv), ("records", records))
+             if v is not None]
+    if len(given) != 1:
+        raise ValueError("meta_import: give exactly one of jsonl= (a JSON Lines file), "
+                         "csv= (a CSV file) or records= (a list of dicts)"
+                         + (f"; got {', '.join(given)}" if given else ""))
+    opts = {"no_sync": bool(no_sync), "lock_timeout_ms": _lock_timeout(lock_timeout)}
+    if records is not None:
+        with _records_file(records, "records") as tmp:
+            return _chimera.meta_import(path, tmp, csv=False, **opts)
+    file = _os.fsdecode(jsonl if jsonl is not None else csv)
+    if not _os.path.isfile(file):
+        _missing(file, "no metadata file")
+    return _chimera.meta_import(path, file, csv=csv is not None, **opts)
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 # Type stubs for the chimera package (python/chimera/__init__.py holds the docstrings).
 from os import PathLike
-from typing import Any, Callable, Sequence, TypedDict
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -12,6 +12,8 @@ _Docs = Sequence[_Floats] | _Floats
 _Path = str | PathLike[str]
 _Progress = bool | Callable[[str, float], None]
 _Ids = Sequence[int] | npt.NDArray[np.integer[Any]]  # document ids, 1-d, >= 0
+_Records = Iterable[Mapping[str, Any]]               # metadata records, each with an "id"
+_SqlArg = str | int | float                          # bound with str(); not bool
 
 class ChimeraError(RuntimeError): ...
 class CorruptIndexError(ChimeraError): ...
@@ -40,6 +42,9 @@ class UpdateReport(TypedDict):
     n_deleted: int
     n_segments: int
     peak_rss_bytes: int
+    assign_recall: float  # add, update: added tokens given their exact nearest centroid
+    meta_records: int     # metadata records imported or upserted
+    meta_repaired: int    # interrupted metadata changes replayed by this call
 
 class TuneResult(TypedDict):
     params: SearchParams
@@ -97,6 +102,8 @@ class Index:
         latency: bool = False,
         subset: _Ids | Sequence[_Ids | None] | None = None,
         exclude: _Ids | None = None,
+        filter: str | None = None,
+        filter_args: Sequence[_SqlArg] = (),
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
     def tune(
         self,
@@ -121,6 +128,7 @@ def add(
     tokens: _Floats | None = None,
     doclens: npt.ArrayLike | None = None,
     ids: npt.ArrayLike,
+    metadata: _Path | _Records | None = None,
     no_sync: bool = False,
     lock_timeout: float | None = None,
 ) -> UpdateReport: ...
@@ -132,6 +140,7 @@ def update(
     doclens: npt.ArrayLike | None = None,
     ids: npt.ArrayLike,
     missing_ok: bool = False,
+    metadata: _Path | _Records | None = None,
     no_sync: bool = False,
     lock_timeout: float | None = None,
 ) -> UpdateReport: ...
@@ -149,6 +158,15 @@ def compact(
     no_sync: bool = False,
     lock_timeout: float | None = None,
     progress: _Progress = False,
+) -> UpdateReport: ...
+def meta_import(
+    path: _Path,
+    *,
+    jsonl: _Path | None = None,
+    csv: _Path | None = None,
+    records: _Records | None = None,
+    no_sync: bool = False,
+    lock_timeout: float | None = None,
 ) -> UpdateReport: ...
 def exact_search(
     documents: _Docs | tuple[_Floats, npt.ArrayLike],
