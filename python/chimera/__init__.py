@@ -692,9 +692,9 @@ def add(path, documents=None, *, tokens=None, doclens=None, ids, metadata=None,
     lock_timeout: seconds to wait for another writer of the index (None: the library's
         30 s; 0: not at all); ChimeraError (CHIMERA_ERR_BUSY) past it.
 
-    The GIL is released meanwhile. A change cannot be stopped midway (the library has no
-    cancel hook for it): Ctrl-C raises KeyboardInterrupt once the call has ended, the
-    change committed or not as it would have been.
+    The GIL is released meanwhile. Ctrl-C cancels the change before its commit (the index
+    is then as it was) and raises KeyboardInterrupt; a change already committing
+    completes first.
 
     Returns a report dict: docs_added, tokens_added, docs_deleted, ids_missing,
     generation (the index's after the call), seconds, assign_seconds, encode_seconds,
