@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "chimera.h"
+#include "core/bsearch.h"
 #include "quant/quant_math.h"
 #include "quant/rotation.h"
 
@@ -82,21 +83,10 @@ static inline const be_segment *be_doc_segment(const be_resident *r, int64_t d)
 /* Posting list of cluster cid in segment sg: positions [*p0, *p0 + *n). */
 static inline void be_segment_list(const be_segment *sg, uint32_t cid, int64_t *p0, int64_t *n)
 {
-    uint32_t l = cid;
+    uint32_t l = sg->post_cid ? cm_find_u32(sg->post_cid, sg->n_lists, cid) : cid;
     *p0 = 0;
     *n = 0;
-    if (sg->post_cid) {
-        uint32_t lo = 0, hi = sg->n_lists;
-        while (lo < hi) {
-            uint32_t mid = (lo + hi) / 2;
-            if (sg->post_cid[mid] < cid) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo == sg->n_lists || sg->post_cid[lo] != cid) return;
-        l = lo;
-    } else if (cid >= sg->n_lists) {
-        return;
-    }
+    if (l >= sg->n_lists) return;
     *p0 = sg->post_off[l];
     *n = sg->post_off[l + 1] - *p0;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "chimera.h"
+#include "core/bsearch.h"
 #include "data/corpus.h"
 #include "graph/graph.h"
 #include "index/sections.h"
@@ -121,21 +122,8 @@ static inline const ix_segment *ix_doc_segment(const ix_index *ix, int64_t doc)
 /* Posting list of cluster `cid` in segment `sg`: positions [*p0, *p0 + *n). */
 static inline void ix_segment_list(const ix_segment *sg, uint32_t cid, int64_t *p0, int64_t *n)
 {
-    uint32_t l = cid;
-    if (sg->post_cid) {
-        uint32_t lo = 0, hi = sg->n_lists;
-        while (lo < hi) {
-            uint32_t mid = (lo + hi) / 2;
-            if (sg->post_cid[mid] < cid) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo == sg->n_lists || sg->post_cid[lo] != cid) {
-            *p0 = 0;
-            *n = 0;
-            return;
-        }
-        l = lo;
-    } else if (cid >= sg->n_lists) {
+    uint32_t l = sg->post_cid ? cm_find_u32(sg->post_cid, sg->n_lists, cid) : cid;
+    if (l >= sg->n_lists) {
         *p0 = 0;
         *n = 0;
         return;
