@@ -207,6 +207,10 @@ int main(void)
     CHECK_OK(chimera_index_compact(dir, &fast, &rep, &err), &err);
     CHECK(rep.meta_repaired == 0);
     check_filter(ND, gone3, 3, "repaired add");
+    /* a recluster rebuilds the index and keeps the metadata */
+    chimera_update_opts rc = {.no_sync = 1, .recluster = 1, .n_clusters = 16, .seed = 2};
+    CHECK_OK(chimera_index_compact(dir, &rc, &rep, &err), &err);
+    check_filter(ND, gone3, 3, "recluster");
     /* the database survived the compaction, and the index checks */
     chimera_index *ix = NULL;
     CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);

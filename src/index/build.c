@@ -511,6 +511,9 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
         goto done;
     }
     cJSON_AddNumberToObject(cJSON_GetObjectItem(meta, "build"), "total_seconds", rep->total_seconds);
+    if (o.carry_meta && (s = ix_store_writer_copy_file(w, "meta.sqlite", o.carry_meta, err)) !=
+                            CHIMERA_OK)
+        goto done;
     s = ix_store_writer_commit(w, meta, err);
     w = NULL; /* consumed */
     rep->total_seconds = cm_now() - t_start;

@@ -38,6 +38,8 @@ typedef struct ix_build_opts {
     int check_generation;     /* commit only if the index at out_dir is still at
                                  expect_generation (CHIMERA_ERR_CONFLICT otherwise) */
     uint64_t expect_generation;
+    const char *carry_meta;   /* a metadata database (index/metadata.h) to copy into the
+                                 new index (a recluster keeps its metadata); NULL: none */
 } ix_build_opts;
 
 typedef struct ix_build_report {

@@ -16,13 +16,15 @@
  * host bytes at B = 4), under the writer lock; the build then runs without it, so adds
  * and deletes may go on meanwhile, and commits only if the index is still at the
  * generation it read (CHIMERA_ERR_CONFLICT otherwise: nothing is replaced, and the
- * caller runs it again). */
+ * caller runs it again). The metadata database (metadata.h) is copied into the new
+ * index; its log starts afresh there. */
 #include <math.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "index/index.h"
+#include "index/metadata.h"
 #include "index/store.h"
 #include "index/update.h"
 #include "quant/rabitq.h"
@@ -114,14 +116,18 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
         data_corpus c;
         s = data_corpus_wrap(&c, tok, n_tok, dim, lens, n_docs, ids, NULL, err);
         if (s == CHIMERA_OK) {
+            char *mp = ix_meta_path(dir);
             ix_build_opts bo = {.bits = bits, .n_clusters = ro ? ro->n_clusters : 0,
                                 .n_threads = ro ? ro->n_threads : 0,
                                 .seed = ro ? ro->seed : 0, .no_sync = o.no_sync,
                                 .progress = o.progress, .progress_user = o.progress_user,
                                 .cancel = o.cancel, .cancel_user = o.cancel_user,
-                                .check_generation = 1, .expect_generation = gen};
+                                .check_generation = 1, .expect_generation = gen,
+                                .carry_meta = mp};
             ix_build_report br;
-            s = ix_build(&c, dir, &bo, &br, err);
+            s = mp ? ix_build(&c, dir, &bo, &br, err)
+                   : cm_fail(err, CHIMERA_ERR_NOMEM, "recluster: out of memory");
+            cm_free(mp);
             data_corpus_free(&c);
             if (s == CHIMERA_ERR_CONFLICT)
                 cm_fail(err, CHIMERA_ERR_CONFLICT,
