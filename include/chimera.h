@@ -74,17 +74,21 @@
  *
  * Threads
  *   Distinct handles are always independent. Per handle:
- *   - chimera_index: after open, immutable; chimera_index_search, _tune, _check and
- *     _profile_get may be called from any number of threads at once, each call with its
- *     own outputs and chimera_error (search state is pooled inside the handle: see
- *     chimera_index_search).
+ *   - chimera_index: sees one generation of its index at a time; chimera_index_search,
+ *     _tune, _check, _profile_get, _ids, chimera_filter_sql and chimera_index_refresh
+ *     may be called from any number of threads at once, each call with its own outputs
+ *     and chimera_error (search state is pooled inside the handle: see
+ *     chimera_index_search; a refresh moves the handle to a newer generation while
+ *     running calls finish on theirs).
+ *   - chimera_filter: immutable; one filter may serve any number of calls at once.
  *   - chimera_corpus: after open, immutable; chimera_corpus_search may be called from any
  *     number of threads at once, and so may index builds reading it.
  *   - chimera_queries, chimera_run: immutable after creation; every function on them
  *     takes a const handle and may run from any number of threads.
- *   - Functions without a handle (build, info, profile save, result files, synth,
- *     names, version, runtime info) are reentrant. Builds and profile saves of one index
- *     directory serialise on its writer lock, also across processes.
+ *   - Functions without a handle (build, add, delete, update, compact, meta import,
+ *     info, profile save, result files, synth, names, version, runtime info) are
+ *     reentrant. The changes of one index directory serialise on its writer lock, also
+ *     across processes; readers never wait for it.
  *   - No call may be in flight on a handle that is being closed.
  *   - Calls with n_threads > 1 run their own worker threads and join them before
  *     returning; progress callbacks are called from those threads.
