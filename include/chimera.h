@@ -264,12 +264,23 @@ typedef enum chimera_backend {
     CHIMERA_BACKEND_CUDA = 2, /* "cuda": fails with CHIMERA_ERR_DEVICE without a device */
 } chimera_backend;
 
+/* The exact re-rank tier (chimera_build_opts.rerank): whether the index keeps the
+ * original token vectors, and in which element type. Since 0.4.0. */
+typedef enum chimera_rerank {
+    CHIMERA_RERANK_NONE = 0, /* "none": codes only (default) */
+    CHIMERA_RERANK_F16 = 1,  /* "f16": IEEE half, 2 bytes per dimension */
+    CHIMERA_RERANK_BF16 = 2, /* "bf16": bfloat16, 2 bytes (8 bits of mantissa: coarser) */
+    CHIMERA_RERANK_F32 = 3,  /* "f32": the vectors as given, 4 bytes */
+} chimera_rerank;
+
 CHIMERA_API const char *chimera_impute_name(chimera_impute impute);
 CHIMERA_API chimera_status chimera_impute_parse(const char *name, chimera_impute *out);
 CHIMERA_API const char *chimera_probe_name(chimera_probe probe);
 CHIMERA_API chimera_status chimera_probe_parse(const char *name, chimera_probe *out);
 CHIMERA_API const char *chimera_backend_name(chimera_backend backend);
 CHIMERA_API chimera_status chimera_backend_parse(const char *name, chimera_backend *out);
+CHIMERA_API const char *chimera_rerank_name(chimera_rerank rerank);
+CHIMERA_API chimera_status chimera_rerank_parse(const char *name, chimera_rerank *out);
 
 /* ---------------------------------------------------------------------------------- */
 /* Runtime                                                                            */
@@ -435,6 +446,13 @@ typedef struct chimera_build_opts {
     chimera_cancel_fn cancel; /* optional: non-zero stops the build (_CANCELLED); see
                                  chimera_cancel_fn */
     void *cancel_user;
+    /* Since 0.4.0: also store the original token vectors (NONE: not), in the index's
+     * document order, as host-only sections that are mapped, never uploaded to a device:
+     * what chimera_search_params.rerank_depth re-scores exactly. Costs dim x 2 (F16,
+     * BF16) or 4 (F32) bytes per token on disk, several times the codes at B = 4.
+     * Adds, updates and compactions keep them; compact --recluster rebuilds from them
+     * (losing nothing to the codes). */
+    chimera_rerank rerank;
 } chimera_build_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -481,8 +499,9 @@ typedef struct chimera_update_opts {
     void *progress_user;
     /* compact only: */
     int recluster;          /* 1: retrain the centroids over the live documents and rebuild
-                               from tokens reconstructed from their full-bit codes (when
-                               chimera_index_info advises it: drift); 0: keep them */
+                               from their stored vectors (chimera_build_opts.rerank), or
+                               else from tokens reconstructed from their full-bit codes
+                               (when chimera_index_info advises it: drift); 0: keep them */
     uint32_t n_clusters;    /* recluster: 0 = the build's default for the live tokens */
     int n_threads;          /* add, update, recluster: threads (0 = all CPUs) */
     uint64_t seed;          /* recluster: k-means seed */
@@ -582,10 +601,12 @@ CHIMERA_API chimera_status chimera_index_update(const char *dir, const chimera_c
                                                 chimera_error *err);
 
 /* Rewrites the index as a single segment without its deleted documents, nothing
- * re-quantized (ids kept). With opts->recluster, the centroids are retrained over the
- * live documents and the index rebuilt from tokens reconstructed from their full-bit
- * codes (the original vectors are not kept; rebuilding from them, if you have them, is
- * better): the build runs without the writer lock and commits only if the index did
+ * re-quantized (ids kept; stored vectors, chimera_build_opts.rerank, kept with their
+ * documents). With opts->recluster, the centroids are retrained over the live documents
+ * and the index rebuilt from their stored vectors when it has them (exactly as a build
+ * from the original vectors, stored vectors kept), else from tokens reconstructed from
+ * their full-bit codes (which loses what the codes lost; rebuilding from the original
+ * vectors, if you have them, is better): the build runs without the writer lock and commits only if the index did
  * not change meanwhile (CHIMERA_ERR_CONFLICT otherwise; run it again). Memory: dim
  * floats per live token. Written beside the index and swapped in atomically like a
  * build; readers keep their view. Advised when more than ~20% of the documents are
@@ -699,6 +720,10 @@ typedef struct chimera_index_info {
     int recluster_advised;  /* 1: the appended tokens fit the centroids markedly worse
                                than the built ones and are a large part of the index:
                                rebuild (chimera_index_build) to retrain the centroids */
+    /* Since 0.4.0: the exact re-rank tier (chimera_build_opts.rerank) */
+    chimera_rerank rerank;  /* the element type of the stored vectors; NONE: none */
+    uint64_t bytes_rerank;  /* their bytes over all segments (host-only, part of
+                               bytes_host) */
 } chimera_index_info;
 
 CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
@@ -716,6 +741,14 @@ typedef struct chimera_search_params {
     uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring */
     chimera_impute impute; /* refinement floor for unseen tokens (default: PROBE) */
     chimera_probe probe;   /* centroid search (default: the backend's choice) */
+    /* Since 0.4.0: the exact re-rank tier; 0: off (default). The top max(k, rerank_depth)
+     * documents by full-bit score are re-scored by exact Chamfer over the vectors the
+     * index stores (chimera_build_opts.rerank), on the host whatever the backend, and
+     * the best k of them are returned with their exact scores (as chimera_corpus_search
+     * computes them, within the stored element type's rounding). k_fullbit is raised to
+     * rerank_depth when smaller. An index without the vectors fails the search with
+     * CHIMERA_ERR_INVALID_ARG. At most 2^24. */
+    uint32_t rerank_depth;
 } chimera_search_params;
 
 /* Sets every field of *p that is zero to its default for top-k: on a zeroed struct, all
@@ -777,12 +810,17 @@ typedef struct chimera_search_profile {
     uint64_t bytes_up, bytes_down; /* across the host/device boundary */
     double *latency;            /* optional caller array [n_queries]: seconds per query */
     char backend[16];           /* the backend that ran */
+    /* Since 0.4.0 */
+    double t_rerank;            /* the exact re-rank (summed per query; 0 when off) */
+    uint64_t n_reranked;        /* documents re-scored exactly */
 } chimera_search_profile;
 
 /* Searches every query: ids[i*k + r], scores[i*k + r] = query i's r-th result (user id,
- * full-bit estimated Chamfer score), best first, padded with -1 / -INFINITY. params and
- * opts may be NULL (defaults); profile may be NULL.
- * @return CHIMERA_OK, _INVALID_ARG, _DIM (query dimension differs from the index's),
+ * full-bit estimated Chamfer score; the exact score with params->rerank_depth), best
+ * first, padded with -1 / -INFINITY. params and opts may be NULL (defaults); profile
+ * may be NULL.
+ * @return CHIMERA_OK, _INVALID_ARG (also: rerank_depth on an index that stores no
+ *         vectors, or whose vectors an older library left incomplete), _DIM (query dimension differs from the index's),
  *         _EMPTY (every document of the index is deleted), _CORRUPT (a score came out
  *         NaN or infinite, or a factor it needed is: the message names the section; no
  *         result is returned for a damaged index), _DEVICE, _UNSUPPORTED (backend),

@@ -166,6 +166,7 @@ const char *chimera_version(void) { return CHIMERA_VERSION_STRING; }
 static const char *const impute_names[] = {"probe", "zero", "min"};
 static const char *const probe_names[] = {"auto", "brute", "graph"};
 static const char *const backend_names[] = {"auto", "cpu", "cuda"};
+static const char *const rerank_names[] = {"none", "f16", "bf16", "f32"};
 
 static const char *enum_name(const char *const *names, size_t n, int v)
 {
@@ -195,6 +196,7 @@ static int enum_parse(const char *const *names, size_t n, const char *name)
 ENUM_HELPERS(chimera_impute, impute_names)
 ENUM_HELPERS(chimera_probe, probe_names)
 ENUM_HELPERS(chimera_backend, backend_names)
+ENUM_HELPERS(chimera_rerank, rerank_names)
 
 /* ---- options initialisers: zero is every field's default ----------------------------- */
 
@@ -465,6 +467,9 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
     if (o.bits > 8)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "index_build: bits = %u, expected 1..8", o.bits);
     CM_TRY(check_threads(o.n_threads, "index_build", err));
+    if (!chimera_rerank_name(o.rerank))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "index_build: rerank %d, expected 0..3 (none, f16, bf16, f32)", (int)o.rerank);
     if (o.graph_degree > GRAPH_DEGREE_MAX)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "index_build: graph degree %u, expected 1..%d (0: default)", o.graph_degree,
@@ -473,7 +478,7 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
                         .graph_degree = o.graph_degree, .n_threads = o.n_threads,
                         .seed = o.seed, .no_sync = o.no_sync, .progress = o.progress,
                         .progress_user = o.progress_user, .cancel = o.cancel,
-                        .cancel_user = o.cancel_user};
+                        .cancel_user = o.cancel_user, .rerank = (int)o.rerank};
     ix_build_report r;
     chimera_status s = ix_build(&corpus->c, dir, &bo, &r, err);
     if (report) {
@@ -959,6 +964,26 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     int own_k_fullbit = cp.k_fullbit != 0;
     chimera_search_params_default(k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
+    if (cp.rerank_depth) {
+        /* re-scored exactly: the top rerank_depth by full-bit score, so at least that
+         * many must have one */
+        if (cp.rerank_depth > (1u << 24))
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: rerank_depth %u is too large "
+                           "(at most %u)", cp.rerank_depth, 1u << 24);
+        if (v->ix.vec_type == CHIMERA_RERANK_NONE)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "search: rerank_depth %u needs the index's original vectors, and this "
+                           "index stores none: rebuild it with --rerank f16 (or bf16, f32; "
+                           "chimera_build_opts.rerank)", cp.rerank_depth);
+        if (!v->ix.vec_complete)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "search: rerank_depth %u needs the original vectors of every document, "
+                           "and segment %u of the index has none (appended by a library without "
+                           "the re-rank tier); rebuild the index with --rerank %s",
+                           cp.rerank_depth, v->ix.vec_missing_seq,
+                           chimera_rerank_name(v->ix.vec_type));
+        if (cp.k_fullbit < cp.rerank_depth) cp.k_fullbit = cp.rerank_depth;
+    }
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
     if (cp.n_probe > v->ix.n_clusters) cp.n_probe = v->ix.n_clusters;
     if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
@@ -967,7 +992,7 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
     sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
-                   (be_probe_mode)cp.probe, NULL, 0, 0};
+                   (be_probe_mode)cp.probe, NULL, 0, 0, cp.rerank_depth};
     if (filtered && !own_k_fullbit) /* only the queries that have a filter */
         p.k_fullbit_filtered = 2 * cp.k_fullbit < cp.k_refine ? 2 * cp.k_fullbit : cp.k_refine;
     if (filtered) { /* room for the deeper probing of selective filters (pipeline.h) */

@@ -1,5 +1,5 @@
-/* IEEE half <-> single conversion (scalar, exact; round-to-nearest-even on narrowing).
- * Static inline so it compiles as C and CUDA alike. */
+/* IEEE half <-> single and bfloat16 <-> single conversion (scalar, exact;
+ * round-to-nearest-even on narrowing). Static inline so it compiles as C and CUDA alike. */
 #ifndef CHIMERA_CORE_F16_H
 #define CHIMERA_CORE_F16_H
 
@@ -53,6 +53,26 @@ static inline uint16_t cm_f32_to_f16(float f)
     uint32_t rem = man & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++; /* may carry into exp */
     return (uint16_t)half;
+}
+
+/* bfloat16 is the top half of a float: widening is a shift, narrowing rounds the low
+ * 16 bits to nearest even (NaN stays NaN: a quiet bit is forced so the rounding cannot
+ * carry it into Inf). */
+static inline float cm_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t cm_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
 }
 
 #endif

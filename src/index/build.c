@@ -149,6 +149,7 @@ static cJSON *build_meta(const data_corpus *c, const ix_build_opts *o, uint32_t 
     cJSON_AddStringToObject(b, "source_dtype", cm_dtype_name(c->dtype));
     cJSON_AddNumberToObject(b, "assign_recall", r->assign_recall);
     cJSON_AddNumberToObject(b, "assign_sim_p10", r->assign_sim_p10);
+    if (o->rerank) cJSON_AddStringToObject(b, "rerank", chimera_rerank_name(o->rerank));
     cJSON_AddNumberToObject(b, "graph_repair_edges", g->n_repair_edges);
     cJSON *ph = cJSON_AddObjectToObject(b, "seconds");
     for (int i = 0; i < r->n_phases; i++) cJSON_AddNumberToObject(ph, r->phase[i], r->seconds[i]);
@@ -383,6 +384,14 @@ static chimera_status stage_write(build_state *b, ix_store_writer *w, chimera_er
     for (int i = 0; i < IX_N_SECTIONS; i++) {
         const section_out *o = &out[i];
         if (i == IX_SEC_post_cid) continue; /* dense lists: one per cluster */
+        if (i == IX_SEC_vectors_f32 || i == IX_SEC_vectors_bf16 || i == IX_SEC_vectors_f16) {
+            /* at most one, streamed from the corpus (never held in memory) */
+            if (!b->o.rerank || i != ix_vec_section(b->o.rerank)) continue;
+            if ((s = ix_vec_write(w, ix_sections[i].name, b->o.rerank, c, err)) != CHIMERA_OK)
+                goto done;
+            total += (uint64_t)n * c->dim * ix_vec_elem_bytes(b->o.rerank);
+            continue;
+        }
         ix_store_type t = {ix_sections[i].dtype, o->ndim, {o->d0, o->d1, 0, 0}};
         uint64_t bytes = ix_fmt_dtype_size(t.dtype) * o->d0 * (o->ndim > 1 ? o->d1 : 1);
         total += bytes;
@@ -438,6 +447,9 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     if (o.bits > QUANT_BITS_MAX)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: --bits %u, expected 1..%d", o.bits,
                        QUANT_BITS_MAX);
+    if (o.rerank < CHIMERA_RERANK_NONE || o.rerank > CHIMERA_RERANK_F32)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: rerank %d, expected 0..3 (none, "
+                       "f16, bf16, f32)", o.rerank);
     /* graph_build would refuse it too, but only after sampling and k-means */
     if (o.graph_degree > GRAPH_DEGREE_MAX)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: --graph-degree %u, expected 1..%d",

@@ -40,6 +40,7 @@ typedef struct ix_build_opts {
     uint64_t expect_generation;
     const char *carry_meta;   /* a metadata database (index/metadata.h) to copy into the
                                  new index (a recluster keeps its metadata); NULL: none */
+    int rerank;               /* a chimera_rerank: store the vectors (vectors_*) as this */
 } ix_build_opts;
 
 typedef struct ix_build_report {
@@ -81,6 +82,8 @@ typedef struct ix_segment {
     const uint32_t *tok_cid;
     const int64_t *doc_off, *doc_ids;
     const uint32_t *id_order;   /* [n_docs] local documents by increasing id */
+    const void *vectors;        /* [n_tokens x dim] the original vectors, in the index's
+                                   element type (ix_index.vec_type); NULL: not stored */
     uint32_t *id_order_own;     /* id_order when open computed it (older indexes) */
     uint32_t seq;               /* 0 for the base; its sections' "s<seq>_" otherwise */
     uint64_t key;               /* identity of its content: a hash of its sections'
@@ -107,6 +110,12 @@ typedef struct ix_index {
     int64_t n_deleted; /* documents marked in `deleted` (counted at open) */
     int64_t max_doc_len;
     uint32_t n_tombstone_lists;
+    int vec_type;       /* a chimera_rerank: the stored vectors' element type (the base
+                           segment's); CHIMERA_RERANK_NONE: none */
+    int vec_complete;   /* 1: every segment has them (what the exact re-rank needs); 0
+                           with a vec_type: a segment written by an older library lacks
+                           them (vec_missing_seq) */
+    uint32_t vec_missing_seq;
 } ix_index;
 
 /* The segment holding global document `doc` (0 <= doc < n_docs). */
@@ -181,6 +190,23 @@ chimera_status ix_peek(const char *dir, uint64_t *generation, uint64_t *data_id,
 
 /* The manifest-only summary behind `chimera info`. */
 chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error *err);
+
+/* ---- the stored vectors (sections vectors_f32, vectors_bf16, vectors_f16) ------------ */
+
+/* The section of the list that holds vectors of element type `type` (a chimera_rerank
+ * other than NONE), and its element size. */
+int ix_vec_section(int type);
+size_t ix_vec_elem_bytes(int type);
+
+/* dst[0..n) = src[0..n) in element type `type` (round to nearest even); and back. */
+void ix_vec_encode(int type, const float *src, size_t n, void *dst);
+void ix_vec_decode(int type, const void *src, size_t n, float *dst);
+
+/* Writes every row of corpus c as section `name` [n_tokens, dim] of element type
+ * `type`, converted and streamed in blocks (the corpus is never copied whole). */
+typedef struct ix_store_writer ix_store_writer;
+chimera_status ix_vec_write(ix_store_writer *w, const char *name, int type, const data_corpus *c,
+                            chimera_error *err);
 
 /* 1 when the GPU backend uploads this section (sections.h: IX_DEVICE). A name the list
  * does not know (a section a newer writer added) counts as device-resident: the

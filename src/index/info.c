@@ -148,6 +148,12 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
     for (uint32_t i = 0; i < n; i++) {
         const ix_store_section_desc *sd = ix_store_section_at(st, i);
         int dev = ix_section_on_device(sd->name);
+        const ix_section_def *def = ix_section_find(sd->name);
+        for (int t = CHIMERA_RERANK_F16; t <= CHIMERA_RERANK_F32; t++)
+            if (def == &ix_sections[ix_vec_section(t)]) {
+                info->rerank = (chimera_rerank)t;
+                info->bytes_rerank += sd->bytes;
+            }
         info->bytes_total += sd->bytes;
         if (dev) info->bytes_device += sd->bytes;
         else info->bytes_host += sd->bytes;

@@ -449,6 +449,68 @@ static uint64_t key_mix(uint64_t key, const store *st, const char *name)
     return x ^ (x >> 31);
 }
 
+/* Rows 0, step, 2 step, ... of a segment's stored vectors: every value finite (what the
+ * exact re-rank adds up; a damaged block of a section shows in the sample, single values
+ * in ix_check's pass over all). */
+static chimera_status check_vectors(const ix_index *ix, const ix_segment *sg, int64_t step,
+                                    const char *who, chimera_error *err)
+{
+    char nm[FMT_NAME_BYTES];
+    float row[QUANT_DIM_MAX];
+    const size_t es = ix_vec_elem_bytes(ix->vec_type);
+    for (int64_t t = 0; t < sg->n_tokens; t += step) {
+        ix_vec_decode(ix->vec_type, (const uint8_t *)sg->vectors + (size_t)t * ix->dim * es,
+                      ix->dim, row);
+        for (uint32_t i = 0; i < ix->dim; i++)
+            if (!isfinite(row[i]))
+                return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                               "%s: section '%s': token %lld holds %g at dimension %u", who,
+                               seg_sec(nm, sg, ix_sections[ix_vec_section(ix->vec_type)].name),
+                               (long long)t, (double)row[i], i);
+    }
+    return CHIMERA_OK;
+}
+
+/* The segment's stored vectors (the exact re-rank tier): at most one of the three
+ * element types, and the base segment's in every segment. The base decides whether the
+ * index has them; an appended segment without them (written by a library from before
+ * the tier, which ignores what it does not know) leaves the index readable but the tier
+ * incomplete, so only a re-rank is refused (vec_complete). */
+static chimera_status segment_vectors(ix_index *ix, ix_segment *sg, const void *const *p,
+                                      chimera_error *err)
+{
+    static const int types[3] = {CHIMERA_RERANK_F32, CHIMERA_RERANK_BF16, CHIMERA_RERANK_F16};
+    char nm[FMT_NAME_BYTES], n2[FMT_NAME_BYTES];
+    int type = CHIMERA_RERANK_NONE;
+    for (int i = 0; i < 3; i++) {
+        const void *v = p[ix_vec_section(types[i])];
+        if (!v) continue;
+        if (type != CHIMERA_RERANK_NONE)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "index: segment %u has both '%s' and '%s' (stored vectors come in "
+                           "one element type)", sg->seq,
+                           seg_sec(nm, sg, ix_sections[ix_vec_section(type)].name),
+                           seg_sec(n2, sg, ix_sections[ix_vec_section(types[i])].name));
+        type = types[i];
+        sg->vectors = v;
+    }
+    if (sg->seq == 0) {
+        ix->vec_type = type;
+        ix->vec_complete = type != CHIMERA_RERANK_NONE;
+        return CHIMERA_OK;
+    }
+    if (type != CHIMERA_RERANK_NONE && type != ix->vec_type)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "index: segment %u stores its vectors as %s, the base segment %s", sg->seq,
+                       chimera_rerank_name(type),
+                       ix->vec_type ? chimera_rerank_name(ix->vec_type) : "stores none");
+    if (type == CHIMERA_RERANK_NONE && ix->vec_complete) {
+        ix->vec_complete = 0;
+        ix->vec_missing_seq = sg->seq;
+    }
+    return CHIMERA_OK;
+}
+
 /* Maps and checks the per-segment sections of sg (sections.h: IX_SEGMENT). */
 static chimera_status load_segment(ix_index *ix, ix_segment *sg, chimera_error *err)
 {
@@ -469,6 +531,9 @@ static chimera_status load_segment(ix_index *ix, ix_segment *sg, chimera_error *
         [IX_SEC_doc_ids] = nd * 8,
         [IX_SEC_post_cid] = nl * 4,
         [IX_SEC_id_order] = nd * 4,
+        [IX_SEC_vectors_f32] = nt * ix->dim * 4,
+        [IX_SEC_vectors_bf16] = nt * ix->dim * 2,
+        [IX_SEC_vectors_f16] = nt * ix->dim * 2,
     };
     const void *p[IX_N_SECTIONS] = {0};
     uint64_t bytes;
@@ -494,6 +559,7 @@ static chimera_status load_segment(ix_index *ix, ix_segment *sg, chimera_error *
     sg->doc_ids = p[IX_SEC_doc_ids];
     sg->post_cid = p[IX_SEC_post_cid];
     sg->id_order = p[IX_SEC_id_order];
+    CM_TRY(segment_vectors(ix, sg, p, err));
     if (!sg->post_cid && nl != ix->n_clusters)
         return cm_fail(err, CHIMERA_ERR_CORRUPT,
                        "index: segment %u has %llu posting lists for %u clusters and no "
@@ -531,6 +597,7 @@ static chimera_status load_segment(ix_index *ix, ix_segment *sg, chimera_error *
     CM_TRY(check_f1(sg->c1_fact, sg->n_tokens, step, seg_sec(n2, sg, "c1_fact"), "index", err));
     CM_TRY(check_fB(ix, sg, step, "index", err));
     CM_TRY(check_copies(ix, sg, step, "index", err));
+    if (sg->vectors) CM_TRY(check_vectors(ix, sg, step, "index", err));
     return CHIMERA_OK;
 }
 
@@ -741,6 +808,7 @@ static chimera_status check_segment(const ix_index *ix, const ix_segment *sg, ui
     CM_TRY(check_f1(sg->d1_fact, sg->n_tokens, 1, seg_sec(n1, sg, "d1_fact"), "check", err));
     CM_TRY(check_f1(sg->c1_fact, sg->n_tokens, 1, seg_sec(n2, sg, "c1_fact"), "check", err));
     CM_TRY(check_fB(ix, sg, 1, "check", err));
+    if (sg->vectors) CM_TRY(check_vectors(ix, sg, 1, "check", err));
     return check_doc_ids(sg, "check", err);
 }
 

@@ -27,6 +27,8 @@ static cJSON *profile_json(const ix_profile *p)
     cJSON_AddNumberToObject(o, "chunks", p->params.chunks);
     cJSON_AddNumberToObject(o, "impute", p->params.impute);
     cJSON_AddNumberToObject(o, "probe", p->params.probe);
+    /* since 0.4.0, only when set: a profile without re-rank reads the same to any reader */
+    if (p->params.rerank_depth) cJSON_AddNumberToObject(o, "rerank_depth", p->params.rerank_depth);
     return o;
 }
 
@@ -147,5 +149,17 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
     out->chunks = (uint32_t)v[3];
     out->impute = (int)v[4];
     out->probe = (int)v[5];
+    /* optional (absent: 0, off); a profile that re-ranks needs the index's vectors, which
+     * a search checks */
+    const cJSON *rd = cJSON_GetObjectItemCaseSensitive(best, "rerank_depth");
+    if (rd) {
+        double x = cJSON_IsNumber(rd) ? rd->valuedouble : -1;
+        if (!(x >= 0 && x <= (double)(1u << 24)) || x != floor(x))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): 'rerank_depth' is %s, expected an integer "
+                           "in 0..%u", best_k, best_t, cJSON_IsNumber(rd) ? "out of range" : "not a number",
+                           1u << 24);
+        out->rerank_depth = (uint32_t)x;
+    }
     return CHIMERA_OK;
 }

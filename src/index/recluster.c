@@ -1,8 +1,13 @@
 /* `chimera compact --recluster`: retrain the centroids of a changed index and rebuild it
  * from what it holds, swapped in atomically like a build (update.h says when: drift).
  *
- * An index does not keep its input vectors, only their codes, so the tokens are
- * reconstructed from the full-bit codes: the estimator <q, v> ~= <q, c> + alpha +
+ * An index built with --rerank keeps its input vectors (sections vectors_*): the rebuild
+ * then starts from them, exactly as a build from the original vectors would (in their
+ * stored element type: f16 and bf16 widen exactly and narrow back to the same values,
+ * so the new index stores the same vectors), and loses nothing to the codes.
+ *
+ * Otherwise the index keeps only the codes, and the tokens are reconstructed from the
+ * full-bit codes: the estimator <q, v> ~= <q, c> + alpha +
  * kappa <u, q'> (quant/quant_math.h) is the inner product of q with
  *
  *     v' = c' + kappa u + alpha c' / |c'|^2        (in the rotated space; v = P^T v')
@@ -30,9 +35,26 @@
 #include "quant/rabitq.h"
 
 /* The live documents of ix as vectors: out [n_tokens_live x dim], doclens and ids
- * [n_docs_live]. */
+ * [n_docs_live]; from the stored vectors when every segment has them. */
 static void reconstruct(const ix_index *ix, float *out, int64_t *doclens, int64_t *ids)
 {
+    if (ix->vec_complete) {
+        const size_t row = ix->dim * ix_vec_elem_bytes(ix->vec_type);
+        int64_t nd = 0, at = 0;
+        for (uint32_t si = 0; si < ix->n_segs; si++) {
+            const ix_segment *sg = &ix->segs[si];
+            for (int64_t ld = 0; ld < sg->n_docs; ld++) {
+                if (ix_is_deleted(ix, sg->doc_base + ld)) continue;
+                int64_t t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
+                doclens[nd] = n;
+                ids[nd++] = sg->doc_ids[ld];
+                ix_vec_decode(ix->vec_type, (const uint8_t *)sg->vectors + (size_t)t0 * row,
+                              (size_t)n * ix->dim, out + (size_t)at * ix->dim);
+                at += n;
+            }
+        }
+        return;
+    }
     const uint32_t dp = ix->dim_pad, d = ix->dim, B = ix->bits;
     const size_t cB = qm_codeB_bytes(dp, B);
     const float off = qm_codeB_offset(B);
@@ -77,6 +99,7 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
     int64_t *lens = NULL, *ids = NULL;
     uint64_t gen = 0;
     uint32_t bits = 0;
+    int rerank = CHIMERA_RERANK_NONE; /* the new index keeps the vectors the old one had */
     int64_t n_docs = 0, n_tok = 0, n_del = 0;
     chimera_status s = ix_store_lock_acquire(dir, o.lock_timeout_ms, &lock, err);
     if (s == CHIMERA_OK) {
@@ -89,6 +112,7 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
     if (s == CHIMERA_OK) {
         gen = ix_store_generation(ix.st);
         bits = ix.bits;
+        if (ix.vec_complete) rerank = ix.vec_type;
         n_del = ix.n_deleted;
         n_docs = ix.n_docs - ix.n_deleted;
         for (uint32_t si = 0; si < ix.n_segs; si++) {
@@ -123,7 +147,7 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
                                 .progress = o.progress, .progress_user = o.progress_user,
                                 .cancel = o.cancel, .cancel_user = o.cancel_user,
                                 .check_generation = 1, .expect_generation = gen,
-                                .carry_meta = mp};
+                                .carry_meta = mp, .rerank = rerank};
             ix_build_report br;
             s = mp ? ix_build(&c, dir, &bo, &br, err)
                    : cm_fail(err, CHIMERA_ERR_NOMEM, "recluster: out of memory");

@@ -15,7 +15,8 @@
  *            only (full-bit re-scoring, id mapping on output)
  *   need     IX_REQUIRED: open refuses an index without it; IX_OPTIONAL: absent reads
  *            as NULL (id_order: indexes from before it are sorted at open; post_cid:
- *            only segments whose lists are sparse have it)
+ *            only segments whose lists are sparse have it; vectors_*: only an index
+ *            built with --rerank has them, one of the three in every segment)
  *   scope    IX_SHARED: one per index; IX_SEGMENT: one per segment (docs/format.md,
  *            "Segments"): the base segment's under the plain name, an appended
  *            segment's under "s<seq>_<name>". D, N and K-lists count that segment's.
@@ -51,7 +52,10 @@
     X(doc_ids,     "i64", "[D]",         IX_HOST,   IX_REQUIRED, IX_SEGMENT, "user id of each document") \
     X(deleted,     "u8",  "[ceil(D/8)]", IX_DEVICE, IX_REQUIRED, IX_BASE,    "deletion bitmap of the base segment (bit d % 8 of byte d / 8)") \
     X(post_cid,    "u32", "[L]",         IX_DEVICE, IX_OPTIONAL, IX_SEGMENT, "cluster of each posting list, increasing (absent: L = K, list l is cluster l)") \
-    X(id_order,    "u32", "[D]",         IX_HOST,   IX_OPTIONAL, IX_SEGMENT, "documents in increasing user id (ties: increasing document)")
+    X(id_order,    "u32", "[D]",         IX_HOST,   IX_OPTIONAL, IX_SEGMENT, "documents in increasing user id (ties: increasing document)") \
+    X(vectors_f32, "f32", "[N, dim]",    IX_HOST,   IX_OPTIONAL, IX_SEGMENT, "the original token vectors, doc-major, for the exact re-rank (build --rerank f32)") \
+    X(vectors_bf16, "bf16", "[N, dim]",  IX_HOST,   IX_OPTIONAL, IX_SEGMENT, "the same in bfloat16 (--rerank bf16)") \
+    X(vectors_f16, "f16", "[N, dim]",    IX_HOST,   IX_OPTIONAL, IX_SEGMENT, "the same in IEEE half (--rerank f16)")
 /* clang-format on */
 
 /* IX_SEC_rotation, IX_SEC_centroids, ...: a section's position in the list. */

@@ -690,6 +690,28 @@ static chimera_status relayout(const ix_index *ix, uint32_t s0, uint32_t s1, int
         if (s == CHIMERA_OK) s = ix_store_section_end(w, err);
         if (prog) cm_progress_add(prog, 1);
     }
+    /* the stored vectors, doc-major like the codes, when every segment merged has them (a
+     * segment an older library appended without them leaves the merged one without: the
+     * re-rank tier then needs a rebuild, as it already did) */
+    int vec = ix->vec_type != CHIMERA_RERANK_NONE;
+    for (uint32_t si = s0; si < s1; si++) vec = vec && ix->segs[si].vectors;
+    if (vec && s == CHIMERA_OK) {
+        int id = ix_vec_section(ix->vec_type);
+        size_t row = ix->dim * ix_vec_elem_bytes(ix->vec_type);
+        if (cancelled(o)) {
+            s = CHIMERA_ERR_CANCELLED;
+            goto done;
+        }
+        s = begin(w, seq, id, 2, (uint64_t)toks, ix->dim, err);
+        for (int64_t d = 0; d < nd && s == CHIMERA_OK; d++) {
+            if (newdoc[d] < 0) continue;
+            const ix_segment *sg = ix_doc_segment(ix, d0 + d);
+            int64_t l = d0 + d - sg->doc_base, t0 = sg->doc_off[l], n = sg->doc_off[l + 1] - t0;
+            s = ix_store_section_write(w, (const uint8_t *)sg->vectors + (size_t)t0 * row,
+                                       (size_t)n * row, err);
+        }
+        if (s == CHIMERA_OK) s = ix_store_section_end(w, err);
+    }
     if (s == CHIMERA_OK) s = put(w, seq, IX_SEC_doc_off, 1, (uint64_t)kept + 1, 0, doc_off, err);
     if (s == CHIMERA_OK) s = put(w, seq, IX_SEC_doc_ids, 1, (uint64_t)kept, 0, ids, err);
     if (s == CHIMERA_OK) s = put(w, seq, IX_SEC_id_order, 1, (uint64_t)kept, 0, order, err);
@@ -908,6 +930,11 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     }
     uint32_t seq = c.next_seq++;
     if ((s = write_new_segment(c.w, seq, ix, &g, err)) != CHIMERA_OK) goto done;
+    if (ix->vec_type != CHIMERA_RERANK_NONE) { /* the index keeps its vectors: these too */
+        char nm[FMT_NAME_BYTES + 16];
+        snprintf(nm, sizeof nm, "s%u_%s", seq, ix_sections[ix_vec_section(ix->vec_type)].name);
+        if ((s = ix_vec_write(c.w, nm, ix->vec_type, docs, err)) != CHIMERA_OK) goto done;
+    }
     meta_add_segment(meta_segments(&c), seq, g.n_docs, g.n_tokens, g.n_lists);
     meta_load_info minfo = {0};
     if (meta_text) { /* the batch's records: stored beside its segment, and upserted */
