@@ -8,6 +8,7 @@
 int cmd_build(int argc, char **argv)
 {
     const char *tokens = NULL, *doclens = NULL, *ids = NULL, *out = NULL, *clusters = "auto";
+    const char *rerank_s = "none";
     uint32_t bits = 4, degree = 0, threads = 0;
     int64_t seed = 0;
     int allow_empty = 0, no_sync = 0;
@@ -23,12 +24,20 @@ int cmd_build(int argc, char **argv)
         {"--seed", OPT_I64, &seed, "random seed (default 0)", 0, 0},
         {"--allow-empty", OPT_FLAG, &allow_empty, "accept empty documents (never returned)", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
+        {"--rerank", OPT_STR, &rerank_s,
+         "also store the original vectors as f16, bf16 or f32 for search --rerank-depth "
+         "(default none)", 0, 0},
     };
-    int r = cli_parse("build", "--tokens T.npy --doclens L.npy --out IDX [--bits 4] [--clusters K]",
+    int r = cli_parse("build", "--tokens T.npy --doclens L.npy --out IDX [--bits 4] [--clusters K] "
+                      "[--rerank f16]",
                       argc, argv, 2, opts, sizeof opts / sizeof opts[0], NULL, 0, NULL);
     if (r) return r < 0 ? 2 : 0;
     chimera_build_opts bo = {.bits = bits, .graph_degree = degree, .n_threads = (int)threads,
                              .seed = (uint64_t)seed, .no_sync = no_sync, .progress = cli_progress};
+    if (chimera_rerank_parse(rerank_s, &bo.rerank) != CHIMERA_OK) {
+        fprintf(stderr, "chimera build: --rerank must be none, f16, bf16 or f32\n");
+        return 2;
+    }
     if (strcmp(clusters, "auto") != 0) {
         char *end;
         long k = strtol(clusters, &end, 10);
@@ -98,6 +107,13 @@ static void print_info(const char *dir, const chimera_index_info *in)
                in->sections[i].dtype, (unsigned long long)in->sections[i].bytes,
                in->sections[i].device_resident ? "device" : "host");
     double nt = in->n_tokens ? (double)in->n_tokens : 1;
+    if (in->rerank != CHIMERA_RERANK_NONE)
+        printf("  re-rank        original vectors stored as %s: %.1f MiB (%.1f B/token, %.0f%% "
+               "of the index), host-only (search --rerank-depth)\n", chimera_rerank_name(in->rerank),
+               in->bytes_rerank / 1048576.0, in->bytes_rerank / nt,
+               in->bytes_total ? 100.0 * (double)in->bytes_rerank / (double)in->bytes_total : 0.0);
+    else
+        printf("  re-rank        none (no original vectors stored; build --rerank f16 adds them)\n");
     printf("  resident       device %.1f MiB (%.1f B/token), host-only %.1f MiB (%.1f B/token), "
            "total %.1f MiB\n",
            in->bytes_device / 1048576.0, in->bytes_device / nt, in->bytes_host / 1048576.0,

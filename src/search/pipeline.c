@@ -21,6 +21,7 @@
  * cache of centroid scores per query would halve it. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/blas.h"
@@ -30,6 +31,7 @@
 #include "quant/kernels.h"
 #include "quant/rabitq.h"
 #include "search/pipeline.h"
+#include "search/rerank.h"
 #include "core/alloc.h"
 
 #define SP_MAX_CHUNKS 64
@@ -65,6 +67,12 @@ typedef struct sp_worker {
     cm_topk fin;
     int64_t bad_doc;     /* first document with a non-finite full-bit score, or -1 */
     float bad_score;
+    /* the exact re-rank (worker thread, after the host stage) */
+    sp_rerank_scratch rr;
+    uint32_t *rr_docs;   /* [max(k, max rerank_depth)] the documents re-scored */
+    float *rr_exact;     /* their exact scores */
+    float *rr_s;         /* [max k + 1] the best k of them */
+    int64_t *rr_i;
 } sp_worker;
 
 struct sp_engine {
@@ -267,6 +275,11 @@ void sp_engine_free(sp_engine *e)
             cm_free(w->sel_i);
             cm_free(w->fin_s);
             cm_free(w->fin_i);
+            sp_rerank_scratch_free(&w->rr);
+            cm_free(w->rr_docs);
+            cm_free(w->rr_exact);
+            cm_free(w->rr_s);
+            cm_free(w->rr_i);
         }
     cm_free(e->w);
     backend_free(&e->be);
@@ -313,6 +326,8 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         s = quant_qset_init(&w->qs, ix->dim_pad, max_m, err);
         if (s != CHIMERA_OK) goto fail;
         uint32_t kr = max->k_refine, kf = max->k_fullbit, k = max->k;
+        /* the final heap holds the re-rank's depth when that is deeper than k */
+        uint32_t kfin = max->rerank_depth > k ? max->rerank_depth : k;
         w->cand = cm_malloc((size_t)kr * sizeof *w->cand);
         w->dh_s = cm_malloc((size_t)(kr + 1) * sizeof *w->dh_s);
         w->dh_i = cm_malloc((size_t)(kr + 1) * sizeof *w->dh_i);
@@ -327,11 +342,20 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         w->scored = cm_malloc(kr);
         w->sel_s = cm_malloc((size_t)(kf + 1) * sizeof(float));
         w->sel_i = cm_malloc((size_t)(kf + 1) * sizeof(int64_t));
-        w->fin_s = cm_malloc((size_t)(k + 1) * sizeof(float));
-        w->fin_i = cm_malloc((size_t)(k + 1) * sizeof(int64_t));
+        w->fin_s = cm_malloc((size_t)(kfin + 1) * sizeof(float));
+        w->fin_i = cm_malloc((size_t)(kfin + 1) * sizeof(int64_t));
         if (!w->cand || !w->dh_s || !w->dh_i || !w->partial || !w->s1 || !w->cs_local || !w->cid_local || !w->scored ||
             !w->sel_s || !w->sel_i || !w->fin_s || !w->fin_i)
             goto nomem;
+        if (max->rerank_depth) {
+            s = sp_rerank_scratch_init(&w->rr, ix->dim, max_m, err);
+            if (s != CHIMERA_OK) goto fail;
+            w->rr_docs = cm_malloc((size_t)kfin * sizeof *w->rr_docs);
+            w->rr_exact = cm_malloc((size_t)kfin * sizeof *w->rr_exact);
+            w->rr_s = cm_malloc((size_t)(k + 1) * sizeof *w->rr_s);
+            w->rr_i = cm_malloc((size_t)(k + 1) * sizeof *w->rr_i);
+            if (!w->rr_docs || !w->rr_exact || !w->rr_s || !w->rr_i) goto nomem;
+        }
         pthread_mutex_init(&w->mu, NULL);
         pthread_cond_init(&w->cv, NULL);
         if (pthread_create(&w->thread, NULL, host_main, w) != 0) {
@@ -402,6 +426,40 @@ static chimera_status direct_candidates(sp_engine *e, int worker, const sp_param
     return CHIMERA_OK;
 }
 
+/* The exact re-rank: the documents in w->fin (the best by full-bit score) re-scored
+ * exactly from the stored vectors; the best k of them by that score go to ids/scores
+ * (internal document numbers).
+ * Stored vectors are checked finite by open (a sample) and by chimera check (all), so a
+ * non-finite exact score means a damaged section and fails the query like a non-finite
+ * estimate does. */
+static chimera_status rerank(sp_engine *e, sp_worker *w, const float *q, uint32_t m, uint32_t k,
+                             int64_t *ids, float *scores, uint32_t *n_out, chimera_error *err)
+{
+    const ix_index *ix = e->ix;
+    uint32_t n = w->fin.n;
+    for (uint32_t r = 0; r < n; r++) w->rr_docs[r] = (uint32_t)w->fin.id[r];
+    sp_rerank_score(ix, w->rr_docs, n, q, m, &w->rr, w->rr_exact);
+    cm_topk best;
+    cm_topk_init(&best, k, w->rr_s, w->rr_i);
+    for (uint32_t r = 0; r < n; r++) {
+        float s = w->rr_exact[r];
+        if (isnan(s) || s == INFINITY) {
+            const ix_segment *sg = ix_doc_segment(ix, w->rr_docs[r]);
+            char nm[48];
+            const char *base = ix_sections[ix_vec_section(ix->vec_type)].name;
+            if (sg->seq) snprintf(nm, sizeof nm, "s%u_%s", sg->seq, base);
+            else snprintf(nm, sizeof nm, "%s", base);
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "search: document row %u got a %g exact score: section '%s' holds "
+                           "non-finite vectors (run chimera check)", w->rr_docs[r], (double)s, nm);
+        }
+        cm_topk_push(&best, s, w->rr_docs[r]);
+    }
+    cm_topk_emit(&best, ids, scores);
+    *n_out = n;
+    return CHIMERA_OK;
+}
+
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err)
@@ -412,7 +470,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     if (m == 0 || m > e->max_m || p->k > e->max.k || p->n_probe > e->max.n_probe ||
         p->n_probe_room > e->max.n_probe ||
         p->k_refine > e->max.k_refine || p->k_fullbit > e->max.k_fullbit || p->chunks == 0 ||
-        p->chunks > SP_MAX_CHUNKS)
+        p->chunks > SP_MAX_CHUNKS || p->rerank_depth > e->max.rerank_depth)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
     if (p->k_fullbit_filtered > e->max.k_fullbit || p->k_fullbit_filtered > p->k_refine)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
@@ -473,7 +531,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     w->bad_doc = -1;
     w->host_done = 0;
     memset(w->scored, 0, n_cand ? n_cand : 1);
-    cm_topk_init(&w->fin, p->k, w->fin_s, w->fin_i);
+    cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
     w->job = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -506,7 +564,14 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                        "search: document row %lld got a %g full-bit score: section 'dB_fact' holds "
                        "non-finite or implausible factors (run chimera check)",
                        (long long)w->bad_doc, (double)w->bad_score);
-    cm_topk_emit(&w->fin, ids, scores);
+    double t5 = t4;
+    uint32_t n_rr = 0;
+    if (p->rerank_depth) {
+        CM_TRY(rerank(e, w, q, m, p->k, ids, scores, &n_rr, err));
+        t5 = cm_now();
+    } else {
+        cm_topk_emit(&w->fin, ids, scores);
+    }
     for (uint32_t r = 0; r < p->k; r++)
         if (ids[r] >= 0) ids[r] = ix_doc_id(e->ix, ids[r]);
     if (st) {
@@ -515,7 +580,9 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->t_score1 += t3 - t2;
         st->t_fullbit_wait += t4 - t3;
         st->t_fullbit += w->t_fullbit;
-        st->t_total += t4 - t0;
+        st->t_rerank += t5 - t4;
+        st->n_reranked += n_rr;
+        st->t_total += t5 - t0;
         st->tokens_refined += rs.tokens_scored;
         st->docs_touched += rs.docs_touched;
         st->n_refined += n_cand;

@@ -7,7 +7,10 @@
  *                              the host computes full-bit scores of the documents that
  *                              entered the running top (i/c) * k_fullbit by 1-bit score
  *
- * The answer is the top k by full-bit score. Each engine worker runs one query at a time
+ * The answer is the top k by full-bit score; with the exact re-rank tier (rerank_depth),
+ * the top k by exact score of the top rerank_depth by full-bit score, computed on the
+ * host from the index's stored vectors after the host stage (whatever the backend: the
+ * vectors are never on a device). Each engine worker runs one query at a time
  * on two threads: the device stage on the worker's own thread and the host stage on a
  * companion thread fed chunk by chunk, so they overlap on any backend. */
 #ifndef CHIMERA_SEARCH_PIPELINE_H
@@ -36,12 +39,17 @@ typedef struct sp_params {
                                 0: n_probe): engines are sized for it */
     uint32_t k_fullbit_filtered; /* k_fullbit of a query with a filter (0: k_fullbit); <=
                                     k_refine. Engines are sized for the larger */
+    uint32_t rerank_depth;   /* 0: off; else the top max(k, rerank_depth) by full-bit score
+                                are re-scored exactly (search/rerank.h) and the best k of
+                                them returned; needs the index's vectors, and k_fullbit >=
+                                rerank_depth to have that many */
 } sp_params;
 
 /* Per-query measurements (summed over queries by the caller). */
 typedef struct sp_stats {
     double t_generate, t_refine, t_score1, t_fullbit_wait, t_fullbit, t_total; /* seconds */
-    uint64_t tokens_refined, docs_touched, n_refined, n_scored1, n_fullbit;
+    double t_rerank;
+    uint64_t tokens_refined, docs_touched, n_refined, n_scored1, n_fullbit, n_reranked;
     uint64_t bytes_up, bytes_down; /* across the device interface */
 } sp_stats;
 

@@ -107,7 +107,8 @@ static int fits(const sp_session *ss, const char *backend, int workers, int thre
     return same_shape(ss, backend, workers, threads) && max_m <= ss->max_m &&
            p->k <= ss->max.k && p->n_probe <= ss->max.n_probe &&
            p->n_probe_room <= ss->max.n_probe && p->k_fullbit_filtered <= ss->max.k_fullbit &&
-           p->k_refine <= ss->max.k_refine && p->k_fullbit <= ss->max.k_fullbit;
+           p->k_refine <= ss->max.k_refine && p->k_fullbit <= ss->max.k_fullbit &&
+           p->rerank_depth <= ss->max.rerank_depth;
 }
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
@@ -154,6 +155,7 @@ static chimera_status session_take(sp_sessions *s, const char *backend, int work
         mx.n_probe = MAX2(mx.n_probe, stale->max.n_probe);
         mx.k_refine = MAX2(mx.k_refine, stale->max.k_refine);
         mx.k_fullbit = MAX2(mx.k_fullbit, stale->max.k_fullbit);
+        mx.rerank_depth = MAX2(mx.rerank_depth, stale->max.rerank_depth);
         mm = MAX2(mm, stale->max_m);
     }
     /* freed before the new one is made, so a device holds at most one extra copy */
@@ -245,6 +247,8 @@ static void profile_reduce(chimera_search_profile *profile, const sp_stats *stat
         profile->t_score1 += stats[w].t_score1;
         profile->t_fullbit += stats[w].t_fullbit;
         profile->t_fullbit_wait += stats[w].t_fullbit_wait;
+        profile->t_rerank += stats[w].t_rerank;
+        profile->n_reranked += stats[w].n_reranked;
         profile->tokens_refined += stats[w].tokens_refined;
         profile->docs_touched += stats[w].docs_touched;
         profile->n_refined += stats[w].n_refined;
