@@ -93,6 +93,13 @@
  *        section file's header carries the major of the writer that made it (1 or 2),
  *        at most the manifest's. A compaction writes 1.1 again. This library reads
  *        both majors.
+ *   1.2, 2.1 (Chimera 0.4.0) the optional per-segment sections vectors_f32,
+ *        vectors_bf16, vectors_f16: the original token vectors of an index built with
+ *        --rerank (one element type per index, in every segment), for the exact
+ *        re-rank. Older readers ignore them (they search without re-rank), hence a
+ *        minor. An older writer's add appends a segment without them and its compaction
+ *        drops them; this reader then refuses only a re-rank (the tier is incomplete)
+ *        and its own compaction and merges leave such segments without.
  */
 #ifndef CHIMERA_INDEX_FORMAT_H
 #define CHIMERA_INDEX_FORMAT_H
@@ -103,9 +110,9 @@
 #include "chimera.h"
 
 #define FMT_VERSION_MAJOR 1 /* what a build or a compaction writes */
-#define FMT_VERSION_MINOR 1
+#define FMT_VERSION_MINOR 2
 #define FMT_LIVING_MAJOR 2  /* an index with appended segments or tombstone lists */
-#define FMT_LIVING_MINOR 0
+#define FMT_LIVING_MINOR 1
 #define FMT_MAX_MAJOR 2     /* this library reads majors 1 .. FMT_MAX_MAJOR */
 
 #define FMT_MANIFEST_NAME "manifest.json"

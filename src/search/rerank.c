@@ -110,16 +110,25 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
             uint32_t r = 0;
             if (g[SEG_FLAGS] & SEG_FIRST) {
                 memcpy(mx, c, (size_t)m * sizeof *mx);
+                s->bad = 0.0f;
                 r = 1;
             }
+            /* A maximum silently drops a NaN, so damage is tracked apart: x - x is 0 for
+             * every finite x and NaN for NaN and infinities. */
+            float bad = s->bad;
             for (; r < g[SEG_ROWS]; r++) {
                 const float *cr = c + (size_t)r * m;
-                for (uint32_t j = 0; j < m; j++) mx[j] = cr[j] > mx[j] ? cr[j] : mx[j];
+                for (uint32_t j = 0; j < m; j++) {
+                    mx[j] = cr[j] > mx[j] ? cr[j] : mx[j];
+                    bad += cr[j] - cr[j];
+                }
             }
+            for (uint32_t j = 0; j < m; j++) bad += mx[j] - mx[j];
+            s->bad = bad;
             if (g[SEG_FLAGS] & SEG_LAST) {
                 float sum = 0.0f; /* in query-token order, as exact search sums */
                 for (uint32_t j = 0; j < m; j++) sum += mx[j];
-                out[g[SEG_DOC]] = sum;
+                out[g[SEG_DOC]] = bad == 0.0f ? sum : NAN;
             }
         }
     }

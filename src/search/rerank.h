@@ -26,6 +26,7 @@ typedef struct sp_rerank_scratch {
     float *rows;    /* [SP_RERANK_ROWS x dim] a block of document rows in float32 */
     float *c;       /* [SP_RERANK_ROWS x max_m] their inner products with the query */
     float *run;     /* [max_m] the running maxima of the document a block boundary cut */
+    float bad;      /* and whether it met a non-finite product (rerank.c) */
     uint32_t *seg;  /* [SP_RERANK_ROWS x 4] the block's pieces of documents */
     uint32_t max_m;
 } sp_rerank_scratch;
@@ -36,7 +37,7 @@ void sp_rerank_scratch_free(sp_rerank_scratch *s);
 
 /* out[i] = exact Chamfer score of query q (m x dim, m <= s->max_m) against global
  * document docs[i] of ix (ix->vec_type set and ix->vec_complete): -inf for an empty
- * document. */
+ * document, NaN when one of its stored values is not finite (a damaged section). */
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
                      uint32_t m, sp_rerank_scratch *s, float *out);
 
