@@ -370,18 +370,22 @@ static chimera_status build_run(void *ctx)
 static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"path", "tokens", "doclens", "ids", "bits", "threads", "seed",
-                            "n_clusters", "progress", NULL};
-    const char *path;
+                            "n_clusters", "progress", "rerank", NULL};
+    const char *path, *rerank = "none";
     PyObject *tok_obj, *dl_obj, *ids_obj = Py_None, *progress = Py_None;
     long long bits = 4, n_clusters = 0;
     unsigned long long seed = 0;
     int threads = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|OLiKLO", names, &path, &tok_obj, &dl_obj,
-                                     &ids_obj, &bits, &threads, &seed, &n_clusters, &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|OLiKLOs", names, &path, &tok_obj, &dl_obj,
+                                     &ids_obj, &bits, &threads, &seed, &n_clusters, &progress,
+                                     &rerank))
         return NULL;
     chimera_build_opts bo;
     chimera_build_opts_default(&bo);
+    if (chimera_rerank_parse(rerank, &bo.rerank) != CHIMERA_OK)
+        return PyErr_Format(PyExc_ValueError, "rerank: '%s' is not None, 'f16', 'bf16' or 'f32'",
+                            rerank);
     if (to_u32(bits, "bits", &bo.bits) || to_u32(n_clusters, "n_clusters", &bo.n_clusters) ||
         to_threads(threads, &bo.n_threads))
         return NULL;
@@ -583,13 +587,15 @@ static PyObject *py_info(PyObject *self, PyObject *args)
     /* The living index (segments, deletions, drift): a second dict merged in, since one
      * Py_BuildValue of every field would be unreadable. n_docs and n_tokens above
      * include deleted documents (n_docs - n_deleted is what a search can return). */
+    const char *rr = in.rerank != CHIMERA_RERANK_NONE ? chimera_rerank_name(in.rerank) : NULL;
     PyObject *more = Py_BuildValue(
-        "{s:L,s:I,s:I,s:L,s:L,s:d,s:L,s:d,s:O}", "n_deleted", (long long)in.n_deleted,
+        "{s:L,s:I,s:I,s:L,s:L,s:d,s:L,s:d,s:O,s:z,s:K}", "n_deleted", (long long)in.n_deleted,
         "n_segments", in.n_segments, "n_deletion_lists", in.n_deletion_lists, "appended_docs",
         (long long)in.appended_docs, "appended_tokens", (long long)in.appended_tokens,
         "assign_sim_p10", in.assign_sim_p10, "drift_tokens", (long long)in.drift_tokens,
         "drift_below", in.drift_below, "recluster_advised",
-        in.recluster_advised ? Py_True : Py_False);
+        in.recluster_advised ? Py_True : Py_False, "rerank", rr, "bytes_rerank",
+        (unsigned long long)in.bytes_rerank);
     if (!more || PyDict_Update(ret, more)) {
         Py_XDECREF(more);
         Py_DECREF(ret);
@@ -846,6 +852,7 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
                       : !strcmp(name, "k_refine")  ? &p->k_refine
                       : !strcmp(name, "k_fullbit") ? &p->k_fullbit
                       : !strcmp(name, "chunks")    ? &p->chunks
+                      : !strcmp(name, "rerank_depth") ? &p->rerank_depth
                                                    : NULL;
         if (u) {
             long long v = PyLong_AsLongLong(val);
@@ -871,7 +878,8 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
             continue;
         }
         PyErr_Format(PyExc_ValueError,
-                     "params: unknown key '%s' (n_probe, k_refine, k_fullbit, chunks, impute, probe)",
+                     "params: unknown key '%s' (n_probe, k_refine, k_fullbit, chunks, impute, probe, "
+                     "rerank_depth)",
                      name);
         return -1;
     }
@@ -881,9 +889,9 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
 static PyObject *params_to_dict(const chimera_search_params *p)
 {
     const char *imp = chimera_impute_name(p->impute), *pr = chimera_probe_name(p->probe);
-    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s}", "n_probe", p->n_probe, "k_refine",
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s,s:I}", "n_probe", p->n_probe, "k_refine",
                          p->k_refine, "k_fullbit", p->k_fullbit, "chunks", p->chunks, "impute",
-                         imp ? imp : "?", "probe", pr ? pr : "?");
+                         imp ? imp : "?", "probe", pr ? pr : "?", "rerank_depth", p->rerank_depth);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -1212,9 +1220,11 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         if (st != CHIMERA_OK)
             raise_status(st, &err);
         else
-            ret = Py_BuildValue("{s:d,s:s,s:K,s:K}", "seconds", prof.seconds, "backend",
+            ret = Py_BuildValue("{s:d,s:s,s:K,s:K,s:d,s:K}", "seconds", prof.seconds, "backend",
                                 prof.backend, "n_refined", (unsigned long long)prof.n_refined,
-                                "n_fullbit", (unsigned long long)prof.n_fullbit);
+                                "n_fullbit", (unsigned long long)prof.n_fullbit, "t_rerank",
+                                prof.t_rerank, "n_reranked",
+                                (unsigned long long)prof.n_reranked);
     }
     filters_free(&sf);
     chimera_queries_free(q);

@@ -18,7 +18,11 @@
  *                written with valid checksums fails open (a sampled token) or check (any
  *                other), and a search that re-scores it fails naming the section
  *   info         chimera_index_info reports the element type and the bytes
- *   profiles     a stored profile's rerank_depth comes back from profile_get */
+ *   profiles     a stored profile's rerank_depth comes back from profile_get
+ *   kernels      every maxsim and widening variant the CPU runs against the scalar
+ *                reference on awkward shapes (rows 1..5, dim not a multiple of 8, m_pad
+ *                8..40): maxima within the float rounding of the inner products, the
+ *                widening bit for bit, a NaN or infinite value always reported */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,11 +32,14 @@
 
 #include "check.h"
 #include "core/alloc.h"
+#include "core/cpu.h"
+#include "core/rng.h"
 #include "core/error.h"
 #include "core/f16.h"
 #include "data/synth.h"
 #include "index/index.h"
 #include "index/store.h"
+#include "search/rerank.h"
 #include "tmpdir.h"
 
 #define K 10
@@ -535,8 +542,87 @@ static void test_corrupt(void)
     corpus_free(&c);
 }
 
+/* ---- kernels ----------------------------------------------------------------------- */
+
+static void test_kernels(void)
+{
+    if (!cm_cpu_supports(CM_SIMD_AVX2)) {
+        printf("kernels: skipped: no AVX2 on this CPU\n");
+        return;
+    }
+    cm_rng r;
+    cm_rng_seed(&r, 42, 1);
+    static const uint32_t dims[] = {1, 7, 45, 96, 130};
+    static const uint32_t mps[] = {8, 16, 24, 32, 40, 64};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (size_t mi = 0; mi < sizeof mps / sizeof mps[0]; mi++)
+            for (uint32_t n = 1; n <= 5; n++) {
+                uint32_t d = dims[di], mp = mps[mi];
+                float *rows = cm_malloc((size_t)n * d * sizeof *rows);
+                float *qt = cm_malloc((size_t)d * mp * sizeof *qt);
+                float mx0[64], mx1[64], bound[64];
+                for (size_t i = 0; i < (size_t)n * d; i++) rows[i] = (float)cm_rng_uniform(&r) - 0.5f;
+                for (size_t i = 0; i < (size_t)d * mp; i++) qt[i] = (float)cm_rng_uniform(&r) - 0.5f;
+                for (uint32_t j = 0; j < mp; j++) {
+                    mx0[j] = mx1[j] = j % 3 ? -INFINITY : 0.01f; /* a floor some rows beat */
+                    bound[j] = 0;
+                    for (uint32_t t = 0; t < n; t++) {
+                        float b = 0;
+                        for (uint32_t i = 0; i < d; i++)
+                            b += fabsf(rows[(size_t)t * d + i] * qt[(size_t)i * mp + j]);
+                        if (b > bound[j]) bound[j] = b;
+                    }
+                }
+                float bad0 = 0, bad1 = 0;
+                sp_maxsim_scalar(rows, n, d, qt, mp, mx0, &bad0);
+                sp_maxsim_avx2(rows, n, d, qt, mp, mx1, &bad1);
+                int close = bad0 == 0 && bad1 == 0;
+                for (uint32_t j = 0; j < mp; j++)
+                    close &= fabsf(mx0[j] - mx1[j]) <= 2.0f * (float)d * 0x1p-24f * bound[j] + 1e-30f;
+                CHECKF(close, "maxsim avx2 vs scalar: n %u, dim %u, m_pad %u", n, d, mp);
+                /* a NaN in the last row, and an infinity, are reported */
+                for (int kind = 0; kind < 2; kind++) {
+                    rows[(size_t)(n - 1) * d + d / 2] = kind ? INFINITY : NAN;
+                    bad0 = bad1 = 0;
+                    sp_maxsim_scalar(rows, n, d, qt, mp, mx0, &bad0);
+                    sp_maxsim_avx2(rows, n, d, qt, mp, mx1, &bad1);
+                    CHECKF(isnan(bad0) && isnan(bad1), "maxsim: a %s value went unreported (n %u, "
+                           "dim %u)", kind ? "infinite" : "NaN", n, d);
+                }
+                cm_free(rows);
+                cm_free(qt);
+            }
+    /* widening: every half and bfloat16 pattern, bit for bit */
+    uint16_t *h = cm_malloc(65536 * sizeof *h + 6);
+    float *a = cm_malloc(65539 * sizeof *a), *b = cm_malloc(65539 * sizeof *b);
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    h[65536] = h[65537] = h[65538] = 0x3c00; /* a tail past a multiple of 8 */
+    int same = 1;
+    sp_f16_widen_avx2(h, 65539, a);
+    for (uint32_t i = 0; i < 65539; i++) { /* F16C quiets a signalling NaN: any NaN will do */
+        b[i] = cm_f16_to_f32(h[i]);
+        same &= memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i]));
+    }
+    CHECKF(same, "f16 widening: avx2 differs from the scalar conversion");
+    same = 1;
+    sp_bf16_widen_avx2(h, 65539, a);
+    for (uint32_t i = 0; i < 65539; i++) {
+        b[i] = cm_bf16_to_f32(h[i]);
+        same &= memcmp(&a[i], &b[i], 4) == 0;
+    }
+    CHECKF(same, "bf16 widening: avx2 differs from the scalar conversion");
+    /* narrowing rounds to nearest even, and a NaN stays NaN */
+    CHECK(cm_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80 && cm_f32_to_bf16(1.0f + 0x1.8p-7f) == 0x3f82 &&
+          isnan(cm_bf16_to_f32(cm_f32_to_bf16(NAN))) &&
+          cm_f32_to_bf16(INFINITY) == 0x7f80);
+    cm_free(h);
+    cm_free(a);
+    cm_free(b);
+}
+
 int main(void)
 {
+    test_kernels();
     static const chimera_rerank types[3] = {CHIMERA_RERANK_F32, CHIMERA_RERANK_BF16,
                                             CHIMERA_RERANK_F16};
     for (int i = 0; i < 3; i++) test_exact(types[i], 96);

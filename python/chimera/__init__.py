@@ -419,7 +419,8 @@ class Index:
 
     @classmethod
     def build(cls, path, documents=None, *, tokens=None, doclens=None, ids=None, bits=4,
-              threads=None, seed=0, n_clusters=None, progress=False, backend="auto"):
+              threads=None, seed=0, n_clusters=None, progress=False, backend="auto",
+              rerank=None):
         """Build an index of a corpus into directory `path`, then open it.
 
         The corpus is either ``documents``, a list of (n_i, d) arrays (or one
@@ -435,6 +436,9 @@ class Index:
         n_clusters: IVF clusters (None: about one per 100 tokens).
         progress: True for a progress bar (tqdm when installed, else lines on stderr),
             or a callable(phase, fraction), called from worker threads.
+        rerank: None, or "f16", "bf16" or "f32": also store the original vectors in
+            that type (host-only, 2 or 4 bytes per dimension), so that
+            ``search(..., rerank_depth=N)`` can re-score its top N exactly.
 
         The build writes beside `path` and swaps the result in only when complete, so an
         existing index at `path` survives a failed build. The GIL is released meanwhile.
@@ -451,7 +455,8 @@ class Index:
         tok, lens, uids = _corpus(documents, tokens, doclens, ids)
         report = _chimera.build(path, tok, lens, uids, bits=int(bits), threads=_threads(threads),
                                 seed=int(seed), n_clusters=int(n_clusters or 0),
-                                progress=_progress(progress))
+                                progress=_progress(progress),
+                                rerank="none" if rerank is None else str(rerank))
         index = cls(path, backend=backend)
         index._corpus = (tok, lens, uids)
         index.build_report = report
@@ -539,16 +544,17 @@ class Index:
     # -- search --------------------------------------------------------------------------
 
     def search(self, queries, k=10, recall=None, params=None, threads=None, latency=False,
-               subset=None, exclude=None, filter=None, filter_args=()):
+               subset=None, exclude=None, filter=None, filter_args=(), rerank_depth=None):
         """Top-k documents for each query.
 
         queries: a [nq, m, d] array, or a list of (m_i, d) arrays; float32 or float16.
         k: results per query.
         recall: use the profile that :meth:`tune` stored for this k and the smallest
             target >= recall (ValueError if there is none).
-        params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks
-            (ints), impute ("probe", "zero", "min"), probe ("auto", "brute", "graph").
-            Unset ones take the library's defaults for k (or the profile's with recall=).
+        params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks,
+            rerank_depth (ints), impute ("probe", "zero", "min"), probe ("auto", "brute",
+            "graph"). Unset ones take the library's defaults for k (or the profile's with
+            recall=).
         threads: worker threads for this call (None: one per CPU). Give concurrent
             callers a share each (threads=1 for one search per Python thread).
         latency: one query at a time with all threads, instead of queries spread over
@@ -567,6 +573,10 @@ class Index:
         filter_args: values bound to the expression's ``?`` in order: str, int or float
             (sent as str(); one written as a number is bound as a number; bools are
             refused). Pass user input here, never into the expression.
+        rerank_depth: re-score the top max(k, rerank_depth) documents by exact Chamfer
+            over the vectors the index stores (``build(..., rerank="f16")``) and return
+            the best k with their exact scores (the same as params["rerank_depth"]);
+            ValueError on an index without stored vectors. None or 0: off.
 
         Filters act inside the pipeline: a disallowed document never takes an allowed
         one's place, and a selective filter switches to scoring the allowed documents
@@ -595,6 +605,9 @@ class Index:
         ids, scores = _outputs(ql.shape[0], k)
         if params is not None:
             params = dict(params)
+        if rerank_depth:
+            params = dict(params or {})
+            params["rerank_depth"] = int(rerank_depth)
         self.last_profile = self._raw.search(qt, ql, k, params, recall, _threads(threads),
                                              ids, scores, bool(latency), **filters)
         return scores, ids

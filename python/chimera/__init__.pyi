@@ -25,6 +25,7 @@ class SearchParams(TypedDict, total=False):
     chunks: int
     impute: str  # "probe" | "zero" | "min"
     probe: str   # "auto" | "brute" | "graph"
+    rerank_depth: int
 
 class UpdateReport(TypedDict):
     docs_added: int
@@ -75,6 +76,7 @@ class Index:
         n_clusters: int | None = None,
         progress: _Progress = False,
         backend: str = "auto",
+        rerank: str | None = None,  # "f16" | "bf16" | "f32"
     ) -> Index: ...
     def close(self) -> None: ...
     def __enter__(self) -> Index: ...
@@ -104,6 +106,7 @@ class Index:
         exclude: _Ids | None = None,
         filter: str | None = None,
         filter_args: Sequence[_SqlArg] = (),
+        rerank_depth: int | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
     def tune(
         self,

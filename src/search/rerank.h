@@ -4,13 +4,21 @@
  * stage, on the top rerank_depth documents).
  *
  * The score is the one chimera_corpus_search computes: sum over query tokens of the
- * largest inner product with a document token. The kernel is exact.c's: documents are
- * gathered, whole or in pieces, into blocks of at most SP_RERANK_ROWS rows converted to
- * float32 (F16C for half floats where the CPU has it, a shift for bfloat16), one sgemm
- * per block gives every (row, query token) inner product, and a running maximum per
- * document over its rows gives the per-token maxima. Blocks of several short documents
- * keep the sgemm in its efficient range; a long document spans blocks. Scratch is the
- * caller's, allocated once per worker, so scoring allocates nothing. */
+ * largest inner product with a document token. The query is transposed once per call
+ * into qt [dim][m_pad] (m_pad: m rounded up to 8, zero columns after m), so that one
+ * document row against all query tokens is a run of broadcast multiply-adds into
+ * m_pad / 8 vector accumulators, and the maxima over the document's rows are taken in
+ * the same registers: no m x n product matrix is written and re-read, which is what a
+ * small sgemm per document (or per block of documents) spent most of its time on at
+ * these shapes (m ~ 32, a few dozen rows). Half and bfloat16 rows are widened to
+ * float32 in blocks of SP_RERANK_ROWS (F16C, or a shift); float32 rows are read in
+ * place from the mapping. Scratch is the caller's, allocated once per worker, so
+ * scoring allocates nothing.
+ *
+ * Kernels (a scalar reference and AVX2 + FMA, chosen once by the SIMD level; the
+ * AVX-512 level uses the AVX2 one): maxsim max-accumulates mx[j] = max(mx[j], <row_r,
+ * q_j>) over n rows for j < m_pad, and adds (x - x) of every product to *bad, which
+ * stays 0 unless a product is NaN or infinite (a maximum would drop a NaN silently). */
 #ifndef CHIMERA_SEARCH_RERANK_H
 #define CHIMERA_SEARCH_RERANK_H
 
@@ -23,11 +31,9 @@
 #define SP_RERANK_ROWS 256
 
 typedef struct sp_rerank_scratch {
-    float *rows;    /* [SP_RERANK_ROWS x dim] a block of document rows in float32 */
-    float *c;       /* [SP_RERANK_ROWS x max_m] their inner products with the query */
-    float *run;     /* [max_m] the running maxima of the document a block boundary cut */
-    float bad;      /* and whether it met a non-finite product (rerank.c) */
-    uint32_t *seg;  /* [SP_RERANK_ROWS x 4] the block's pieces of documents */
+    float *rows;    /* [SP_RERANK_ROWS x dim] widened rows of a half / bfloat16 document */
+    float *qt;      /* [dim x m_pad] the query, transposed and zero-padded */
+    float *mx;      /* [m_pad] a document's running maxima */
     uint32_t max_m;
 } sp_rerank_scratch;
 
@@ -41,7 +47,16 @@ void sp_rerank_scratch_free(sp_rerank_scratch *s);
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
                      uint32_t m, sp_rerank_scratch *s, float *out);
 
-/* Widening of n stored elements to float32 (kernels per SIMD level, chosen once). */
+/* The kernels (see above); m_pad is a multiple of 8. */
+typedef void (*sp_maxsim_fn)(const float *rows, uint32_t n, uint32_t dim, const float *qt,
+                             uint32_t m_pad, float *mx, float *bad);
+void sp_maxsim_scalar(const float *rows, uint32_t n, uint32_t dim, const float *qt,
+                      uint32_t m_pad, float *mx, float *bad);
+void sp_maxsim_avx2(const float *rows, uint32_t n, uint32_t dim, const float *qt,
+                    uint32_t m_pad, float *mx, float *bad);
+sp_maxsim_fn sp_maxsim_for(int simd_level);
+
+/* Widening of n stored elements to float32. */
 typedef void (*sp_widen_fn)(const uint16_t *src, size_t n, float *dst);
 void sp_f16_widen_avx2(const uint16_t *src, size_t n, float *dst);
 void sp_bf16_widen_avx2(const uint16_t *src, size_t n, float *dst);
