@@ -1188,7 +1188,9 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         if (!(target > 0 && target <= 1))
             return PyErr_Format(PyExc_ValueError, "recall: %S is not in (0, 1]", recall);
         chimera_error err = {0};
+        uint32_t depth = sp.rerank_depth; /* asked for with the profile: it wins */
         chimera_status st = chimera_index_profile_get(self->index, k, target, &sp, &err);
+        if (depth) sp.rerank_depth = depth;
         if (st == CHIMERA_ERR_EMPTY)
             return PyErr_Format(PyExc_ValueError,
                                 "recall: the index has no tuned profile for k=%u at recall >= %S "

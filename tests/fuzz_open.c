@@ -379,13 +379,16 @@ static int encode_index(const char *dir, uint8_t flags, buf *out)
     return 0;
 }
 
-/* Small indexes of differing shapes: B = 1, 2 and 8, one cluster, one-token documents. */
+/* Small indexes of differing shapes: B = 1, 2 and 8, one cluster, one-token documents;
+ * stored vectors (the re-rank tier) in bf16 and f16. */
 static int make_seeds(buf *seeds, int max)
 {
     static const struct {
         int64_t docs;
         uint32_t dim, min_len, max_len, k, bits;
-    } shape[] = {{12, 8, 2, 6, 4, 2}, {6, 3, 1, 1, 1, 1}, {9, 70, 3, 5, 3, 8}};
+        int rerank;
+    } shape[] = {{12, 8, 2, 6, 4, 2, CHIMERA_RERANK_BF16}, {6, 3, 1, 1, 1, 1, 0},
+                 {9, 70, 3, 5, 3, 8, CHIMERA_RERANK_F16}};
     int n = 0;
     scratch_make();
     for (size_t i = 0; i < sizeof shape / sizeof shape[0] && n < max; i++) {
@@ -405,7 +408,8 @@ static int make_seeds(buf *seeds, int max)
                                             sc.n_docs, NULL, NULL, &err);
         if (s == CHIMERA_OK) {
             ix_build_opts bo = {.bits = shape[i].bits, .n_clusters = shape[i].k,
-                                .graph_degree = 2, .n_threads = 1, .seed = 5, .no_sync = 1};
+                                .graph_degree = 2, .n_threads = 1, .seed = 5, .no_sync = 1,
+                                .rerank = shape[i].rerank};
             s = ix_build(&c, dir, &bo, NULL, &err);
             data_corpus_free(&c);
         }

@@ -114,8 +114,10 @@ typedef struct ix_recluster_opts {
     uint64_t seed;
 } ix_recluster_opts;
 
-/* Retrains the centroids over the live documents and rebuilds the index from tokens
- * reconstructed from their full-bit codes (recluster.c says how and what it costs),
+/* Retrains the centroids over the live documents and rebuilds the index from their
+ * stored vectors when the index keeps them (build --rerank; the vectors are kept), else
+ * from tokens reconstructed from their full-bit codes (recluster.c says how and what it
+ * costs),
  * committing only if the index did not change meanwhile. Ids are kept.
  * @return CHIMERA_OK; _EMPTY (every document deleted); _CONFLICT (the index changed
  *         during the rebuild: nothing replaced); _NOMEM; the statuses of ix_build. */
