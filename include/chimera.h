@@ -870,6 +870,9 @@ typedef struct chimera_tune_result {
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
  * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target.
+ * Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
+ * (chimera_build_opts.rerank) is tuned with the exact re-rank on, every full-bit scored
+ * document re-scored (rerank_depth = k_fullbit, in res->best and every point).
  * Thread-safe, as chimera_index_search (it is a series of searches).
  * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error (in err). */
 CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,

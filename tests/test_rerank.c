@@ -19,6 +19,8 @@
  *                other), and a search that re-scores it fails naming the section
  *   info         chimera_index_info reports the element type and the bytes
  *   profiles     a stored profile's rerank_depth comes back from profile_get
+ *   tune         a target of 0.99 on an index with vectors tunes with the re-rank on
+ *                (rerank_depth = k_fullbit in the result) and reaches it; 0.9 does not
  *   kernels      every maxsim and widening variant the CPU runs against the scalar
  *                reference on awkward shapes (rows 1..5, dim not a multiple of 8, m_pad
  *                8..40): maxima within the float rounding of the inner products, the
@@ -439,6 +441,19 @@ static void test_errors(void)
     CHECK_STATUS(chimera_index_search(ix, q, K, &p, NULL, ids, sc, NULL, &err),
                  CHIMERA_ERR_INVALID_ARG, &err);
     CHECK_OK(chimera_index_search(ix, q, K, &got, NULL, ids, sc, NULL, &err), &err);
+    /* tune: 0.99 with the re-rank, 0.9 without */
+    int64_t truth[16 * K];
+    float tsc[16 * K];
+    exact(c.s.tokens, c.s.n_tokens, c.s.dim, c.s.doclens, c.ids, c.s.n_docs, q, truth, tsc);
+    chimera_tune_result tr;
+    chimera_search_opts so = {.n_threads = 2};
+    CHECK_OK(chimera_index_tune(ix, q, truth, K, K, 0.99, &so, &tr, &err), &err);
+    CHECKF(tr.reached && tr.recall >= 0.99 && tr.best.rerank_depth >= K &&
+           tr.best.rerank_depth == (tr.best.k_fullbit > K ? tr.best.k_fullbit : K),
+           "tune 0.99: reached %d, recall %.4f, k_fullbit %u, rerank_depth %u", tr.reached,
+           tr.recall, tr.best.k_fullbit, tr.best.rerank_depth);
+    CHECK_OK(chimera_index_tune(ix, q, truth, K, K, 0.9, &so, &tr, &err), &err);
+    CHECK(tr.best.rerank_depth == 0);
     chimera_index_close(ix);
     chimera_queries_free(q);
     corpus_free(&c);
