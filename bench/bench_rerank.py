@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The exact re-rank tier against the plain pipeline, on one corpus (bench/RESULTS.md §5.5).
+"""The exact re-rank tier against the plain pipeline, on one corpus (bench/RESULTS.md,
+section 5.5).
 
 For k = 10 and k = 100: sweeps the pipeline without re-rank (n_probe, k_refine,
 k_fullbit) and with it (n_probe, k_refine, rerank_depth; k_fullbit = rerank_depth), on one
