@@ -453,12 +453,29 @@ typedef struct chimera_build_opts {
      * Adds, updates and compactions keep them; compact --recluster rebuilds from them
      * (losing nothing to the codes). */
     chimera_rerank rerank;
+    int no_calibrate;       /* 1: skip the calibration of the index's default search
+                               parameters (searches then use the library's fixed
+                               defaults); for scratch indexes and tests */
 } chimera_build_opts;
 
 /* Sets *opts to the defaults (every field 0). */
 CHIMERA_API void chimera_build_opts_default(chimera_build_opts *opts);
 
 #define CHIMERA_MAX_PHASES 8
+
+/* One calibrated default (chimera_index_build): the search setting an index uses for a
+ * top-k search whose parameters are left at zero, and what it measured. The fields are
+ * those of chimera_search_params (impute and probe stay at their defaults). */
+typedef struct chimera_calibration {
+    uint32_t k;             /* calibrated for this k (10 and 100; smaller indexes: fewer) */
+    uint32_t n_probe, k_refine, k_fullbit, chunks;
+    double recall;          /* mean Recall@k on the held-out pseudo-queries */
+    double recall_low;      /* the lower bound of its 95% confidence interval */
+    int reached;            /* 1: recall_low >= the target (0.95); 0: the index's bits cap
+                               recall below it and this is the best setting found */
+} chimera_calibration;
+
+#define CHIMERA_MAX_CALIBRATED 4
 
 typedef struct chimera_build_report {
     int n_phases;
@@ -469,12 +486,36 @@ typedef struct chimera_build_report {
     uint32_t n_clusters;
     double assign_recall;   /* fraction of tokens given their exact nearest centroid */
     uint64_t index_bytes;   /* bytes of all sections */
+    /* Since 0.4.0: the calibration of the default search parameters (also the phase
+     * "calibrate"); n_calibrated is 0 when it was skipped or the index is too small */
+    double calibrate_target; /* the Recall@k the defaults were chosen for (0.95) */
+    int n_calibrated;
+    chimera_calibration calibrated[CHIMERA_MAX_CALIBRATED];
 } chimera_build_report;
 
 /* Builds an index of `corpus` into directory `dir` (its parent must exist). The build
  * writes into a temporary directory beside `dir` and swaps it in only when complete and
  * synced, so an existing index at `dir` is never damaged by a failed or killed build;
  * a non-index directory at `dir` is refused. report (may be NULL) gets per-phase times.
+ *
+ * Calibration (unless opts->no_calibrate): before the commit, the build chooses the
+ * index's own default search parameters for k = 10 and k = 100 (those below a fifth of
+ * the documents), so that a search with zero parameters reaches Recall@k >= 0.95 on
+ * this corpus, not only on the corpora the library's fixed defaults were measured on.
+ * It samples realistic pseudo-queries (chimera_corpus_sample_queries with m = 0),
+ * takes as truth the exact Chamfer top-k among the candidates of a generous search
+ * (exact scores of the corpus's own vectors), walks up from half the fixed defaults on
+ * a third of the queries, and keeps a setting only when the lower bound of the 95%
+ * interval of its recall on the other two thirds meets 0.95, raising the walk's target
+ * otherwise; where the index's bits (or the interval's width) do not allow it, the best
+ * setting found is kept with reached = 0. It costs 96 to 192 pseudo-queries' searches
+ * (phase "calibrate": a few seconds; bench/RESULTS.md section 5.6 measures 7-30% of
+ * the build on 0.7-1.7M-token corpora; the count stops growing at 3.8M tokens, and the
+ * share falls beyond). The defaults are stored
+ * in the manifest, survive add and delete, and are no longer used once a fifth of the
+ * documents changed (like tuned profiles); chimera_index_info_read reports them.
+ * A corpus opened from files (chimera_corpus_open) is also recorded as the index's
+ * source: its paths, sizes and modification times (chimera_index_source_open).
  * @return CHIMERA_OK, _INVALID_ARG, _IO, _NOMEM, _CANCELLED (opts->cancel asked to
  *         stop: the temporary directory is removed and `dir` is as it was); message in
  *         err. */
@@ -724,6 +765,14 @@ typedef struct chimera_index_info {
     chimera_rerank rerank;  /* the element type of the stored vectors; NONE: none */
     uint64_t bytes_rerank;  /* their bytes over all segments (host-only, part of
                                bytes_host) */
+    /* Since 0.4.0: the calibrated default search parameters (chimera_index_build) */
+    double calibrate_target; /* 0: none stored (built without, or by an older version) */
+    int n_calibrated;
+    chimera_calibration calibrated[CHIMERA_MAX_CALIBRATED];
+    int calibration_stale;  /* 1: a fifth of the documents changed since: searches use
+                               the library's fixed defaults until the next build */
+    int has_source;         /* 1: the build recorded the files it read (tune can compute
+                               exact truth from them: chimera_index_source_open) */
 } chimera_index_info;
 
 CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
@@ -733,7 +782,9 @@ CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_inde
 /* Search                                                                             */
 /* ---------------------------------------------------------------------------------- */
 
-/* The pipeline's knobs; zero means the default (chimera_search_params_default). */
+/* The pipeline's knobs. A zero field means the default: the index's calibrated default
+ * for the search's k when it has one (chimera_index_build, chimera_index_params_default),
+ * else the library's (chimera_search_params_default). */
 typedef struct chimera_search_params {
     uint32_t n_probe;   /* clusters probed per query token */
     uint32_t k_refine;  /* documents kept by 1-bit partial scores (refinement) */
@@ -751,8 +802,10 @@ typedef struct chimera_search_params {
     uint32_t rerank_depth;
 } chimera_search_params;
 
-/* Sets every field of *p that is zero to its default for top-k: on a zeroed struct, all
- * the defaults; after setting some fields, the rest. (k == 0 counts as 10.) */
+/* Sets every field of *p that is zero to the library's fixed default for top-k: on a
+ * zeroed struct, all the defaults; after setting some fields, the rest. (k == 0 counts
+ * as 10.) These were measured on the demo generator's corpus; an index calibrates its
+ * own (chimera_index_params_default), which a search uses in their place. */
 CHIMERA_API void chimera_search_params_default(uint32_t k, chimera_search_params *p);
 
 /* A search filter: the user ids a search may return, or, with exclude, those it must
@@ -815,10 +868,20 @@ typedef struct chimera_search_profile {
     uint64_t n_reranked;        /* documents re-scored exactly */
 } chimera_search_profile;
 
+/* Sets every field of *p that is zero to the default a search of `index` with this k
+ * uses: the index's calibrated setting (chimera_index_build) for the smallest
+ * calibrated k >= k (for a k above all of them, the largest, with k_fullbit and
+ * k_refine scaled by k over its k), then the library's defaults for whatever is still
+ * zero (chimera_search_params_default). Thread-safe.
+ * @return 1 when calibrated values were used; 0 when the index has none for this k
+ *         (none stored, or stale: a fifth of the documents changed since the build). */
+CHIMERA_API int chimera_index_params_default(const chimera_index *index, uint32_t k,
+                                             chimera_search_params *p);
+
 /* Searches every query: ids[i*k + r], scores[i*k + r] = query i's r-th result (user id,
  * full-bit estimated Chamfer score; the exact score with params->rerank_depth), best
- * first, padded with -1 / -INFINITY. params and opts may be NULL (defaults); profile
- * may be NULL.
+ * first, padded with -1 / -INFINITY. params and opts may be NULL (defaults:
+ * chimera_index_params_default); profile may be NULL.
  * @return CHIMERA_OK, _INVALID_ARG (also: rerank_depth on an index that stores no
  *         vectors, or whose vectors an older library left incomplete), _DIM (query dimension differs from the index's),
  *         _EMPTY (every document of the index is deleted), _CORRUPT (a score came out
@@ -865,6 +928,15 @@ typedef struct chimera_tune_result {
     uint64_t index_data_id;     /* the identity of its data (section checksums); profile
                                    save refuses an index whose data differs. 0: unknown,
                                    not checked (a result not made by chimera_index_tune) */
+    /* Since 0.4.0: the held-out check of chimera_index_tune_heldout (zero otherwise) */
+    int64_t n_tune, n_heldout;  /* queries tuned on, queries held out */
+    double heldout_recall;      /* mean Recall@k of best on the held-out queries */
+    double heldout_low, heldout_high; /* its 95% confidence interval */
+    int64_t heldout_need;       /* held-out queries for an interval of half-width
+                                   (1 - target) / 2 at the observed spread: more than
+                                   n_heldout means the set is too small for the target */
+    double tune_target;         /* the target the tuning queries were held to (raised
+                                   above target_recall until the held-out bound met it) */
 } chimera_tune_result;
 
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
@@ -879,6 +951,40 @@ CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const 
                                   const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
                                   double target_recall, const chimera_search_opts *opts,
                                   chimera_tune_result *res, chimera_error *err);
+
+/* Tuning that can be trusted on new queries: the queries are split at random (seeded)
+ * into a tuning part and a held-out part (heldout_fraction of them; 0: one half); the
+ * procedure of chimera_index_tune runs on the tuning part, and its choice is measured
+ * on the held-out part with a 95% confidence interval over the per-query recalls (normal
+ * approximation; the spread is at least that of k independent hits per query). While
+ * the interval's lower bound misses the target, the tuning target is raised by the
+ * shortfall and the tuning repeated. res->best is the fastest setting found whose
+ * held-out lower bound meets the target (res->reached = 1), else the one with the
+ * highest lower bound (reached = 0); res->recall is its held-out recall and the
+ * held-out fields describe the interval (res->heldout_need > res->n_heldout: the query
+ * set is too small to certify the target at this spread). As chimera_index_tune, a
+ * target of 0.99 or more on an index that stores its vectors is tuned (and checked)
+ * with the exact re-rank on.
+ * @return CHIMERA_OK; _INVALID_ARG (fewer than 20 queries, a fraction outside (0, 1), the
+ *         arguments of chimera_index_tune); a search error. */
+CHIMERA_API chimera_status chimera_index_tune_heldout(const chimera_index *index,
+                                                      const chimera_queries *queries,
+                                                      const int64_t *truth_ids, uint32_t truth_k,
+                                                      uint32_t k, double target_recall,
+                                                      double heldout_fraction, uint64_t seed,
+                                                      const chimera_search_opts *opts,
+                                                      chimera_tune_result *res,
+                                                      chimera_error *err);
+
+/* Opens the corpus the index was built from, as the build recorded it (the files of
+ * chimera_corpus_open: tokens, doclens, ids), for exact truth (chimera_corpus_search).
+ * Refuses what would give a wrong truth: the files changed since the build (size or
+ * modification time) or documents were added, deleted or updated since.
+ * @return CHIMERA_OK; _EMPTY (no source recorded: built from memory, or by an older
+ *         version); _CONFLICT (a file changed, or the index did: the message says which
+ *         and what to pass instead); the statuses of chimera_corpus_open. */
+CHIMERA_API chimera_status chimera_index_source_open(const chimera_index *index,
+                                                     chimera_corpus **out, chimera_error *err);
 
 /* Stores `res` in the index at `dir` as the profile for (k, target_recall), replacing one
  * with the same key; the manifest is rewritten atomically (sections untouched). It is a
@@ -911,8 +1017,14 @@ CHIMERA_API double chimera_results_eval_recall(const int64_t *run, uint32_t run_
                                                const int64_t *truth, uint32_t truth_k,
                                                int64_t n_queries, uint32_t k);
 
-/* Pseudo-queries for tuning without a query log: each takes m tokens of a random
- * document (with replacement when it is shorter) plus a little noise, normalised. */
+/* Pseudo-queries for tuning without a query log, made to resemble real queries rather
+ * than copies of a document: each has a random target document; its length is m, or
+ * with m = 0 uniform in 4..32; each token is, with probability 0.7, a token of the
+ * target and otherwise one of another random document (real queries bring words their
+ * document lacks), perturbed by random noise of relative norm 0.2..0.5 (per query) and
+ * rescaled to the source token's norm, so that no query token equals a document token.
+ * Deterministic for a seed. @return CHIMERA_OK, _INVALID_ARG (n <= 0, m > 4096), _EMPTY,
+ * _NOMEM. */
 CHIMERA_API chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
                                                          uint32_t m, uint64_t seed,
                                                          chimera_queries **out, chimera_error *err);
@@ -977,6 +1089,12 @@ typedef struct chimera_synth_opts {
     uint32_t max_len;    /* 0: 300 tokens */
     chimera_progress_fn progress;
     void *progress_user;
+    /* Since 0.4.0: the corpus's structure, for corpora unlike the default one */
+    double topic_weight;  /* how far tokens lean towards their document's topic (0: 0.35;
+                             < 0: not at all, a flat corpus; 1-2: strongly clustered
+                             around the topics) */
+    double query_noise;   /* context noise of query tokens (0: 0.35; larger: queries
+                             further from their documents' tokens) */
 } chimera_synth_opts;
 
 /* Sets *opts to the defaults (every field 0). */

@@ -370,19 +370,20 @@ static chimera_status build_run(void *ctx)
 static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"path", "tokens", "doclens", "ids", "bits", "threads", "seed",
-                            "n_clusters", "progress", "rerank", NULL};
+                            "n_clusters", "progress", "rerank", "calibrate", NULL};
     const char *path, *rerank = "none";
     PyObject *tok_obj, *dl_obj, *ids_obj = Py_None, *progress = Py_None;
     long long bits = 4, n_clusters = 0;
     unsigned long long seed = 0;
-    int threads = 0;
+    int threads = 0, calibrate = 1;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|OLiKLOs", names, &path, &tok_obj, &dl_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|OLiKLOsp", names, &path, &tok_obj, &dl_obj,
                                      &ids_obj, &bits, &threads, &seed, &n_clusters, &progress,
-                                     &rerank))
+                                     &rerank, &calibrate))
         return NULL;
     chimera_build_opts bo;
     chimera_build_opts_default(&bo);
+    bo.no_calibrate = !calibrate;
     if (chimera_rerank_parse(rerank, &bo.rerank) != CHIMERA_OK)
         return PyErr_Format(PyExc_ValueError, "rerank: '%s' is not None, 'f16', 'bf16' or 'f32'",
                             rerank);
@@ -424,12 +425,30 @@ static PyObject *py_build(PyObject *self, PyObject *args, PyObject *kw)
                 }
                 Py_DECREF(v);
             }
+            /* the calibrated defaults: one dict per k */
+            PyObject *cal = phases ? PyList_New(0) : NULL;
+            for (int i = 0; cal && i < rep.n_calibrated; i++) {
+                const chimera_calibration *c = &rep.calibrated[i];
+                PyObject *d = Py_BuildValue(
+                    "{s:I,s:I,s:I,s:I,s:I,s:d,s:d,s:O}", "k", c->k, "n_probe", c->n_probe,
+                    "k_refine", c->k_refine, "k_fullbit", c->k_fullbit, "chunks", c->chunks,
+                    "recall", c->recall, "recall_low", c->recall_low, "reached",
+                    c->reached ? Py_True : Py_False);
+                if (!d || PyList_Append(cal, d)) {
+                    Py_XDECREF(d);
+                    Py_CLEAR(cal);
+                    break;
+                }
+                Py_DECREF(d);
+            }
+            if (!cal) Py_CLEAR(phases);
             if (phases)
-                ret = Py_BuildValue("{s:d,s:K,s:I,s:d,s:K,s:N}", "seconds", rep.total_seconds,
+                ret = Py_BuildValue("{s:d,s:K,s:I,s:d,s:K,s:N,s:N}", "seconds", rep.total_seconds,
                                     "peak_rss_bytes", (unsigned long long)rep.peak_rss_bytes,
                                     "n_clusters", rep.n_clusters, "assign_recall",
                                     rep.assign_recall, "index_bytes",
-                                    (unsigned long long)rep.index_bytes, "phases", phases);
+                                    (unsigned long long)rep.index_bytes, "phases", phases,
+                                    "calibrated", cal);
         }
     }
     chimera_corpus_close(corpus);

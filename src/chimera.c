@@ -5,8 +5,10 @@
  * one may be used from many threads at once (search scheduling and its per-call scratch
  * live in search/session.c, profile storage in index/profile.c). */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "chimera.h"
@@ -15,9 +17,12 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/mapreg.h"
+#include "core/rng.h"
+#include "core/clock.h"
 #include "data/corpus.h"
 #include "data/synth.h"
 #include "data/trec.h"
+#include "index/defaults.h"
 #include "index/index.h"
 #include "index/profile.h"
 #include "index/metadata.h"
@@ -33,6 +38,9 @@
 
 struct chimera_corpus {
     data_corpus c;
+    /* the files it was opened from (NULL when wrapping memory): a build records them as
+     * the index's source (index/defaults.h) */
+    char *src_tokens, *src_doclens, *src_ids;
 };
 
 struct chimera_queries {
@@ -67,6 +75,16 @@ struct chimera_index {
     pthread_mutex_t mu; /* guards view and every view's refs */
     index_view *view;
 };
+
+/* The build's calibration of the default search parameters (ix_build_opts.calibrate),
+ * defined with the tuning below. */
+typedef struct calibrate_ctx {
+    const data_corpus *c;
+    int n_threads;
+    uint64_t seed;
+} calibrate_ctx;
+static chimera_status calibrate_index(void *user, const char *dir, ix_defaults *out,
+                                      chimera_error *err);
 
 static void view_free(index_view *v)
 {
@@ -252,6 +270,13 @@ chimera_status chimera_corpus_open(const char *tokens_npy, const char *doclens_n
         cm_free(h);
         return s;
     }
+    h->src_tokens = cm_strdup(tokens_npy);
+    h->src_doclens = cm_strdup(doclens_npy);
+    h->src_ids = ids_path ? cm_strdup(ids_path) : NULL;
+    if (!h->src_tokens || !h->src_doclens || (ids_path && !h->src_ids)) {
+        chimera_corpus_close(h);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "corpus: out of memory");
+    }
     *out = h;
     return CHIMERA_OK;
 }
@@ -283,6 +308,9 @@ void chimera_corpus_close(chimera_corpus *c)
 {
     if (!c) return;
     data_corpus_free(&c->c);
+    cm_free(c->src_tokens);
+    cm_free(c->src_doclens);
+    cm_free(c->src_ids);
     cm_free(c);
 }
 
@@ -474,11 +502,17 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "index_build: graph degree %u, expected 1..%d (0: default)", o.graph_degree,
                        GRAPH_DEGREE_MAX);
+    calibrate_ctx cal = {&corpus->c, o.n_threads, o.seed};
     ix_build_opts bo = {.bits = o.bits, .n_clusters = o.n_clusters,
                         .graph_degree = o.graph_degree, .n_threads = o.n_threads,
                         .seed = o.seed, .no_sync = o.no_sync, .progress = o.progress,
                         .progress_user = o.progress_user, .cancel = o.cancel,
-                        .cancel_user = o.cancel_user, .rerank = (int)o.rerank};
+                        .cancel_user = o.cancel_user, .rerank = (int)o.rerank,
+                        .calibrate = o.no_calibrate ? NULL : calibrate_index,
+                        .calibrate_user = &cal,
+                        .source_tokens = corpus->src_tokens,
+                        .source_doclens = corpus->src_doclens,
+                        .source_ids = corpus->src_ids};
     ix_build_report r;
     chimera_status s = ix_build(&corpus->c, dir, &bo, &r, err);
     if (report) {
@@ -493,6 +527,14 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
         report->n_clusters = r.n_clusters;
         report->assign_recall = r.assign_recall;
         report->index_bytes = r.bytes_written;
+        report->calibrate_target = r.defaults.n ? r.defaults.target : 0;
+        report->n_calibrated = r.defaults.n;
+        for (int i = 0; i < r.defaults.n; i++) {
+            const ix_default *e = &r.defaults.d[i];
+            report->calibrated[i] = (chimera_calibration){
+                e->k, e->params.n_probe, e->params.k_refine, e->params.k_fullbit,
+                e->params.chunks, e->recall, e->recall_low, e->reached};
+        }
     }
     return s;
 }
@@ -924,6 +966,35 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
                                   const chimera_search_opts *opts, int64_t *ids, float *scores,
                                   chimera_search_profile *profile, chimera_error *err);
 
+/* The zero fields of *p: the index's calibrated setting for k, then the library's. A
+ * field the caller set is kept even when it came with others left to the index. */
+static int view_params_default(const ix_index *ix, uint32_t k, chimera_search_params *p)
+{
+    chimera_search_params cal;
+    int used = ix_defaults_find(ix, k, &cal);
+    if (used) {
+        if (!p->n_probe) p->n_probe = cal.n_probe;
+        if (!p->k_refine) p->k_refine = cal.k_refine;
+        if (!p->k_fullbit) p->k_fullbit = cal.k_fullbit;
+        if (!p->chunks) p->chunks = cal.chunks;
+    }
+    chimera_search_params_default(k, p);
+    return used;
+}
+
+int chimera_index_params_default(const chimera_index *index, uint32_t k, chimera_search_params *p)
+{
+    if (!p) return 0;
+    if (!index) {
+        chimera_search_params_default(k, p);
+        return 0;
+    }
+    index_view *v = view_get(index);
+    int used = view_params_default(&v->ix, k ? k : 10, p);
+    view_put(index, v);
+    return used;
+}
+
 chimera_status chimera_index_search(const chimera_index *h, const chimera_queries *queries,
                                     uint32_t k, const chimera_search_params *params,
                                     const chimera_search_opts *opts, int64_t *ids,
@@ -962,7 +1033,7 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
      * is kept, and queries without a filter are searched as in an unfiltered call. */
     int filtered = opts && (opts->filter || opts->query_filters);
     int own_k_fullbit = cp.k_fullbit != 0;
-    chimera_search_params_default(k, &cp);
+    view_params_default(&v->ix, k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.rerank_depth) {
         /* re-scored exactly: the top rerank_depth by full-bit score, so at least that
@@ -1152,5 +1223,340 @@ chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
     index_view *v = view_get(index);
     chimera_status s = ix_profile_find(&v->ix, k, target_recall, out, err);
     view_put(index, v);
+    return s;
+}
+
+/* ---- held-out tuning, calibration, the recorded source ---------------------------------- */
+
+/* qsort has no context argument: the ids being ordered, per thread (builds may run in
+ * several threads at once). */
+static _Thread_local const int64_t *cal_sort_ids;
+
+static int cmp_by_id(const void *a, const void *b)
+{
+    int64_t x = cal_sort_ids[*(const int64_t *)a], y = cal_sort_ids[*(const int64_t *)b];
+    return (x > y) - (x < y);
+}
+
+/* The held-out half of a tune: per-query recall statistics of one setting. */
+typedef struct check_ctx {
+    const chimera_index *h;
+    const chimera_queries *q;
+    const int64_t *truth;
+    uint32_t truth_k, k;
+    const chimera_search_opts *opts;
+    int64_t *ids;
+    float *scores;
+    chimera_error *err;
+    int rerank; /* as sp_tune_ctx.rerank */
+} check_ctx;
+
+static chimera_status check_eval(void *vctx, const chimera_search_params *p, double *mean,
+                                 double *sd, int64_t *n, double *qps)
+{
+    check_ctx *t = vctx;
+    chimera_search_profile prof = {0};
+    chimera_search_params sp = *p;
+    if (t->rerank) tune_rerank(t->k, &sp);
+    CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
+    sp_eval_recall_stats(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k, mean, sd, n);
+    *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
+    return CHIMERA_OK;
+}
+
+/* Queries [a, b) of the permutation perm, with their truth rows, as a new query set. */
+static chimera_status pick_queries(const data_queries *q, const int64_t *perm, int64_t a,
+                                   int64_t b, const int64_t *truth, uint32_t truth_k,
+                                   chimera_queries **out, int64_t **out_truth, chimera_error *err)
+{
+    *out = NULL;
+    *out_truth = NULL;
+    int64_t n = b - a, rows = 0;
+    for (int64_t i = a; i < b; i++) rows += q->off[perm[i] + 1] - q->off[perm[i]];
+    float *tok = cm_malloc((size_t)(rows ? rows : 1) * q->dim * sizeof(float));
+    int64_t *lens = cm_malloc((size_t)(n ? n : 1) * sizeof *lens);
+    int64_t *tr = cm_malloc((size_t)(n ? n : 1) * truth_k * sizeof *tr);
+    chimera_status s = CHIMERA_OK;
+    if (!tok || !lens || !tr) s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
+    for (int64_t i = a, r = 0; s == CHIMERA_OK && i < b; i++) {
+        int64_t j = perm[i], len = q->off[j + 1] - q->off[j];
+        memcpy(tok + (size_t)r * q->dim, q->tokens + (size_t)q->off[j] * q->dim,
+               (size_t)len * q->dim * sizeof(float));
+        r += len;
+        lens[i - a] = len;
+        memcpy(tr + (size_t)(i - a) * truth_k, truth + (size_t)j * truth_k, truth_k * sizeof *tr);
+    }
+    if (s == CHIMERA_OK) s = chimera_queries_new(tok, n, q->dim, lens, 0, out, err);
+    cm_free(tok);
+    cm_free(lens);
+    if (s != CHIMERA_OK) {
+        cm_free(tr);
+        return s;
+    }
+    *out_truth = tr;
+    return CHIMERA_OK;
+}
+
+/* The held-out tune over queries already split: tuning part (tq, tt), held-out part
+ * (hq, ht). Shared by chimera_index_tune_heldout and the build's calibration. */
+static chimera_status tune_split(const chimera_index *index, const chimera_queries *tq,
+                                 const int64_t *tt, const chimera_queries *hq, const int64_t *ht,
+                                 uint32_t truth_k, uint32_t k, double target,
+                                 const chimera_search_params *grow_from, double ceiling,
+                                 const chimera_search_opts *opts, chimera_tune_result *res,
+                                 chimera_error *err)
+{
+    int64_t nt = tq->q.n, nh = hq->q.n, nmax = nt > nh ? nt : nh;
+    int64_t *ids = cm_malloc((size_t)nmax * k * sizeof *ids);
+    float *sc = cm_malloc((size_t)nmax * k * sizeof *sc);
+    chimera_status s;
+    if (!ids || !sc) {
+        s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
+    } else {
+        index_view *v = view_get(index);
+        /* as chimera_index_tune: a target of 0.99 or more on an index with its vectors is
+         * tuned with the exact re-rank on (the build's calibration, at 0.95, never is) */
+        int rerank = target >= 0.99 && v->ix.vec_complete;
+        sp_tune_ctx t = {index, tq, tt, truth_k, k, opts, ids, sc, err, rerank};
+        check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank};
+        int64_t live = v->ix.n_docs - v->ix.n_deleted;
+        s = grow_from ? sp_tune_grow_heldout(tune_eval, &t, check_eval, &c, k, target, 1.96,
+                                             v->ix.n_clusters, live, grow_from, ceiling, res)
+                      : sp_tune_heldout(tune_eval, &t, check_eval, &c, k, target, 1.96,
+                                        v->ix.n_clusters, live, res);
+        if (s == CHIMERA_ERR_NOMEM) cm_fail(err, s, "tune: out of memory");
+        if (s == CHIMERA_OK && rerank) { /* what was measured, in the result and profile */
+            tune_rerank(k, &res->best);
+            for (int i = 0; i < res->n_points; i++) tune_rerank(k, &res->points[i].params);
+        }
+        if (s == CHIMERA_OK) {
+            ix_profile_identity(&v->ix, &res->index_generation, &res->index_data_id);
+            res->n_tune = nt;
+        }
+        view_put(index, v);
+    }
+    cm_free(ids);
+    cm_free(sc);
+    return s;
+}
+
+#define TUNE_MIN_QUERIES 20
+
+chimera_status chimera_index_tune_heldout(const chimera_index *index, const chimera_queries *queries,
+                                          const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
+                                          double target_recall, double heldout_fraction,
+                                          uint64_t seed, const chimera_search_opts *opts,
+                                          chimera_tune_result *res, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!index || !queries || !truth_ids || !res || k == 0 || truth_k < k ||
+        !(target_recall > 0) || target_recall > 1)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "tune: needs an index, queries, truth with >= k results each, k > 0 and a "
+                       "target in (0, 1]");
+    if (heldout_fraction == 0) heldout_fraction = 0.5;
+    if (!(heldout_fraction > 0 && heldout_fraction < 1))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "tune: held-out fraction %g, expected a value in (0, 1)", heldout_fraction);
+    int64_t n = queries->q.n;
+    int64_t nh = (int64_t)llround((double)n * heldout_fraction);
+    if (n < TUNE_MIN_QUERIES || nh < TUNE_MIN_QUERIES / 2 || n - nh < TUNE_MIN_QUERIES / 2)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "tune: %lld queries are too few for a held-out check: need at least %d, "
+                       "with %d or more on each side of the split (a few hundred give a useful "
+                       "confidence interval)", (long long)n, TUNE_MIN_QUERIES, TUNE_MIN_QUERIES / 2);
+    int64_t *perm = cm_malloc((size_t)n * sizeof *perm);
+    if (!perm) return cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
+    /* a seeded Fisher-Yates shuffle: the split is reproducible and not the file's order
+     * (query logs are often sorted by time or topic) */
+    cm_rng r;
+    cm_rng_seed(&r, seed, 0x7e57);
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)cm_rng_below(&r, (uint64_t)i + 1), x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    chimera_queries *tq = NULL, *hq = NULL;
+    int64_t *tt = NULL, *ht = NULL;
+    chimera_status s = pick_queries(&queries->q, perm, 0, n - nh, truth_ids, truth_k, &tq, &tt, err);
+    if (s == CHIMERA_OK)
+        s = pick_queries(&queries->q, perm, n - nh, n, truth_ids, truth_k, &hq, &ht, err);
+    if (s == CHIMERA_OK)
+        s = tune_split(index, tq, tt, hq, ht, truth_k, k, target_recall, NULL, 0, opts, res,
+                       err);
+    chimera_queries_free(tq);
+    chimera_queries_free(hq);
+    cm_free(tt);
+    cm_free(ht);
+    cm_free(perm);
+    return s;
+}
+
+/* The calibration (chimera_index_build's note; ix_build_opts.calibrate).
+ *
+ * Cost. The truth is the exact top-k among each query's candidates from one generous
+ * search (CAL_POOL per k of them, at n_probe 64 and a deep refinement), not a pass of
+ * exact search over the corpus: that pass costs n_query_tokens x n_tokens x dim and
+ * would cost as much as the build itself on a large corpus, while the candidates of a
+ * generous search hold the exact top-k but for a rare document (bench/RESULTS.md
+ * section 5.6: the same top-10 on every corpus measured, 97% of the top-100 on a flat
+ * one of short documents, where that search's probing misses some). The queries are as
+ * many as CAL_TOKENS_PER_QUERY tokens of corpus pay for, between CAL_MIN_QUERIES and
+ * CAL_MAX_QUERIES: every trial is a search of a third of them, so the cost grows with
+ * the query count, while the build's grows with the tokens. */
+#define CAL_TARGET 0.95
+#define CAL_MIN_QUERIES 96
+#define CAL_MAX_QUERIES 192
+#define CAL_TOKENS_PER_QUERY 20000
+#define CAL_POOL 3
+#define CAL_SEED 0xca11b
+
+static chimera_status calibrate_index(void *user, const char *dir, ix_defaults *out,
+                                      chimera_error *err)
+{
+    const calibrate_ctx *cc = user;
+    const data_corpus *c = cc->c;
+    memset(out, 0, sizeof *out);
+    double t0 = cm_now();
+    int64_t live = 0;
+    for (int64_t d = 0; d < c->n_docs; d++) live += c->doc_off[d + 1] > c->doc_off[d];
+    static const uint32_t ks[] = {10, 100};
+    uint32_t kv[2], nk = 0;
+    for (int i = 0; i < 2; i++)
+        if ((int64_t)ks[i] * 5 <= live) kv[nk++] = ks[i];
+    if (nk == 0) return CHIMERA_OK; /* too few documents for a top-k worth calibrating */
+    uint32_t kmax = kv[nk - 1], pool = kmax * CAL_POOL;
+    int64_t nq = c->n_tokens / CAL_TOKENS_PER_QUERY;
+    nq = nq < CAL_MIN_QUERIES ? CAL_MIN_QUERIES : nq > CAL_MAX_QUERIES ? CAL_MAX_QUERIES : nq;
+    chimera_index *ix = NULL;
+    chimera_queries *q = cm_calloc(1, sizeof *q);
+    int64_t *cand = cm_malloc((size_t)nq * pool * sizeof *cand);
+    int64_t *cand_ids = cm_malloc((size_t)nq * pool * sizeof *cand_ids);
+    float *csc = cm_malloc((size_t)nq * pool * sizeof *csc);
+    int64_t *truth = cm_malloc((size_t)nq * kmax * sizeof *truth);
+    float *tsc = cm_malloc((size_t)nq * kmax * sizeof *tsc);
+    int64_t *order = NULL;
+    chimera_queries *tq = NULL, *hq = NULL;
+    int64_t *tt = NULL, *ht = NULL, *perm = NULL;
+    chimera_tune_result *res = cm_malloc(sizeof *res);
+    chimera_status s = CHIMERA_OK;
+    if (!q || !cand || !cand_ids || !csc || !truth || !tsc || !res) {
+        s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    if ((s = data_queries_sample(&q->q, c, nq, 0, cc->seed ^ CAL_SEED, err)) != CHIMERA_OK) goto done;
+    if ((s = chimera_index_open(dir, NULL, &ix, err)) != CHIMERA_OK) goto done;
+    chimera_search_opts so = {.n_threads = cc->n_threads};
+    /* the candidates: a generous search, pool deep */
+    chimera_search_params gp = {0};
+    gp.n_probe = 64;
+    gp.k_fullbit = pool;
+    gp.k_refine = pool * 4 > 1000 ? pool * 4 : 1000;
+    if ((s = chimera_index_search(ix, q, pool, &gp, &so, cand, csc, NULL, err)) != CHIMERA_OK)
+        goto done;
+    memcpy(cand_ids, cand, (size_t)nq * pool * sizeof *cand);
+    /* user ids -> corpus rows: the index was built from c in its order */
+    if (c->ids) {
+        order = cm_malloc((size_t)c->n_docs * sizeof *order);
+        if (!order) {
+            s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
+            goto done;
+        }
+        for (int64_t d = 0; d < c->n_docs; d++) order[d] = d;
+        cal_sort_ids = c->ids;
+        qsort(order, (size_t)c->n_docs, sizeof *order, cmp_by_id);
+        for (int64_t i = 0; i < nq * pool; i++) {
+            if (cand[i] < 0) continue;
+            int64_t lo = 0, hi = c->n_docs - 1;
+            while (lo < hi) {
+                int64_t mid = (lo + hi) / 2;
+                if (c->ids[order[mid]] < cand[i]) lo = mid + 1;
+                else hi = mid;
+            }
+            cand[i] = c->ids[order[lo]] == cand[i] ? order[lo] : -1;
+        }
+    }
+    if ((s = sp_exact_rescore(c, &q->q, cand, pool, kmax, cc->n_threads, truth, tsc, err)) !=
+        CHIMERA_OK)
+        goto done;
+
+    /* The sampled queries are independent draws: the first third tunes, the rest checks.
+     * Tuning runs a search per step and the check one per round, so the larger part
+     * goes where it buys the most: a narrower interval (a lower bound nearer the mean)
+     * for a few searches more. */
+    perm = cm_malloc((size_t)nq * sizeof *perm);
+    if (!perm) {
+        s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < nq; i++) perm[i] = i;
+    if ((s = pick_queries(&q->q, perm, 0, nq / 3, truth, kmax, &tq, &tt, err)) != CHIMERA_OK ||
+        (s = pick_queries(&q->q, perm, nq / 3, nq, truth, kmax, &hq, &ht, err)) != CHIMERA_OK)
+        goto done;
+    for (uint32_t i = 0; i < nk; i++) {
+        /* from half the library's defaults: cheaper settings are rarely enough, and the
+         * walk pays for every step below the answer */
+        chimera_search_params start = {0};
+        chimera_search_params_default(kv[i], &start);
+        start.n_probe = (start.n_probe + 1) / 2;
+        start.k_fullbit = (start.k_fullbit + 1) / 2;
+        start.k_refine = start.k_fullbit * 4;
+        /* a larger k needs at least the probing a smaller one did (probing serves each
+         * query token, whatever k): start there and skip those steps */
+        if (out->n && out->d[out->n - 1].params.n_probe > start.n_probe)
+            start.n_probe = out->d[out->n - 1].params.n_probe;
+        /* the generous search's own Recall@k on the tuning part: the ceiling of the bits */
+        double ceiling = sp_eval_recall_ids(cand_ids, pool, truth, kmax, nq / 3, kv[i]);
+        if ((s = tune_split(ix, tq, tt, hq, ht, kmax, kv[i], CAL_TARGET, &start, ceiling, &so,
+                            res, err)) != CHIMERA_OK)
+            goto done;
+        ix_default *e = &out->d[out->n++];
+        e->k = kv[i];
+        e->params = res->best;
+        e->params.impute = 0; /* not tuned: the search's own default */
+        e->params.probe = 0;
+        e->recall = res->heldout_recall;
+        e->recall_low = res->heldout_low;
+        e->reached = res->reached;
+    }
+    out->target = CAL_TARGET;
+    out->n_queries = nq;
+done:
+    chimera_index_close(ix);
+    chimera_queries_free(q);
+    chimera_queries_free(tq);
+    chimera_queries_free(hq);
+    cm_free(tt);
+    cm_free(ht);
+    cm_free(perm);
+    cm_free(cand);
+    cm_free(cand_ids);
+    cm_free(csc);
+    cm_free(truth);
+    cm_free(tsc);
+    cm_free(order);
+    cm_free(res);
+    out->seconds = cm_now() - t0;
+    if (s != CHIMERA_OK) out->n = 0;
+    return s;
+}
+
+chimera_status chimera_index_source_open(const chimera_index *index, chimera_corpus **out,
+                                         chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!index || !out)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "source_open: index and out are required");
+    *out = NULL;
+    char *tok, *len, *ids;
+    index_view *v = view_get(index);
+    chimera_status s = ix_source_get(&v->ix, &tok, &len, &ids, err);
+    view_put(index, v);
+    if (s != CHIMERA_OK) return s;
+    s = chimera_corpus_open(tok, len, ids, NULL, out, err);
+    cm_free(tok);
+    cm_free(len);
+    cm_free(ids);
     return s;
 }

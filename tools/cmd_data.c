@@ -21,6 +21,10 @@ int cmd_gen(int argc, char **argv)
         {"--topics", OPT_U32, &o.n_topics, "number of topics (default 200)", 0, 0},
         {"--min-len", OPT_U32, &o.min_len, "shortest document (default 16)", 0, 0},
         {"--max-len", OPT_U32, &o.max_len, "longest document (default 300)", 0, 0},
+        {"--topic-weight", OPT_F64, &o.topic_weight,
+         "pull of a token towards its topic (default 0.35; -1: flat; 1-2: strongly clustered)", 0, 0},
+        {"--query-noise", OPT_F64, &o.query_noise,
+         "context noise of query tokens (default 0.35)", 0, 0},
     };
     int r = cli_parse("gen", "--out DIR [--docs N --dim D --queries Q --seed S]", argc, argv, 2,
                       opts, sizeof opts / sizeof opts[0], NULL, 0, NULL);

@@ -5,13 +5,34 @@
 
 #include "cli.h"
 
+/* The calibrated defaults (build, info): one line per k, and a warning where the
+ * index's bits could not reach the target. */
+static void print_calibration(const char *label, double target, int n,
+                              const chimera_calibration *cal, int stale)
+{
+    for (int i = 0; i < n; i++)
+        printf("  %-14s k=%-4u --nprobe %u --k-refine %u --k-fullbit %u --chunks %u: held-out "
+               "Recall@%u %.4f (95%% lower bound %.4f)%s%s\n", i ? "" : label, cal[i].k,
+               cal[i].n_probe, cal[i].k_refine, cal[i].k_fullbit, cal[i].chunks, cal[i].k,
+               cal[i].recall, cal[i].recall_low,
+               cal[i].reached ? ""
+               : cal[i].recall >= target
+                   ? "; the interval is too wide to certify the target (few pseudo-queries on a "
+                     "small index): the best found"
+                   : "; below the target: the best found (the index's bits cap recall; "
+                     "chimera build --bits 8 lifts it)",
+               stale ? "; stale (a fifth of the documents changed): not used" : "");
+    if (n) printf("  %-14s the defaults of a search without --nprobe etc. (target Recall@k %.2f)\n",
+                  "", target);
+}
+
 int cmd_build(int argc, char **argv)
 {
     const char *tokens = NULL, *doclens = NULL, *ids = NULL, *out = NULL, *clusters = "auto";
     const char *rerank_s = "none";
     uint32_t bits = 4, degree = 0, threads = 0;
     int64_t seed = 0;
-    int allow_empty = 0, no_sync = 0;
+    int allow_empty = 0, no_sync = 0, no_calibrate = 0;
     cli_opt opts[] = {
         {"--tokens", OPT_STR, &tokens, "token matrix .npy [n_tokens, dim] (float32/16)", 1, 0},
         {"--doclens", OPT_STR, &doclens, "document lengths .npy [n_docs] (int32/64)", 1, 0},
@@ -27,13 +48,16 @@ int cmd_build(int argc, char **argv)
         {"--rerank", OPT_STR, &rerank_s,
          "also store the original vectors as f16, bf16 or f32 for search --rerank-depth "
          "(default none)", 0, 0},
+        {"--no-calibrate", OPT_FLAG, &no_calibrate,
+         "skip calibrating the default search parameters (searches use the library's)", 0, 0},
     };
     int r = cli_parse("build", "--tokens T.npy --doclens L.npy --out IDX [--bits 4] [--clusters K] "
                       "[--rerank f16]",
                       argc, argv, 2, opts, sizeof opts / sizeof opts[0], NULL, 0, NULL);
     if (r) return r < 0 ? 2 : 0;
     chimera_build_opts bo = {.bits = bits, .graph_degree = degree, .n_threads = (int)threads,
-                             .seed = (uint64_t)seed, .no_sync = no_sync, .progress = cli_progress};
+                             .seed = (uint64_t)seed, .no_sync = no_sync, .progress = cli_progress,
+                             .no_calibrate = no_calibrate};
     if (chimera_rerank_parse(rerank_s, &bo.rerank) != CHIMERA_OK) {
         fprintf(stderr, "chimera build: --rerank must be none, f16, bf16 or f32\n");
         return 2;
@@ -65,6 +89,7 @@ int cmd_build(int argc, char **argv)
     for (int i = 0; i < rep.n_phases; i++) printf(" %s %.2fs", rep.phase[i], rep.seconds[i]);
     printf(" | total %.2fs (with loading %.2fs), peak RSS %.0f MiB\n", rep.total_seconds,
            cli_now() - t0, rep.peak_rss_bytes / 1048576.0);
+    print_calibration("calibrated", rep.calibrate_target, rep.n_calibrated, rep.calibrated, 0);
     return 0;
 }
 
@@ -99,6 +124,13 @@ static void print_info(const char *dir, const chimera_index_info *in)
     printf("  build          seed %s, %d threads, %.2fs, peak RSS %.0f MiB, assignment recall %.4f\n",
            in->seed, in->build_threads, in->build_seconds, in->build_peak_rss / 1048576.0,
            in->assign_recall);
+    if (in->n_calibrated)
+        print_calibration("defaults", in->calibrate_target, in->n_calibrated, in->calibrated,
+                          in->calibration_stale);
+    else
+        printf("  defaults       the library's (not calibrated at build)\n");
+    printf("  source         %s\n", in->has_source ? "recorded (chimera tune computes exact "
+                                                     "truth from it)" : "not recorded");
     printf("  phases        ");
     for (int i = 0; i < in->n_phases; i++) printf(" %s %.2fs", in->phase[i], in->phase_seconds[i]);
     printf("\n  sections       %-14s %-6s %12s  %s\n", "name", "dtype", "bytes", "where");

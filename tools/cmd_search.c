@@ -143,7 +143,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     uint32_t k = 10, threads = 0;
     chimera_search_params sp = {0};
     int profile = 0, latency = 0, verify = 0;
-    const char *impute_s = "probe", *probe_s = "auto", *subset = NULL, *exclude = NULL;
+    /* NULL until given: a tuned profile's impute and probe apply unless given */
+    const char *impute_s = NULL, *probe_s = NULL, *subset = NULL, *exclude = NULL;
     const char *per_query = NULL, *filter_expr = NULL;
     int64_t batch = 0;
     double want_recall = 0;
@@ -184,11 +185,11 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         fprintf(stderr, "chimera search: give the index directory\n");
         return 2;
     }
-    if (chimera_impute_parse(impute_s, &sp.impute) != CHIMERA_OK) {
+    if (impute_s && chimera_impute_parse(impute_s, &sp.impute) != CHIMERA_OK) {
         fprintf(stderr, "chimera search: --impute must be probe, zero or min\n");
         return 2;
     }
-    if (chimera_probe_parse(probe_s, &sp.probe) != CHIMERA_OK) {
+    if (probe_s && chimera_probe_parse(probe_s, &sp.probe) != CHIMERA_OK) {
         fprintf(stderr, "chimera search: --probe must be auto, brute or graph\n");
         return 2;
     }
@@ -272,14 +273,19 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             rc = 1;
             goto done;
         }
-        /* explicit flags still win over the profile */
+        /* explicit flags still win over the profile; every tuned field is taken (impute
+         * and probe too: a profile tuned with them is only worth its recall with them) */
         if (!sp.n_probe) sp.n_probe = tuned.n_probe;
         if (!sp.k_refine) sp.k_refine = tuned.k_refine;
         if (!sp.k_fullbit) sp.k_fullbit = tuned.k_fullbit;
         if (!sp.chunks) sp.chunks = tuned.chunks;
+        if (!impute_s) sp.impute = tuned.impute;
+        if (!probe_s) sp.probe = tuned.probe;
         if (!sp.rerank_depth) sp.rerank_depth = tuned.rerank_depth;
     }
-    chimera_search_params_default(k, &sp);
+    /* what is still unset: the index's calibrated defaults for this k, else the
+     * library's (the same the search itself would pick; filled here to be printed) */
+    int calibrated = chimera_index_params_default(ix, k, &sp);
     /* as the search does (chimera_search_params.rerank_depth), so the line printed below
      * shows what ran */
     if (sp.k_fullbit < sp.rerank_depth) sp.k_fullbit = sp.rerank_depth;
@@ -355,6 +361,10 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     if (profile) {
         double n = (double)nq;
         prof = total;
+        printf("parameters: %s\n", want_recall > 0 ? "the tuned profile (--recall), flags over it"
+                                    : calibrated ? "the index's calibrated defaults for this k, "
+                                                   "flags over them"
+                                                 : "the library's defaults, flags over them");
         printf("profile (per query): generate %.3f ms, refine %.3f ms, 1-bit scoring %.3f ms, "
                "full-bit %.3f ms (waited %.3f ms after the device finished)\n",
                1e3 * prof.t_generate / n, 1e3 * prof.t_refine / n, 1e3 * prof.t_score1 / n,

@@ -45,34 +45,55 @@ static int load_truth(const char *cmd, const char *truth_path, chimera_corpus *c
 
 int cmd_tune(int argc, char **argv)
 {
-    const char *queries = NULL, *truth = NULL, *tokens = NULL, *doclens = NULL, *backend = NULL;
-    double target = 0.95;
+    const char *queries = NULL, *qlens = NULL, *truth = NULL, *tokens = NULL, *doclens = NULL;
+    const char *ids_path = NULL, *backend = NULL;
+    double target = 0.95, heldout = 0.5;
     uint32_t k = 100, threads = 0, n_pseudo = 200;
+    int64_t seed = 0;
     int no_save = 0;
     cli_opt opts[] = {
-        {"--queries", OPT_STR, &queries, "tuning queries .npy (or use --tokens/--doclens)", 0, 0},
-        {"--truth", OPT_STR, &truth, "their exact top-k (TREC, from chimera exact)", 0, 0},
-        {"--tokens", OPT_STR, &tokens, "corpus tokens, for pseudo-queries and exact truth", 0, 0},
+        {"--queries", OPT_STR, &queries, "your queries .npy (else pseudo-queries from the corpus)", 0, 0},
+        {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
+        {"--truth", OPT_STR, &truth, "their exact top-k (TREC, from chimera exact); default: "
+                                     "computed by exact search over the corpus", 0, 0},
+        {"--tokens", OPT_STR, &tokens, "corpus tokens (default: the source the build recorded)", 0, 0},
         {"--doclens", OPT_STR, &doclens, "corpus doclens, with --tokens", 0, 0},
-        {"--pseudo", OPT_U32, &n_pseudo, "pseudo-queries to sample (default 200)", 0, 0},
+        {"--ids", OPT_STR, &ids_path, "corpus document ids, with --tokens (as given to build)", 0, 0},
+        {"--pseudo", OPT_U32, &n_pseudo, "pseudo-queries to sample without --queries (default 200)", 0, 0},
         {"--target-recall", OPT_F64, &target, "Recall@k to reach (default 0.95)", 0, 0},
         {"-k", OPT_U32, &k, "k of Recall@k (default 100)", 0, 0},
+        {"--heldout", OPT_F64, &heldout, "fraction of the queries held out to check (default 0.5)", 0, 0},
+        {"--seed", OPT_I64, &seed, "seed of the split and the pseudo-queries (default 0)", 0, 0},
         {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
         {"--no-save", OPT_FLAG, &no_save, "do not store the profile in the index", 0, 0},
     };
     const char *pos[1];
     int np = 0;
-    int r = cli_parse("tune", "IDX --queries Q.npy --truth T.trec [--target-recall 0.95] [-k 100]",
+    int r = cli_parse("tune", "IDX [--queries Q.npy [--truth T.trec]] [--target-recall 0.95] [-k 100]",
                       argc, argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
     chimera_backend be;
     if (cli_backend("tune", backend, &be)) return 2;
-    if (np != 1 || k == 0 || !(target > 0 && target <= 1) ||
-        (!queries && !(tokens && doclens)) || (queries && !truth && !(tokens && doclens))) {
-        fprintf(stderr, "chimera tune: give IDX and either --queries with --truth, or "
-                        "--tokens/--doclens (pseudo-queries, exact truth on the fly); "
-                        "-k > 0; 0 < --target-recall <= 1\n");
+    if (np != 1) {
+        fprintf(stderr, "chimera tune: give the index directory\n");
+        return 2;
+    }
+    if (k == 0 || !(target > 0 && target <= 1)) {
+        fprintf(stderr, "chimera tune: --target-recall %g, -k %u: need 0 < --target-recall <= 1 "
+                        "and -k > 0\n", target, k);
+        return 2;
+    }
+    if (!(heldout > 0 && heldout < 1)) {
+        fprintf(stderr, "chimera tune: --heldout %g, expected a fraction in (0, 1)\n", heldout);
+        return 2;
+    }
+    if (!tokens != !doclens || (ids_path && !tokens)) {
+        fprintf(stderr, "chimera tune: --tokens and --doclens go together (--ids with them)\n");
+        return 2;
+    }
+    if (truth && !queries) {
+        fprintf(stderr, "chimera tune: --truth is the truth of --queries; give both\n");
         return 2;
     }
     chimera_error err;
@@ -80,30 +101,59 @@ int cmd_tune(int argc, char **argv)
     chimera_corpus *c = NULL;
     chimera_queries *q = NULL;
     int64_t *tids = NULL;
+    chimera_tune_result *res = NULL;
     int rc = 0;
     if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("tune", &err);
-    if (tokens && chimera_corpus_open(tokens, doclens, NULL, NULL, &c, &err) != CHIMERA_OK) {
+    if (queries && chimera_queries_read(queries, qlens, &q, &err) != CHIMERA_OK) {
         rc = cli_fail("tune", &err);
         goto done;
     }
-    if (queries ? chimera_queries_read(queries, NULL, &q, &err)
-                : chimera_corpus_sample_queries(c, n_pseudo, 32, 17, &q, &err)) {
+    if (q && chimera_queries_dim(q) != chimera_index_dim(ix)) {
+        fprintf(stderr, "chimera tune: %s: queries have dimension %u, the index %s has %u\n",
+                queries, chimera_queries_dim(q), pos[0], chimera_index_dim(ix));
+        rc = 1;
+        goto done;
+    }
+    /* the corpus: for exact truth, or for pseudo-queries */
+    if (!truth || !q) {
+        chimera_status cs = tokens ? chimera_corpus_open(tokens, doclens, ids_path, NULL, &c, &err)
+                                   : chimera_index_source_open(ix, &c, &err);
+        if (cs != CHIMERA_OK) {
+            if (!tokens)
+                fprintf(stderr, "chimera tune: %s: %s\n  (exact truth needs the corpus: give "
+                                "--tokens T.npy --doclens L.npy [--ids I], the files the index "
+                                "was built from, or --truth T.trec from chimera exact)\n",
+                        pos[0], err.msg);
+            else
+                cli_fail("tune", &err);
+            rc = 1;
+            goto done;
+        }
+    }
+    if (!q && chimera_corpus_sample_queries(c, n_pseudo, 0, (uint64_t)seed, &q, &err) != CHIMERA_OK) {
         rc = cli_fail("tune", &err);
         goto done;
     }
+    if (!truth)
+        printf("exact truth: %lld queries over %s (%lld documents)\n",
+               (long long)chimera_queries_count(q), tokens ? tokens : "the index's source",
+               (long long)chimera_corpus_n_docs(c));
     if ((rc = load_truth("tune", truth, c, q, k, (int)threads, &tids)) != 0) goto done;
     chimera_search_opts so = {.n_threads = (int)threads, .backend = be};
-    chimera_tune_result *res = malloc(sizeof *res);
+    res = malloc(sizeof *res);
     if (!res) {
+        fprintf(stderr, "chimera tune: out of memory\n");
         rc = 1;
         goto done;
     }
-    if (chimera_index_tune(ix, q, tids, k, k, target, &so, res, &err) != CHIMERA_OK) {
+    if (chimera_index_tune_heldout(ix, q, tids, k, k, target, heldout, (uint64_t)seed, &so, res,
+                                   &err) != CHIMERA_OK) {
         fprintf(stderr, "chimera tune: %s\n", err.msg);
-        free(res);
         rc = 1;
         goto done;
     }
+    printf("tuning on %lld %squeries (the last walk of the tuning target %.4f):\n",
+           (long long)res->n_tune, queries ? "" : "pseudo-", res->tune_target);
     printf("%-8s %-8s %-9s %-7s %-10s %-9s\n", "n_probe", "k_refine", "k_fullbit", "chunks",
            "Recall@k", "queries/s");
     for (int i = 0; i < res->n_points; i++) {
@@ -111,23 +161,41 @@ int cmd_tune(int argc, char **argv)
         printf("%-8u %-8u %-9u %-7u %-10.4f %-9.1f\n", p->params.n_probe, p->params.k_refine,
                p->params.k_fullbit, p->params.chunks, p->recall, p->qps);
     }
-    printf("%s Recall@%u %.4f (target %.3f): --nprobe %u --k-refine %u --k-fullbit %u --chunks %u, "
-           "%.1f queries/s\n",
-           res->reached ? "best" : "target not reached; closest", k, res->recall, target,
-           res->best.n_probe, res->best.k_refine, res->best.k_fullbit, res->best.chunks, res->qps);
-    if (res->reached && !no_save) {
+    char depth[40] = "";
+    if (res->best.rerank_depth)
+        snprintf(depth, sizeof depth, " --rerank-depth %u", res->best.rerank_depth);
+    printf("held-out Recall@%u %.4f, 95%% interval [%.4f, %.4f] on %lld queries, at --nprobe %u "
+           "--k-refine %u --k-fullbit %u --chunks %u%s, %.1f queries/s\n",
+           k, res->heldout_recall, res->heldout_low, res->heldout_high, (long long)res->n_heldout,
+           res->best.n_probe, res->best.k_refine, res->best.k_fullbit, res->best.chunks, depth,
+           res->qps);
+    int too_small = res->heldout_need > res->n_heldout;
+    if (too_small)
+        printf("the query set is too small for target %.3f: the interval is %.4f wide at this "
+               "spread; about %lld held-out queries (%lld in all at --heldout %.2f) would "
+               "narrow it to +-%.4f\n", target, res->heldout_high - res->heldout_low,
+               (long long)res->heldout_need, (long long)ceil((double)res->heldout_need / heldout),
+               heldout, (1 - target) / 2);
+    if (!res->reached) {
+        printf("target not reached: the held-out lower bound %.4f is below %.3f%s; nothing "
+               "stored\n", res->heldout_low, target,
+               too_small ? " (more queries narrow the interval)"
+                         : " (the index's bits may cap recall: chimera build --bits 8)");
+        goto done;
+    }
+    printf("target met: held-out lower bound %.4f >= %.3f\n", res->heldout_low, target);
+    if (!no_save) {
         chimera_index_close(ix); /* the manifest is replaced; reopen-safe either way */
         ix = NULL;
         if (chimera_index_profile_save(pos[0], k, target, res, &err) != CHIMERA_OK) {
-            free(res);
             rc = cli_fail("tune", &err);
             goto done;
         }
         printf("stored as the profile for k=%u, recall %.3f: chimera search %s --recall %.3f -k %u\n",
                k, target, pos[0], target, k);
     }
-    free(res);
 done:
+    free(res);
     free(tids);
     chimera_queries_free(q);
     chimera_corpus_close(c);

@@ -420,7 +420,7 @@ class Index:
     @classmethod
     def build(cls, path, documents=None, *, tokens=None, doclens=None, ids=None, bits=4,
               threads=None, seed=0, n_clusters=None, progress=False, backend="auto",
-              rerank=None):
+              rerank=None, calibrate=True):
         """Build an index of a corpus into directory `path`, then open it.
 
         The corpus is either ``documents``, a list of (n_i, d) arrays (or one
@@ -439,6 +439,11 @@ class Index:
         rerank: None, or "f16", "bf16" or "f32": also store the original vectors in
             that type (host-only, 2 or 4 bytes per dimension), so that
             ``search(..., rerank_depth=N)`` can re-score its top N exactly.
+        calibrate: choose the index's own default search parameters for k = 10 and 100
+            (Recall@k >= 0.95 on held-out pseudo-queries, where the bits allow it), used
+            by every search that leaves them unset; False skips it (scratch indexes).
+            ``build_report["calibrated"]`` lists them (k, n_probe, k_refine,
+            k_fullbit, chunks, recall, recall_low, reached).
 
         The build writes beside `path` and swaps the result in only when complete, so an
         existing index at `path` survives a failed build. The GIL is released meanwhile.
@@ -456,7 +461,8 @@ class Index:
         report = _chimera.build(path, tok, lens, uids, bits=int(bits), threads=_threads(threads),
                                 seed=int(seed), n_clusters=int(n_clusters or 0),
                                 progress=_progress(progress),
-                                rerank="none" if rerank is None else str(rerank))
+                                rerank="none" if rerank is None else str(rerank),
+                                calibrate=bool(calibrate))
         index = cls(path, backend=backend)
         index._corpus = (tok, lens, uids)
         index.build_report = report
@@ -553,8 +559,9 @@ class Index:
             target >= recall (ValueError if there is none).
         params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks,
             rerank_depth (ints), impute ("probe", "zero", "min"), probe ("auto", "brute",
-            "graph"). Unset ones take the library's defaults for k (or the profile's with
-            recall=).
+            "graph"). Unset ones take the index's calibrated defaults for k (or the
+            library's, for an index built without calibration), or the profile's with
+            recall=.
         threads: worker threads for this call (None: one per CPU). Give concurrent
             callers a share each (threads=1 for one search per Python thread).
         latency: one query at a time with all threads, instead of queries spread over

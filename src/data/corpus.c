@@ -429,44 +429,80 @@ void data_queries_free(data_queries *q)
     memset(q, 0, sizeof *q);
 }
 
+/* Pseudo-queries that resemble real ones (see chimera_corpus_sample_queries). A real
+ * query is short or long, shares only some of its words with the document it was
+ * written for, brings words of other documents, and no query token equals a document
+ * token: its context differs. Copies of one document's tokens are the easiest queries
+ * there are (every token has an exact match in the target, so the target's clusters
+ * are hit head-on), and tuning on them overestimates recall. So each query here has a
+ * target document and:
+ *   - a length drawn uniformly from 4..32 (m == 0), or m tokens;
+ *   - each token, with probability 0.7, a token of the target, else a token of another
+ *     random document (a word the target does not hold, as real queries have);
+ *   - a perturbation of relative norm drawn uniformly from 0.2..0.5 per query (some
+ *     queries paraphrase more than others), then rescaled to the source token's norm
+ *     (corpora whose tokens are not unit vectors keep their scale). */
+#define SAMPLE_MIN_LEN 4
+#define SAMPLE_MAX_LEN 32
+#define SAMPLE_P_TARGET 0.7
+#define SAMPLE_NOISE_MIN 0.2
+#define SAMPLE_NOISE_MAX 0.5
+
+static int64_t random_nonempty_doc(const data_corpus *c, cm_rng *r)
+{
+    int64_t doc;
+    do doc = (int64_t)cm_rng_below(r, (uint64_t)c->n_docs);
+    while (c->doc_off[doc + 1] == c->doc_off[doc]);
+    return doc;
+}
+
 chimera_status data_queries_sample(data_queries *q, const data_corpus *c, int64_t n, uint32_t m,
                                    uint64_t seed, chimera_error *err)
 {
     memset(q, 0, sizeof *q);
-    if (n <= 0 || m == 0)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "sample queries: need n > 0 and m > 0");
-    uint32_t d = c->dim;
-    float *buf = cm_malloc((size_t)n * m * d * sizeof(float));
+    if (n <= 0 || m > 4096)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "sample queries: need n > 0 and m <= 4096 (0: lengths 4..32)");
+    if (c->n_tokens == 0)
+        return cm_fail(err, CHIMERA_ERR_EMPTY, "sample queries: the corpus has no tokens");
+    uint32_t d = c->dim, max_m = m ? m : SAMPLE_MAX_LEN;
+    float *buf = cm_malloc((size_t)n * max_m * d * sizeof(float));
     float *row = cm_malloc((size_t)d * sizeof(float));
-    if (!buf || !row) {
+    int64_t *lens = cm_malloc((size_t)n * sizeof *lens);
+    if (!buf || !row || !lens) {
         cm_free(buf);
         cm_free(row);
+        cm_free(lens);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "sample queries: out of memory");
     }
     cm_rng r;
     cm_rng_seed(&r, seed, 77);
+    float *o = buf;
     for (int64_t i = 0; i < n; i++) {
-        int64_t doc;
-        do doc = (int64_t)cm_rng_below(&r, (uint64_t)c->n_docs);
-        while (c->doc_off[doc + 1] == c->doc_off[doc]);
-        int64_t len = c->doc_off[doc + 1] - c->doc_off[doc];
-        for (uint32_t t = 0; t < m; t++) {
-            int64_t tok = c->doc_off[doc] + (int64_t)cm_rng_below(&r, (uint64_t)len);
+        int64_t doc = random_nonempty_doc(c, &r);
+        lens[i] = m ? m : SAMPLE_MIN_LEN + (int64_t)cm_rng_below(&r, SAMPLE_MAX_LEN - SAMPLE_MIN_LEN + 1);
+        double noise = SAMPLE_NOISE_MIN + (SAMPLE_NOISE_MAX - SAMPLE_NOISE_MIN) * cm_rng_uniform(&r);
+        for (int64_t t = 0; t < lens[i]; t++, o += d) {
+            int64_t src = cm_rng_uniform(&r) < SAMPLE_P_TARGET ? doc : random_nonempty_doc(c, &r);
+            int64_t len = c->doc_off[src + 1] - c->doc_off[src];
+            int64_t tok = c->doc_off[src] + (int64_t)cm_rng_below(&r, (uint64_t)len);
             const float *v = data_corpus_rows(c, tok, 1, row);
-            float *o = buf + ((size_t)i * m + t) * d;
-            double n2 = 0;
-            /* noise of norm ~0.3 (per coordinate 0.3/sqrt(d)): a query token is near, not
-             * on, a document token */
+            double v2 = 0, n2 = 0;
+            for (uint32_t x = 0; x < d; x++) v2 += (double)v[x] * v[x];
+            /* per coordinate noise/sqrt(d) of the token's norm: a perturbation of relative
+             * norm `noise` in a random direction */
+            double sd = noise * sqrt(v2) / sqrt((double)d);
             for (uint32_t x = 0; x < d; x++) {
-                o[x] = v[x] + (float)(0.3 / sqrt((double)d) * cm_rng_gauss(&r));
+                o[x] = v[x] + (float)(sd * cm_rng_gauss(&r));
                 n2 += (double)o[x] * o[x];
             }
-            float inv = (float)(1.0 / sqrt(n2 > 0 ? n2 : 1));
-            for (uint32_t x = 0; x < d; x++) o[x] *= inv;
+            float scale = (float)(n2 > 0 && v2 > 0 ? sqrt(v2 / n2) : 1);
+            for (uint32_t x = 0; x < d; x++) o[x] *= scale;
         }
     }
-    chimera_status s = data_queries_new(q, buf, n, d, NULL, m, err);
+    chimera_status s = data_queries_new(q, buf, n, d, lens, 0, err);
     cm_free(buf);
     cm_free(row);
+    cm_free(lens);
     return s;
 }

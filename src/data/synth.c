@@ -7,7 +7,7 @@
  * very differently on uniform noise, so the generator models exactly these effects:
  *
  *   word vector    w = normalise(group_centre(word) + 1.0 * u)          (u: random unit)
- *   token vector   t = normalise(w + 0.35 * topic(doc) + 0.30 * u')
+ *   token vector   t = normalise(w + 0.35 * topic(doc) + 0.30 * u')  (0.35: topic_weight)
  *   document       topic ~ uniform over n_topics; length ~ lognormal(log 70, 0.6),
  *                  clipped to [min_len, max_len]; each token's word drawn from the
  *                  topic's own Zipf list (p = 0.55) or the global Zipf law (exponent
@@ -52,6 +52,9 @@ chimera_synth_opts data_synth_defaults(const chimera_synth_opts *opts)
     if (!o.n_topics) o.n_topics = 200;
     if (!o.min_len) o.min_len = 16;
     if (!o.max_len) o.max_len = 300;
+    if (o.topic_weight == 0) o.topic_weight = W_TOPIC;
+    if (o.topic_weight < 0) o.topic_weight = 0;
+    if (o.query_noise == 0) o.query_noise = W_QUERY_NOISE;
     return o;
 }
 
@@ -116,9 +119,10 @@ static chimera_status model_init(model *m, const chimera_synth_opts *opts, chime
     m->o = data_synth_defaults(opts);
     const chimera_synth_opts *o = &m->o;
     if (o->n_docs < 0 || o->n_queries < 0 || o->dim > 4096 || o->min_len > o->max_len ||
-        o->vocab < 2)
+        o->vocab < 2 || !(o->topic_weight <= 100) || !(o->query_noise > 0 && o->query_noise <= 100))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "synth: need n_docs >= 0, dim <= 4096, min_len <= max_len, vocab >= 2");
+                       "synth: need n_docs >= 0, dim <= 4096, min_len <= max_len, vocab >= 2, "
+                       "topic_weight <= 100, 0 < query_noise <= 100");
     uint32_t d = o->dim;
     m->words = cm_malloc((size_t)o->vocab * d * sizeof(float));
     m->topics = cm_malloc((size_t)o->n_topics * d * sizeof(float));
@@ -183,14 +187,15 @@ static uint32_t draw_word(const model *m, uint32_t topic, cm_rng *r)
     return sample_cdf(m->zipf_cdf, m->o.vocab, cm_rng_uniform(r));
 }
 
-/* token = normalise(word + W_TOPIC * topic + w_noise * u) */
+/* token = normalise(word + topic_weight * topic + w_noise * u) */
 static void embed(const model *m, uint32_t word, uint32_t topic, float w_noise, cm_rng *r,
                   float *out)
 {
     uint32_t d = m->o.dim;
     const float *wv = m->words + (size_t)word * d, *tv = m->topics + (size_t)topic * d;
     random_unit(r, out, d);
-    for (uint32_t i = 0; i < d; i++) out[i] = wv[i] + W_TOPIC * tv[i] + w_noise * out[i];
+    float wt = (float)m->o.topic_weight;
+    for (uint32_t i = 0; i < d; i++) out[i] = wv[i] + wt * tv[i] + w_noise * out[i];
     normalise(out, d);
 }
 
@@ -217,7 +222,7 @@ static int64_t gen_query(const model *m, int64_t q, uint32_t *doc_words, float *
         uint32_t w = (p.len > 0 && cm_rng_uniform(&r) < P_QUERY_DOC_WORD)
                          ? doc_words[cm_rng_below(&r, p.len)]
                          : draw_word(m, p.topic, &r);
-        embed(m, w, p.topic, W_QUERY_NOISE, &r, out + (size_t)t * m->o.dim);
+        embed(m, w, p.topic, (float)m->o.query_noise, &r, out + (size_t)t * m->o.dim);
     }
     return target;
 }

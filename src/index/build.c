@@ -33,6 +33,7 @@
 #include "core/pool.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "index/defaults.h"
 #include "index/index.h"
 #include "index/store.h"
 #include "core/alloc.h"
@@ -435,6 +436,14 @@ static void build_state_free(build_state *b)
 
 /* ---- the build --------------------------------------------------------------------- */
 
+static chimera_status calibrate_stage(const ix_build_opts *o, ix_store_writer *w,
+                                      const cJSON *meta, ix_defaults *out, const char **tmp,
+                                      chimera_error *err)
+{
+    CM_TRY(ix_store_writer_preview(w, meta, tmp, err));
+    return o->calibrate(o->calibrate_user, *tmp, out, err);
+}
+
 chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_build_opts *opts,
                         ix_build_report *report, chimera_error *err)
 {
@@ -468,6 +477,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     const char *stage = "start"; /* the stage running, for a cancellation's message */
     ix_store_writer *w = NULL;
     cJSON *meta = NULL;
+    ix_defaults defaults = {0};
     phase_clock pc = {rep, 0};
     build_state b = {.c = c, .rep = rep, .k = k, .d = c->dim, .dp = quant_dim_pad(c->dim),
                      .N = c->n_tokens};
@@ -513,15 +523,31 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     STAGE("graph", stage_graph(&b, err));
     STAGE("encode", stage_encode(&b, err));
     STAGE("write", stage_write(&b, w, err));
+    /* The calibration measures the written index (a preview of the manifest in the
+     * temporary directory makes it openable), so that its defaults are committed with
+     * it: one commit, one generation, and no reader ever sees the index without them. */
+    if (o.calibrate) {
+        meta = build_meta(c, &o, b.dp, k, &b.g, &b.pst, rep);
+        const char *tmp = NULL;
+        if (!meta) {
+            s = nomem(err);
+            goto done;
+        }
+        STAGE("calibrate", calibrate_stage(&o, w, meta, &defaults, &tmp, err));
+        cJSON_Delete(meta);
+        meta = NULL;
+    }
 #undef STAGE
     stage = "commit";
     if (cm_watch_stopped(&b.watch)) goto cancelled;
     rep->total_seconds = cm_now() - t_start;
     meta = build_meta(c, &o, b.dp, k, &b.g, &b.pst, rep);
-    if (!meta) {
+    if (!meta || !ix_defaults_to_meta(meta, &defaults) ||
+        !ix_source_to_meta(meta, o.source_tokens, o.source_doclens, o.source_ids)) {
         s = nomem(err);
         goto done;
     }
+    rep->defaults = defaults;
     cJSON_AddNumberToObject(cJSON_GetObjectItem(meta, "build"), "total_seconds", rep->total_seconds);
     if (o.carry_meta && (s = ix_store_writer_copy_file(w, "meta.sqlite", o.carry_meta, err)) !=
                             CHIMERA_OK)

@@ -24,6 +24,25 @@ typedef struct store store;
 
 #define IX_MAX_PHASES 8
 
+/* Calibrated default search parameters (index/defaults.h reads and writes them). */
+#define IX_MAX_DEFAULTS CHIMERA_MAX_CALIBRATED
+
+typedef struct ix_default {
+    uint32_t k;
+    chimera_search_params params;
+    double recall, recall_low; /* held-out mean and the lower bound of its 95% interval */
+    int reached;               /* recall_low >= target */
+} ix_default;
+
+typedef struct ix_defaults {
+    int n;                     /* 0: none */
+    ix_default d[IX_MAX_DEFAULTS]; /* by increasing k */
+    double target;
+    int64_t n_queries;         /* pseudo-queries measured (tuning + held out) */
+    double seconds;
+} ix_defaults;
+
+
 typedef struct ix_build_opts {
     uint32_t bits;          /* 0: 4 */
     uint32_t n_clusters;    /* 0: auto (see ix_auto_clusters) */
@@ -41,6 +60,15 @@ typedef struct ix_build_opts {
     const char *carry_meta;   /* a metadata database (index/metadata.h) to copy into the
                                  new index (a recluster keeps its metadata); NULL: none */
     int rerank;               /* a chimera_rerank: store the vectors (vectors_*) as this */
+    /* Calibration of the default search parameters (index/defaults.h): called once the
+     * sections are written, before the commit, on the written (openable, uncommitted)
+     * index; what it measures is committed with it. NULL: none. */
+    chimera_status (*calibrate)(void *user, const char *dir, ix_defaults *out,
+                                chimera_error *err);
+    void *calibrate_user;
+    /* the files the corpus was read from, recorded as the index's source (defaults.h);
+     * NULL: none (a corpus in memory) */
+    const char *source_tokens, *source_doclens, *source_ids;
 } ix_build_opts;
 
 typedef struct ix_build_report {
@@ -53,6 +81,7 @@ typedef struct ix_build_report {
     double assign_recall;   /* fraction of tokens given their true nearest centroid */
     double assign_sim_p10;  /* 10th percentile of a token's similarity to its centroid */
     uint64_t bytes_written;
+    ix_defaults defaults;    /* what the calibration stored (n = 0: none) */
 } ix_build_report;
 
 /* The number of clusters the build picks for n_tokens: one per ~100 tokens (the fine

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "index/defaults.h"
 #include "index/index.h"
 #include "index/store.h"
 #include "core/alloc.h"
@@ -144,6 +145,22 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
      * rebuilding retrains the centroids. */
     info->recluster_advised = info->drift_tokens > 0 && info->drift_below >= 0.25 &&
                               (double)info->drift_tokens >= 0.2 * (double)info->n_tokens;
+    ix_defaults d;
+    ix_defaults_read(meta, info->n_docs - info->n_deleted, &d, &info->calibration_stale);
+    info->calibrate_target = d.n ? d.target : 0;
+    info->n_calibrated = d.n;
+    for (int i = 0; i < d.n; i++) {
+        chimera_calibration *cal = &info->calibrated[i];
+        cal->k = d.d[i].k;
+        cal->n_probe = d.d[i].params.n_probe;
+        cal->k_refine = d.d[i].params.k_refine;
+        cal->k_fullbit = d.d[i].params.k_fullbit;
+        cal->chunks = d.d[i].params.chunks;
+        cal->recall = d.d[i].recall;
+        cal->recall_low = d.d[i].recall_low;
+        cal->reached = d.d[i].reached;
+    }
+    info->has_source = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(meta, "source"));
     uint32_t n = ix_store_n_sections(st);
     for (uint32_t i = 0; i < n; i++) {
         const ix_store_section_desc *sd = ix_store_section_at(st, i);

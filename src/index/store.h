@@ -149,6 +149,12 @@ chimera_status ix_store_section_end(ix_store_writer *w, chimera_error *err);
  *         CHIMERA_ERR_NOMEM, CHIMERA_ERR_BUSY (lock timeout), CHIMERA_ERR_CONFLICT
  *         (check_generation, and the index is at another generation), or the error
  *         that failed the writer earlier. */
+/* Writes the manifest the commit would write (with meta, at generation 0) into the
+ * writer's temporary directory and returns that directory in *dir (owned by the writer),
+ * so that the index can be opened and measured before it is committed (the build's
+ * calibration). Every section must be complete. The commit rewrites the manifest. */
+chimera_status ix_store_writer_preview(ix_store_writer *w, const cJSON *meta, const char **dir,
+                                       chimera_error *err);
 chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chimera_error *err);
 
 /* Removes the temporary directory and frees the writer. NULL is a no-op. */

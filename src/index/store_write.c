@@ -719,6 +719,23 @@ static chimera_status swap_into_place(ix_store_writer *w, int kind, chimera_erro
     return s;
 }
 
+chimera_status ix_store_writer_preview(ix_store_writer *w, const cJSON *meta, const char **dir,
+                                       chimera_error *err)
+{
+    *dir = NULL;
+    if (w->failed.code != CHIMERA_OK) return sticky(w, err);
+    if (w->fd >= 0 || w->in_place || (meta && !cJSON_IsObject(meta)))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "%s: preview with a section open, in place, or without a meta object",
+                       w->out_dir);
+    cJSON *root = NULL;
+    CM_TRY(build_manifest(w, meta, 0, &root, err));
+    chimera_status s = write_manifest(w, root, err);
+    cJSON_Delete(root);
+    if (s == CHIMERA_OK) *dir = w->tmp_dir;
+    return s;
+}
+
 chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chimera_error *err)
 {
     chimera_status s;

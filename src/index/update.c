@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "core/progress.h"
+#include "index/defaults.h"
 #include "index/index.h"
 #include "index/store.h"
 #include "index/metadata.h"
@@ -163,6 +164,8 @@ static void profiles_note_change(change *c, int64_t changed)
         double prev = cJSON_IsNumber(o) ? o->valuedouble : 0;
         meta_set(it, "changed_docs", prev + (double)changed);
     }
+    /* the calibrated defaults and the recorded source age the same way */
+    ix_defaults_note_change(c->meta, changed);
 }
 
 static chimera_status change_commit(change *c, ix_update_report *rep, chimera_error *err)

@@ -176,3 +176,27 @@ chimera_status sp_eval_run_ids(const data_trec_run *run, int64_t n_queries, uint
     }
     return CHIMERA_OK;
 }
+
+void sp_eval_recall_stats(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                          uint32_t truth_k, int64_t n_queries, uint32_t k, double *mean,
+                          double *sd, int64_t *n)
+{
+    double sum = 0, sum2 = 0;
+    int64_t nq = 0;
+    for (int64_t i = 0; i < n_queries; i++) {
+        /* one query at a time, so that the per-query recall is the one
+         * sp_eval_recall_ids averages */
+        const int64_t *t = truth + i * truth_k;
+        int any = 0;
+        for (uint32_t j = 0; j < k && j < truth_k; j++) any |= t[j] >= 0;
+        if (!any) continue;
+        double r = sp_eval_recall_ids(run + i * run_k, run_k, t, truth_k, 1, k);
+        sum += r;
+        sum2 += r * r;
+        nq++;
+    }
+    *n = nq;
+    *mean = nq ? sum / (double)nq : 0;
+    double var = nq > 1 ? (sum2 - sum * sum / (double)nq) / (double)(nq - 1) : 0;
+    *sd = var > 0 ? sqrt(var) : 0;
+}

@@ -16,6 +16,12 @@ double sp_eval_recall_ids(const int64_t *run, uint32_t run_k, const int64_t *tru
                           uint32_t truth_k, int64_t n_queries, uint32_t k);
 
 /* Top-k integer ids of queries "0".."n-1" of a run (see chimera_run_topk_ids). */
+/* The mean and sample standard deviation of the per-query Recall@k that
+ * sp_eval_recall_ids averages, over the *n queries that have a truth. */
+void sp_eval_recall_stats(const int64_t *run, uint32_t run_k, const int64_t *truth,
+                          uint32_t truth_k, int64_t n_queries, uint32_t k, double *mean,
+                          double *sd, int64_t *n);
+
 chimera_status sp_eval_run_ids(const data_trec_run *run, int64_t n_queries, uint32_t k,
                                int64_t *ids, chimera_error *err);
 

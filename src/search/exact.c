@@ -229,3 +229,92 @@ void sp_exact_scores_naive(const data_corpus *c, const data_queries *q, double *
     }
     cm_free(row);
 }
+
+/* ---- exact scores of given candidates ------------------------------------------------ */
+
+typedef struct rescore_job {
+    const data_corpus *c;
+    const data_queries *q;
+    const int64_t *cand;
+    uint32_t nc, k;
+    int64_t *ids;
+    float *scores;
+    float **cbuf, **conv; /* per worker: BLOCK_ROWS x QUANT max m, BLOCK_ROWS x dim */
+    uint32_t max_m;
+} rescore_job;
+
+static void rescore_query(void *ctx, int64_t i, int wi)
+{
+    rescore_job *jb = ctx;
+    const data_corpus *c = jb->c;
+    const float *q = jb->q->tokens + (size_t)jb->q->off[i] * c->dim;
+    int m = (int)(jb->q->off[i + 1] - jb->q->off[i]);
+    float *cb = jb->cbuf[wi], mx[4096];
+    float hs[1024];
+    int64_t hi[1024];
+    cm_topk h;
+    cm_topk_init(&h, jb->k, hs, hi);
+    for (uint32_t r = 0; r < jb->nc; r++) {
+        int64_t doc = jb->cand[(size_t)i * jb->nc + r];
+        if (doc < 0 || doc >= c->n_docs) continue;
+        /* a candidate listed twice is scored once */
+        int dup = 0;
+        for (uint32_t s = 0; s < r && !dup; s++) dup = jb->cand[(size_t)i * jb->nc + s] == doc;
+        if (dup) continue;
+        int64_t t0 = c->doc_off[doc], t1 = c->doc_off[doc + 1];
+        if (t1 == t0) continue;
+        for (int j = 0; j < m; j++) mx[j] = -INFINITY;
+        for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
+            int rows = (int)(t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS);
+            const float *v = data_corpus_rows(c, b, rows, jb->conv[wi]);
+            cm_sgemm_nt(rows, m, (int)c->dim, 1.0f, v, (int)c->dim, q, (int)c->dim, 0.0f, cb, m);
+            for (int t = 0; t < rows; t++)
+                for (int j = 0; j < m; j++)
+                    if (cb[(size_t)t * m + j] > mx[j]) mx[j] = cb[(size_t)t * m + j];
+        }
+        float s = 0;
+        for (int j = 0; j < m; j++) s += mx[j];
+        cm_topk_push(&h, s, doc);
+    }
+    cm_topk_sort(&h);
+    for (uint32_t r = 0; r < jb->k; r++) {
+        int64_t doc = r < h.n ? h.id[r] : -1;
+        jb->ids[(size_t)i * jb->k + r] = doc < 0 ? -1 : data_corpus_id(c, doc);
+        jb->scores[(size_t)i * jb->k + r] = r < h.n ? h.score[r] : -INFINITY;
+    }
+}
+
+chimera_status sp_exact_rescore(const data_corpus *c, const data_queries *q, const int64_t *cand,
+                                uint32_t n_cand, uint32_t k, int n_threads, int64_t *ids,
+                                float *scores, chimera_error *err)
+{
+    if (k == 0 || k > 1024 || q->dim != c->dim)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "exact rescore: k %u (1..1024), query dim %u, corpus dim %u", k, q->dim,
+                       c->dim);
+    uint32_t max_m = 0;
+    for (int64_t i = 0; i < q->n; i++)
+        if ((uint64_t)(q->off[i + 1] - q->off[i]) > max_m) max_m = (uint32_t)(q->off[i + 1] - q->off[i]);
+    if (max_m > 4096)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "exact rescore: a query has %u tokens", max_m);
+    cm_pool *pool = cm_pool_new(n_threads);
+    int nw = pool ? cm_pool_size(pool) : 0;
+    rescore_job jb = {c, q, cand, n_cand, k, ids, scores, NULL, NULL, max_m};
+    jb.cbuf = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.cbuf);
+    jb.conv = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.conv);
+    int ok = pool && jb.cbuf && jb.conv;
+    for (int w = 0; ok && w < nw; w++) {
+        jb.cbuf[w] = cm_malloc((size_t)BLOCK_ROWS * (max_m ? max_m : 1) * sizeof(float));
+        jb.conv[w] = cm_malloc((size_t)BLOCK_ROWS * c->dim * sizeof(float));
+        ok = jb.cbuf[w] && jb.conv[w];
+    }
+    if (ok) cm_pool_run(pool, q->n, rescore_query, &jb);
+    for (int w = 0; w < nw; w++) {
+        if (jb.cbuf) cm_free(jb.cbuf[w]);
+        if (jb.conv) cm_free(jb.conv[w]);
+    }
+    cm_free(jb.cbuf);
+    cm_free(jb.conv);
+    cm_pool_free(pool);
+    return ok ? CHIMERA_OK : cm_fail(err, CHIMERA_ERR_NOMEM, "exact rescore: out of memory");
+}

@@ -24,6 +24,15 @@ chimera_status sp_exact_search_watch(const data_corpus *c, const data_queries *q
                                      int n_threads, struct cm_watch *watch, int64_t *ids,
                                      float *scores, chimera_error *err);
 
+/* Exact Chamfer top-k of each query among its own candidates: cand[i*n_cand + r] are
+ * document rows (-1: none; repeats are scored once). ids get user ids, best first,
+ * padded with -1 / -inf. Cost: the candidates' tokens times the query's, no pass over
+ * the corpus (the build's calibration scores a generous search's candidates with it).
+ * k <= 1024. */
+chimera_status sp_exact_rescore(const data_corpus *c, const data_queries *q, const int64_t *cand,
+                                uint32_t n_cand, uint32_t k, int n_threads, int64_t *ids,
+                                float *scores, chimera_error *err);
+
 void sp_exact_scores_naive(const data_corpus *c, const data_queries *q, double *out);
 
 #endif

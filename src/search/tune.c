@@ -12,11 +12,19 @@
  * recorded. If even the generous setting misses the target (the quantisation bits cap
  * recall: B = 4 reaches ~0.95-0.98), the best setting found is reported with
  * reached = 0. Search cost falls monotonically in each knob, so the walk finds the
- * fastest setting along this path, not a global optimum over all combinations. */
+ * fastest setting along this path, not a global optimum over all combinations.
+ *
+ * A new recall knob (an exact re-rank depth over stored vectors, issue 13's third part)
+ * enters in two places: as the last step of the backward walk and a third move of
+ * grow_step (raised only once the bits' plateau is reached, since it lifts the ceiling
+ * the other knobs cannot), and in the fields profile.c and defaults.c store. Until then
+ * both walks leave every other field of chimera_search_params as the caller's start. */
+#include <math.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "search/tune.h"
+#include "core/alloc.h"
 
 #define MAX_POINTS ((int)(sizeof ((chimera_tune_result *)0)->points / sizeof(chimera_tune_point)))
 
@@ -118,5 +126,210 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
     res->recall = best_r;
     res->qps = best_q;
     res->reached = 1;
+    return CHIMERA_OK;
+}
+
+/* ---- held-out validation -------------------------------------------------------------- */
+
+void sp_recall_interval(double mean, double sd, int64_t n, uint32_t k, double z, double target,
+                        double *low, double *high, int64_t *need)
+{
+    if (n <= 0) {
+        *low = 0;
+        *high = 1;
+        *need = 0;
+        return;
+    }
+    double hits = mean * (double)n * k, p = (hits + 1) / ((double)n * k + 2);
+    double floor_sd = sqrt(p * (1 - p) / (double)k), s = sd > floor_sd ? sd : floor_sd;
+    double half = z * s / sqrt((double)n);
+    *low = mean - half < 0 ? 0 : mean - half;
+    *high = mean + half > 1 ? 1 : mean + half;
+    double room = (1 - target) / 2;
+    double nn = room > 0 ? ceil((z * s / room) * (z * s / room)) : 1e18;
+    *need = nn > 1e15 ? (int64_t)1e15 : (int64_t)nn;
+}
+
+chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
+                               void *check_ctx, uint32_t k, double target, double z,
+                               uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res)
+{
+    chimera_tune_result *walk = cm_malloc(sizeof *walk);
+    if (!walk) return CHIMERA_ERR_NOMEM;
+    double t = target, best_low = -1;
+    int have = 0, met = 0;
+    chimera_search_params best = {0};
+    double b_mean = 0, b_low = 0, b_high = 0, b_qps = 0, b_tune = 0;
+    int64_t b_n = 0, b_need = 0;
+    chimera_status s = CHIMERA_OK;
+    for (int attempt = 0; attempt < 6 && !met; attempt++) {
+        if ((s = sp_tune_backward(eval, eval_ctx, k, t, n_clusters, n_docs, walk)) != CHIMERA_OK)
+            break;
+        double mean, sd, qps, low, high;
+        int64_t n, need;
+        if ((s = check(check_ctx, &walk->best, &mean, &sd, &n, &qps)) != CHIMERA_OK) break;
+        sp_recall_interval(mean, sd, n, k, z, target, &low, &high, &need);
+        memcpy(res, walk, sizeof *res);
+        if (low >= target || low > best_low) {
+            best_low = low;
+            best = walk->best;
+            b_mean = mean;
+            b_low = low;
+            b_high = high;
+            b_qps = qps;
+            b_n = n;
+            b_need = need;
+            b_tune = t;
+            have = 1;
+        }
+        if (low >= target) met = 1;
+        /* the walk's own ceiling was below its target: a higher target finds nothing more */
+        if (!walk->reached || t >= 1) break;
+        t += target - low + 0.002;
+        if (t > 1) t = 1;
+    }
+    cm_free(walk);
+    if (s != CHIMERA_OK) return s;
+    if (have) {
+        res->best = best;
+        res->recall = b_mean;
+        res->qps = b_qps;
+    }
+    res->reached = met;
+    res->heldout_recall = b_mean;
+    res->heldout_low = b_low;
+    res->heldout_high = b_high;
+    res->n_heldout = b_n;
+    res->heldout_need = b_need;
+    res->tune_target = b_tune;
+    return CHIMERA_OK;
+}
+
+/* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
+
+/* One step up: n_probe or k_fullbit (with k_refine kept at least 4 k_fullbit, the
+ * default ratio) by half again, whichever gains more recall on the tuning queries; both
+ * when neither gains (a plateau one knob alone does not leave). *r is p's recall.
+ * Returns 0 when both knobs are at their caps. */
+static int grow_step(sp_tune_eval_fn eval, void *ctx, chimera_tune_result *res,
+                     chimera_search_params *p, double *r, double *q, uint32_t cap_np,
+                     uint32_t cap_kf, uint32_t cap_kr, int *last, chimera_status *s)
+{
+    chimera_search_params a = *p, b = *p;
+    uint64_t np = (uint64_t)p->n_probe * 3 / 2 + 1, kf = (uint64_t)p->k_fullbit * 3 / 2 + 1;
+    a.n_probe = np < cap_np ? (uint32_t)np : cap_np;
+    b.k_fullbit = kf < cap_kf ? (uint32_t)kf : cap_kf;
+    uint64_t kr = (uint64_t)b.k_fullbit * 4;
+    if (b.k_refine < kr) b.k_refine = kr < cap_kr ? (uint32_t)kr : cap_kr;
+    if (b.k_refine < b.k_fullbit) b.k_refine = b.k_fullbit;
+    int can_a = a.n_probe != p->n_probe;
+    int can_b = b.k_fullbit != p->k_fullbit || b.k_refine != p->k_refine;
+    if (!can_a && !can_b) return 0;
+    double ra = -1, rb = -1, qa = 0, qb = 0;
+    /* The knob that gained last time first: while one loss dominates (probing on a
+     * clustered corpus, ranking at the bits' limit) it keeps gaining, and a clear gain
+     * (0.005) is taken without measuring the other knob, half the trials per step. */
+    if (*last == 2 && can_b) {
+        if ((*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
+        if (rb >= *r + 0.005) {
+            *p = b;
+            *r = rb;
+            *q = qb;
+            return 1;
+        }
+    } else if (*last == 1 && can_a) {
+        if ((*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
+        if (ra >= *r + 0.005) {
+            *p = a;
+            *r = ra;
+            *q = qa;
+            return 1;
+        }
+    }
+    if (can_a && ra < 0 && (*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
+    if (can_b && rb < 0 && (*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
+    if (ra <= *r && rb <= *r && can_a && can_b) {
+        chimera_search_params c = b;
+        c.n_probe = a.n_probe;
+        if ((*s = trial(eval, ctx, &c, res, r, q)) != CHIMERA_OK) return 0;
+        *p = c;
+        *last = 0;
+    } else if (ra >= rb) {
+        *p = a;
+        *r = ra;
+        *q = qa;
+        *last = 1;
+    } else {
+        *p = b;
+        *r = rb;
+        *q = qb;
+        *last = 2;
+    }
+    return 1;
+}
+
+chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
+                                    void *check_ctx, uint32_t k, double target, double z,
+                                    uint32_t n_clusters, int64_t n_docs,
+                                    const chimera_search_params *start, double ceiling,
+                                    chimera_tune_result *res)
+{
+    memset(res, 0, sizeof *res);
+    uint32_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint32_t)(n_docs > 0 ? n_docs : 1);
+    uint32_t cap_np = n_clusters < 128 ? n_clusters : 128;
+    uint64_t ckf = (uint64_t)k * 64;
+    uint32_t cap_kf = ckf < docs ? (uint32_t)ckf : docs, cap_kr = docs;
+    if (cap_kf < k) cap_kf = k;
+    chimera_search_params p = *start;
+    if (p.n_probe > cap_np) p.n_probe = cap_np;
+    if (p.k_fullbit > cap_kf) p.k_fullbit = cap_kf;
+    if (p.k_refine > cap_kr) p.k_refine = cap_kr;
+    if (p.k_refine < p.k_fullbit) p.k_refine = p.k_fullbit;
+    double r, q, t = target, best_low = -1;
+    chimera_status s = trial(eval, eval_ctx, &p, res, &r, &q);
+    if (s != CHIMERA_OK) return s;
+    int met = 0, room = 1, flat = 0, last = 0;
+    for (int round = 0; round < 8 && !met; round++) {
+        /* Two steps in a row that gain nothing near the ceiling (the recall of a generous
+         * search: what the index's bits allow) mean the plateau, so stop paying for
+         * steps; a flat stretch further below it is a knob that has not yet started to
+         * matter (probing, on a clustered corpus), so the walk goes on. */
+        while (r < t && flat < 2) {
+            double before = r;
+            if (!(room = grow_step(eval, eval_ctx, res, &p, &r, &q, cap_np, cap_kf, cap_kr, &last,
+                                   &s)))
+                break;
+            int near = ceiling <= 0 || r >= ceiling - 0.01;
+            flat = near && r < before + 0.002 ? flat + 1 : 0;
+            if (ceiling > 0 && ceiling < t && r >= ceiling - 0.003) break; /* as good as it gets */
+        }
+        if (s != CHIMERA_OK) return s;
+        if (flat >= 2) room = 0;
+        double mean, sd, hq, low, high;
+        int64_t n, need;
+        if ((s = check(check_ctx, &p, &mean, &sd, &n, &hq)) != CHIMERA_OK) return s;
+        sp_recall_interval(mean, sd, n, k, z, target, &low, &high, &need);
+        /* a later (dearer) setting replaces the kept one only when clearly better or
+         * when it meets the target: bounds within noise of each other favour the cheaper */
+        if (low >= target || low > best_low + 0.002) {
+            best_low = low;
+            res->best = p;
+            res->recall = mean;
+            res->qps = hq;
+            res->heldout_recall = mean;
+            res->heldout_low = low;
+            res->heldout_high = high;
+            res->n_heldout = n;
+            res->heldout_need = need;
+            res->tune_target = t;
+        }
+        met = low >= target;
+        if (met || !room || t >= 1) break;
+        /* the held-out bound fell short: hold the tuning queries to more, by the
+         * shortfall, and keep growing from here */
+        t += target - low + 0.002;
+        if (t > 1) t = 1;
+    }
+    res->reached = met;
     return CHIMERA_OK;
 }

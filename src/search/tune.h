@@ -12,4 +12,43 @@ typedef chimera_status (*sp_tune_eval_fn)(void *ctx, const chimera_search_params
 chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, double target,
                                 uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res);
 
+/* Runs the search with `p` on the held-out queries: the mean and sample standard
+ * deviation of their per-query recall, how many there are, and queries/s. */
+typedef chimera_status (*sp_tune_check_fn)(void *ctx, const chimera_search_params *p,
+                                           double *mean, double *sd, int64_t *n, double *qps);
+
+/* The confidence interval of a mean recall of n queries (normal approximation, z: 1.96
+ * for 95%). The spread used is at least that of k independent hits per query at the
+ * observed rate (with one pseudo-miss: (hits + 1) / (n k + 2)), so a handful of perfect
+ * queries does not give an interval of width zero. *need: the number of queries at which
+ * the interval's half-width would be (1 - target) / 2. */
+void sp_recall_interval(double mean, double sd, int64_t n, uint32_t k, double z, double target,
+                        double *low, double *high, int64_t *need);
+
+/* Tuning with a held-out check: the backward procedure on the tuning queries (eval),
+ * its choice measured on the held-out ones (check); while the held-out interval's lower
+ * bound misses `target`, the tuning target is raised by the shortfall and the walk
+ * repeated (at most 6 times). Fills res as sp_tune_backward (the last walk's trials)
+ * plus the held-out fields; res->reached is 1 only when the held-out lower bound meets
+ * the target, and res->best is then the first (fastest) setting that did; otherwise
+ * the setting with the highest held-out lower bound. */
+chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
+                               void *check_ctx, uint32_t k, double target, double z,
+                               uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res);
+
+/* The same check around a walk upwards from `start` (cheap): each step raises n_probe
+ * or k_fullbit (k_refine >= 4 k_fullbit) by half, whichever gains more on the tuning
+ * queries, until the tuning target is met; then the held-out check, and on a shortfall
+ * a higher tuning target and more steps. It never measures a setting more generous than
+ * needed, so it costs a fraction of the backward walk, whose first trials are its most
+ * expensive ones (the build's calibration uses it). ceiling (<= 0: unknown) is the
+ * tuning queries' recall at a generous setting: the walk stops once it is within 0.003
+ * of it when it is below the target, and treats steps without gain as the plateau only
+ * near it. res->points are the steps. */
+chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
+                                    void *check_ctx, uint32_t k, double target, double z,
+                                    uint32_t n_clusters, int64_t n_docs,
+                                    const chimera_search_params *start, double ceiling,
+                                    chimera_tune_result *res);
+
 #endif
