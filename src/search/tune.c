@@ -14,11 +14,11 @@
  * reached = 0. Search cost falls monotonically in each knob, so the walk finds the
  * fastest setting along this path, not a global optimum over all combinations.
  *
- * A new recall knob (an exact re-rank depth over stored vectors, issue 13's third part)
- * enters in two places: as the last step of the backward walk and a third move of
- * grow_step (raised only once the bits' plateau is reached, since it lifts the ceiling
- * the other knobs cannot), and in the fields profile.c and defaults.c store. Until then
- * both walks leave every other field of chimera_search_params as the caller's start. */
+ * The exact re-rank tier is not a step of these walks: for a target of 0.99 or more on
+ * an index with its vectors, the evaluation callbacks (src/chimera.c, tune_rerank)
+ * re-score every full-bit scored document exactly, so k_fullbit walks as the re-rank's
+ * depth. The build's calibration (target 0.95) leaves it off: a default that reads the
+ * stored vectors would make every default search pay for them. */
 #include <math.h>
 #include <string.h>
 
