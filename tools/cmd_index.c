@@ -20,7 +20,7 @@ static void print_calibration(const char *label, double target, int n,
                    ? "; the interval is too wide to certify the target (few pseudo-queries on a "
                      "small index): the best found"
                    : "; below the target: the best found (the index's bits cap recall; "
-                     "chimera build --bits 8 lifts it)",
+                     "build --bits 8, or --rerank f16 and search --rerank-depth, lift it)",
                stale ? "; stale (a fifth of the documents changed): not used" : "");
     if (n) printf("  %-14s the defaults of a search without --nprobe etc. (target Recall@k %.2f)\n",
                   "", target);
