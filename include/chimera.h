@@ -821,6 +821,14 @@ CHIMERA_API chimera_status chimera_filter_new(const int64_t *ids, int64_t n, int
                                               chimera_filter **out, chimera_error *err);
 CHIMERA_API void chimera_filter_free(chimera_filter *filter);
 
+/* Since 0.3.0. The ids a filter lists (chimera_filter_new's, or those of the documents a
+ * chimera_filter_sql matched) in ids[0 .. min(cap, n)), and whether it excludes them
+ * (*exclude may be NULL). Returns n, how many there are in all (call with cap = 0 to
+ * size the array); 0 for a NULL filter. Lets a front end act on what a metadata filter
+ * selects, e.g. delete those documents. Thread-safe (the filter is immutable). */
+CHIMERA_API int64_t chimera_filter_ids(const chimera_filter *filter, int64_t *ids, int64_t cap,
+                                       int *exclude);
+
 /* A filter of the documents whose metadata (chimera_index_meta_import) satisfies the SQL
  * expression `expr`, e.g. "year >= ? AND lang = ?" with args {"2020", "en"}: evaluated
  * as SELECT id FROM meta WHERE (expr) on a read-only connection that may read only the

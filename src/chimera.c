@@ -896,6 +896,15 @@ void chimera_filter_free(chimera_filter *f)
     cm_free(f);
 }
 
+int64_t chimera_filter_ids(const chimera_filter *f, int64_t *ids, int64_t cap, int *exclude)
+{
+    if (exclude) *exclude = f ? f->exclude : 0;
+    if (!f) return 0;
+    int64_t n = cap < f->n ? cap : f->n;
+    if (ids && n > 0) memcpy(ids, f->ids, (size_t)n * sizeof *ids);
+    return f->n;
+}
+
 /* The filters of one call resolved against the view it searches: each distinct filter
  * once. per_query[i]: query i's resolved filter, or NULL. */
 typedef struct call_filters {
