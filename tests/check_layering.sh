@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Enforces the dependency direction of docs/architecture.md: a module may include the
 # headers of the modules listed for it below and nothing else from src/; the CLI sees
-# only the public header. Prints each violation; exits non-zero if there is one.
+# only the public header, and so does the server (server/). Prints each violation; exits non-zero if there is one.
 set -u
 root=${1:-.}
 cd "$root" || exit 2
@@ -52,6 +52,13 @@ for f in tools/*.c tools/*.h $(find python -type f \( -name '*.c' -o -name '*.h'
   [ -f "$f" ] || continue
   while IFS= read -r inc; do
     case "$inc" in chimera.h|cli.h) ;; *) echo "$f includes \"$inc\": front ends use only chimera.h"; bad=1 ;; esac
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+done
+# The HTTP server (server/) is a front end too: the public header and its own headers.
+for f in server/*.c server/*.h; do
+  [ -f "$f" ] || continue
+  while IFS= read -r inc; do
+    case "$inc" in chimera.h|server.h) ;; *) echo "$f includes \"$inc\": the server uses only chimera.h and server/ headers"; bad=1 ;; esac
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
 if [ $bad = 0 ]; then echo "layering: 1 passed, 0 failed"; else echo "layering: 0 passed, 1 failed"; fi

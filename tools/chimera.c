@@ -7,6 +7,7 @@
  *   chimera info    describe an index, or what this build and machine offer
  *   chimera check   verify an index deeply
  *   chimera add / delete / update / compact   change an index without rebuilding it
+ *   chimera serve   the HTTP/JSON service (server/), when built with libmicrohttpd
  *
  * Before doing anything it checks whether the BLAS library fell back to generic kernels
  * on this CPU (see chimera_blas_suggested_coretype) and, if so and the user has set no
@@ -55,6 +56,7 @@ static void usage(void)
             "  update   IDX: replace documents, keeping their ids\n"
             "  compact  IDX: drop deleted documents, merge appended segments\n"
             "  meta     import IDX --jsonl F | --csv F: document metadata for --filter\n"
+            "  serve    --index NAME=IDX: the HTTP/JSON search service\n"
             "  version  print the version\n");
 }
 
@@ -99,6 +101,16 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "update") == 0) return cmd_update(argc, argv);
     if (strcmp(cmd, "compact") == 0) return cmd_compact(argc, argv);
     if (strcmp(cmd, "meta") == 0) return cmd_meta(argc, argv);
+    if (strcmp(cmd, "serve") == 0) {
+#ifdef CHIMERA_HAVE_SERVER
+        return cmd_serve(argc, argv);
+#else
+        fprintf(stderr, "chimera serve: this chimera was built without the HTTP server: libmicrohttpd "
+                        "was not found when it was configured (install libmicrohttpd-dev, e.g. with "
+                        "scripts/install-deps.sh, and rebuild)\n");
+        return 2;
+#endif
+    }
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -59,5 +59,7 @@ int cmd_delete(int argc, char **argv);
 int cmd_update(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
 int cmd_meta(int argc, char **argv);
+/* server/main.c; linked in only when libmicrohttpd was found (CHIMERA_HAVE_SERVER) */
+int cmd_serve(int argc, char **argv);
 
 #endif
