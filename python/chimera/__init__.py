@@ -63,7 +63,8 @@ from . import _chimera
 from ._chimera import ChimeraError, CorruptIndexError
 
 __all__ = ["Index", "add", "delete", "update", "compact", "meta_import", "exact_search",
-           "recall", "runtime_info", "ChimeraError", "CorruptIndexError", "__version__"]
+           "recall", "runtime_info", "ChimeraError", "CorruptIndexError", "Client", "ServerError",
+           "__version__"]
 
 __version__ = _chimera.version
 
@@ -903,3 +904,7 @@ def recall(run_ids, truth_ids, k):
 def runtime_info():
     """This build and machine: library version, SIMD level, BLAS, CPUs, CUDA."""
     return _chimera.runtime_info()
+
+
+# The HTTP client of `chimera serve` (stdlib http.client; numpy arrays in and out).
+from .client import Client, ServerError  # noqa: E402  (uses the helpers above)

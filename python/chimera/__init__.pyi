@@ -182,3 +182,65 @@ def exact_search(
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
 def recall(run_ids: npt.ArrayLike, truth_ids: npt.ArrayLike, k: int) -> float: ...
 def runtime_info() -> dict[str, Any]: ...
+
+class ServerError(Exception):
+    status: int
+    code: str
+    message: str
+    details: dict[str, Any] | None
+
+class Client:
+    url: str
+    last_profile: dict[str, Any] | None
+    def __init__(self, url: str = ..., api_key: str | None = None, timeout: float = 60.0) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Client: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def health(self) -> dict[str, Any]: ...
+    def indexes(self) -> list[dict[str, Any]]: ...
+    def info(self, index: str) -> dict[str, Any]: ...
+    def metrics(self) -> str: ...
+    def search(
+        self,
+        index: str,
+        queries: _Docs,
+        k: int = 10,
+        *,
+        recall: float | None = None,
+        params: SearchParams | None = None,
+        subset: npt.ArrayLike | Sequence[npt.ArrayLike] | None = None,
+        exclude: npt.ArrayLike | None = None,
+        filter: str | None = None,
+        filter_args: Sequence[str | int | float] | None = None,
+        profile: bool = False,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def add(
+        self,
+        index: str,
+        documents: _Docs | None = None,
+        *,
+        tokens: _Floats | None = None,
+        doclens: npt.ArrayLike | None = None,
+        ids: npt.ArrayLike,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> dict[str, Any]: ...
+    def update(
+        self,
+        index: str,
+        documents: _Docs | None = None,
+        *,
+        tokens: _Floats | None = None,
+        doclens: npt.ArrayLike | None = None,
+        ids: npt.ArrayLike,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        missing_ok: bool = False,
+    ) -> dict[str, Any]: ...
+    def delete(
+        self,
+        index: str,
+        ids: npt.ArrayLike | None = None,
+        *,
+        filter: str | None = None,
+        filter_args: Sequence[str | int | float] | None = None,
+        missing_ok: bool = False,
+    ) -> dict[str, Any]: ...
