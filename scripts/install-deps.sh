@@ -2,7 +2,9 @@
 # Installs what Chimera needs on Debian 12 (bookworm): compilers (gcc, and clang with its
 # sanitizer and libFuzzer runtime) and CMake, OpenBLAS, xxHash, cJSON and SQLite (all
 # from Debian; SQLite holds document metadata and evaluates filter predicates), Python's venv module and headers (the Python package), and numpy for the
-# tests' fixture conversions.
+# tests' fixture conversions; libmicrohttpd for `chimera serve` (the HTTP service:
+# an embeddable C server with a thread pool, epoll and suspendable connections, linked
+# dynamically, LGPL).
 # Idempotent: installs only what is missing. The CUDA toolkit is optional and is not
 # installed here (the build uses nvcc when it finds one).
 set -euo pipefail
@@ -12,7 +14,7 @@ set -euo pipefail
 # and Python.h for its C extension); pip fetches scikit-build-core, numpy and pytest
 # from PyPI into that venv.
 pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev libsqlite3-dev clang libclang-rt-14-dev
-      python3-venv python3-dev)
+      python3-venv python3-dev libmicrohttpd-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -93,17 +93,20 @@ for cfg in ${passes[@]+"${passes[@]}"}; do
     ${extra[@]+"${extra[@]}"})
 done
 # ThreadSanitizer pass over the concurrency tests only (ctest -R): one index searched,
-# and one corpus exact-searched, from many threads at once (tests/test_concurrent.c).
-# A separate build because TSan cannot be combined with ASan; CUDA off, since TSan
-# does not see into the driver. OpenBLAS is uninstrumented and the library pins it to
-# one thread, so no suppressions are needed; halt_on_error makes any report fail.
+# and one corpus exact-searched, from many threads at once (tests/test_concurrent.c),
+# and, where the server is built, `chimera serve` (tests/test_server.py: its batcher,
+# writer and HTTP threads under concurrent clients; a shorter fuzz run, TSan being
+# ~5x slower). A separate build because TSan cannot be combined with ASan; CUDA off,
+# since TSan does not see into the driver. OpenBLAS and libmicrohttpd are
+# uninstrumented (TSan sees their pthread calls), and the library pins OpenBLAS to one
+# thread, so no suppressions are needed; halt_on_error makes any report fail.
 if [ $fast = 0 ] && [ ${#filter[@]} -eq 0 ]; then
   echo "== build-tsan (ThreadSanitizer, concurrency tests)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHIMERA_BENCH=OFF \
     -DCHIMERA_SANITIZE=thread -DCHIMERA_CUDA=OFF >/dev/null
-  cmake --build build-tsan -j"$jobs" --target test_concurrent test_update_concurrent
-  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-    ctest --output-on-failure -R '^test_(update_)?concurrent$')
+  cmake --build build-tsan -j"$jobs" --target test_concurrent test_update_concurrent chimera
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" FUZZ_REQUESTS=500 \
+    ctest --output-on-failure -R '^test_((update_)?concurrent|server)$')
 fi
 # The index-open fuzz target (tests/fuzz_open.c): only the fuzz executables are built,
 # with the library instrumented for libFuzzer; ctest runs the standalone driver and, when

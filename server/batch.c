@@ -19,7 +19,7 @@
  * are per query (chimera_search_opts.query_filters), so filtered and unfiltered requests
  * share a call. A request asking for a profile runs in a call of its own, so the stage
  * times it gets are its own. A batch of one query runs in latency mode (all threads on
- * it), the rest in throughput mode. If a batched call fails, each of its requests is
+ * it) when the batches before it were single queries too, the rest in throughput mode. If a batched call fails, each of its requests is
  * rerun alone, so one bad request cannot fail its neighbours. */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +31,9 @@
 
 #include "server.h"
 
+/* Calls of a single query in a row before one runs in latency mode (see run_group). */
+#define SINGLES_FOR_LATENCY 3
+
 struct srv_batcher {
     srv_index *ix;
     const srv_config *cfg;
@@ -40,6 +43,7 @@ struct srv_batcher {
     srv_search *head, *tail;
     int64_t queued;        /* queries queued */
     int stop;
+    int singles;           /* consecutive calls of one query (the batcher thread's own) */
     pthread_t thread;
 };
 
@@ -177,7 +181,11 @@ static void run_group(srv_batcher *b, srv_search **list, int n)
         chimera_search_opts so;
         chimera_search_opts_default(&so);
         so.n_threads = b->cfg->search_threads;
-        so.latency_mode = nq == 1;
+        /* One query alone gets all threads (latency mode) once the load is that low for
+         * a few calls in a row: the library pools one search session per mode, and a
+         * batcher flipping between modes under load would rebuild it at every flip. */
+        b->singles = nq == 1 ? b->singles + 1 : 0;
+        so.latency_mode = b->singles > SINGLES_FOR_LATENCY;
         so.query_filters = (const chimera_filter *const *)filters;
         st = chimera_index_search(b->ix->ix, q, k, &list[0]->params, &so, ids, scores, &prof, &err);
     }
