@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench_server.py: `chimera serve` under concurrent clients against the CLI's batched
-search, side by side in one run (bench/RESULTS.md §5.4).
+search, side by side in one run (bench/RESULTS.md, section 5.4).
 
   1. The corpus: the demo corpus of scripts/demo.sh (12,500 documents, ~1M tokens of
      128-d vectors, 200 queries x 32 tokens; `chimera gen --seed 1`) and its index, made

@@ -11,7 +11,7 @@
  * then waits up to the window (--batch-window-us, default 1000 µs) for company, unless
  * max_batch queries are already queued. Under load the window rarely matters: requests
  * that arrive while a batch runs are all taken by the next one at once. Measured on the
- * bench corpus (bench/RESULTS.md §5.4) with 8 clients, a window of 0 gave batches of 1-2
+ * bench corpus (bench/RESULTS.md, section 5.4) with 8 clients, a window of 0 gave batches of 1-2
  * queries and ~15% less throughput; 1000 µs gathered whole rounds of clients; 2000 µs
  * added latency at 1 client for no more throughput.
  *
@@ -110,14 +110,18 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
             cJSON_AddNumberToObject(p, "bytes_down", (double)prof->bytes_down / n);
             cJSON_AddStringToObject(p, "backend", prof->backend);
             cJSON_AddNumberToObject(p, "batch_queries", (double)batch_nq);
+            /* the parameters as given, with the library's defaults for k in place of the
+             * unset ones (a filtered search may have raised k_fullbit above this) */
+            chimera_search_params d = s->params;
+            chimera_search_params_default(s->k, &d);
             cJSON *pp = cJSON_AddObjectToObject(p, "params");
             if (pp) {
-                cJSON_AddNumberToObject(pp, "n_probe", s->params.n_probe);
-                cJSON_AddNumberToObject(pp, "k_refine", s->params.k_refine);
-                cJSON_AddNumberToObject(pp, "k_fullbit", s->params.k_fullbit);
-                cJSON_AddNumberToObject(pp, "chunks", s->params.chunks);
-                cJSON_AddStringToObject(pp, "impute", chimera_impute_name(s->params.impute));
-                cJSON_AddStringToObject(pp, "probe", chimera_probe_name(s->params.probe));
+                cJSON_AddNumberToObject(pp, "n_probe", d.n_probe);
+                cJSON_AddNumberToObject(pp, "k_refine", d.k_refine);
+                cJSON_AddNumberToObject(pp, "k_fullbit", d.k_fullbit);
+                cJSON_AddNumberToObject(pp, "chunks", d.chunks);
+                cJSON_AddStringToObject(pp, "impute", chimera_impute_name(d.impute));
+                cJSON_AddStringToObject(pp, "probe", chimera_probe_name(d.probe));
             }
         }
     }
@@ -302,6 +306,13 @@ void srv_batcher_submit(srv_batcher *b, srv_search *s)
     s->t_enqueued = srv_now();
     s->next = NULL;
     pthread_mutex_lock(&b->mu);
+    if (b->stop) {
+        /* a request whose body was still arriving when the drain ended */
+        pthread_mutex_unlock(&b->mu);
+        answer_failure(s, 503, "SHUTTING_DOWN", "the server is shutting down");
+        srv_search_free(s);
+        return;
+    }
     int was_empty = b->head == NULL;
     if (b->tail)
         b->tail->next = s;
@@ -318,10 +329,17 @@ void srv_batcher_stop(srv_batcher *b)
 {
     if (!b) return;
     pthread_mutex_lock(&b->mu);
+    int was = b->stop;
     b->stop = 1;
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    pthread_join(b->thread, NULL);
+    if (!was) pthread_join(b->thread, NULL);
+}
+
+void srv_batcher_free(srv_batcher *b)
+{
+    if (!b) return;
+    srv_batcher_stop(b);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b);

@@ -339,7 +339,7 @@ uint16_t srv_http_port(srv_server *srv)
     return di ? di->port : srv->cfg.port;
 }
 
-void srv_http_stop(srv_server *srv, double drain_s)
+void srv_http_drain(srv_server *srv, double drain_s)
 {
     if (!srv->daemon) return;
     atomic_store(&srv->draining, 1);
@@ -351,6 +351,11 @@ void srv_http_stop(srv_server *srv, double drain_s)
         struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+void srv_http_stop(srv_server *srv)
+{
+    if (!srv->daemon) return;
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
 }

@@ -131,12 +131,20 @@ static int open_index(srv_server *srv, const char *spec)
     return 0;
 }
 
+/* The order matters: the batchers and writers finish what is queued (resuming every
+ * waiting connection) before the daemon stops, and are freed after it, when no HTTP
+ * thread can submit to them any more. */
 static void close_all(srv_server *srv)
 {
     for (int i = 0; i < srv->n_indexes; i++) {
+        srv_batcher_stop(srv->indexes[i]->batcher);
+        srv_writer_stop(srv->indexes[i]->writer);
+    }
+    srv_http_stop(srv);
+    for (int i = 0; i < srv->n_indexes; i++) {
         srv_index *ix = srv->indexes[i];
-        srv_batcher_stop(ix->batcher);
-        srv_writer_stop(ix->writer);
+        srv_batcher_free(ix->batcher);
+        srv_writer_free(ix->writer);
         chimera_index_close(ix->ix);
         free(ix->dir);
         free(ix);
@@ -268,7 +276,7 @@ int cmd_serve(int argc, char **argv)
     }
     fprintf(stderr, "chimera serve: %s: finishing the requests in flight\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    srv_http_stop(srv, drain_s);
+    srv_http_drain(srv, drain_s);
     rc = 0;
 out:
     close_all(srv);

@@ -567,12 +567,10 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
         if (!p.k_fullbit) p.k_fullbit = tuned.k_fullbit;
         if (!p.chunks) p.chunks = tuned.chunks;
     }
-    chimera_search_params_default(s->k, &p);
-    if (p.k_fullbit < s->k || p.k_refine < p.k_fullbit) {
-        srv_fail(e, 422, "INVALID_VALUE", "params: need k <= k_fullbit <= k_refine (k=%u, k_fullbit=%u, "
-                 "k_refine=%u)", s->k, p.k_fullbit, p.k_refine);
-        goto fail;
-    }
+    /* Unset fields stay 0 for the library to fill: its defaults depend on the call (a
+     * filtered search takes more candidates when k_fullbit is its default), so filling
+     * them here would give other results than the library's own defaults. A setting the
+     * library refuses (k_fullbit < k, say) fails the request alone (batch.c) with 422. */
     s->params = p;
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
     if (prof && !cJSON_IsNull(prof) && !cJSON_IsBool(prof)) {

@@ -193,8 +193,10 @@ int srv_batcher_start(srv_index *ix, const srv_config *cfg, srv_metrics *m, srv_
                       char *msg, size_t msg_len);
 /* Queues s (ownership passes to the batcher, which frees it after answering). */
 void srv_batcher_submit(srv_batcher *b, srv_search *s);
-/* Finishes what is queued, then stops the thread and frees b. */
+/* Finishes what is queued and stops the thread; requests submitted after it are
+ * answered 503 at once. srv_batcher_free (after the HTTP daemon is gone) frees b. */
 void srv_batcher_stop(srv_batcher *b);
+void srv_batcher_free(srv_batcher *b);
 
 /* ---- writes (request.c parses, writer.c commits) ---------------------------------------- */
 
@@ -224,7 +226,8 @@ void srv_write_free(srv_write *w);
 
 int srv_writer_start(srv_index *ix, srv_metrics *m, srv_writer **out, char *msg, size_t msg_len);
 void srv_writer_submit(srv_writer *w, srv_write *wr);
-void srv_writer_stop(srv_writer *w);
+void srv_writer_stop(srv_writer *w);   /* as srv_batcher_stop */
+void srv_writer_free(srv_writer *w);
 
 /* ---- routes (routes.c) and HTTP (http.c) ------------------------------------------------- */
 
@@ -249,8 +252,11 @@ extern const unsigned char srv_openapi_json[];
 extern const size_t srv_openapi_json_len;
 
 int srv_http_start(srv_server *srv, char *msg, size_t msg_len);
-/* Stops accepting connections, waits (up to drain_s) for requests in flight, stops. */
-void srv_http_stop(srv_server *srv, double drain_s);
+/* Stops accepting connections and waits (up to drain_s) for the requests in flight. */
+void srv_http_drain(srv_server *srv, double drain_s);
+/* Stops the daemon: no handler runs after it. Every suspended request must have been
+ * resumed (the batchers and writers stopped) before. */
+void srv_http_stop(srv_server *srv);
 uint16_t srv_http_port(srv_server *srv);
 
 double srv_now(void);

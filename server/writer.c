@@ -298,6 +298,16 @@ void srv_writer_submit(srv_writer *wr, srv_write *w)
 {
     w->next = NULL;
     pthread_mutex_lock(&wr->mu);
+    if (wr->stop) {
+        /* a request whose body was still arriving when the drain ended */
+        pthread_mutex_unlock(&wr->mu);
+        srv_error e = {0};
+        srv_fail(&e, 503, "SHUTTING_DOWN", "the server is shutting down; nothing was written");
+        srv_answer_error(&w->pending->answer, &e);
+        w->pending->done(w->pending);
+        srv_write_free(w);
+        return;
+    }
     if (wr->tail)
         wr->tail->next = w;
     else
@@ -311,10 +321,17 @@ void srv_writer_stop(srv_writer *wr)
 {
     if (!wr) return;
     pthread_mutex_lock(&wr->mu);
+    int was = wr->stop;
     wr->stop = 1;
     pthread_cond_signal(&wr->cv);
     pthread_mutex_unlock(&wr->mu);
-    pthread_join(wr->thread, NULL);
+    if (!was) pthread_join(wr->thread, NULL);
+}
+
+void srv_writer_free(srv_writer *wr)
+{
+    if (!wr) return;
+    srv_writer_stop(wr);
     pthread_cond_destroy(&wr->cv);
     pthread_mutex_destroy(&wr->mu);
     free(wr);

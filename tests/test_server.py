@@ -264,31 +264,35 @@ def test_search(srv, corpus, idx):
     check(st == 200, f"search recall: {st} {b if st != 200 else ''}") and same(b["results"], rids, rscores, "recall 0.9")
     is_error(*call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "k": 10, "recall": 0.999}),
              422, "NO_PROFILE")
-    # filters: subset, exclude, per-query subsets, SQL filter
+    # filters: subset, exclude, per-query subsets, SQL filter. The CLI fills in the
+    # default parameters itself, the server leaves unset ones to the library (which
+    # takes more candidates for a filtered search): explicit parameters on both sides.
+    FP = {"n_probe": 8, "k_refine": 160, "k_fullbit": 40, "chunks": 4}
+    FA = ["--nprobe", 8, "--k-refine", 160, "--k-fullbit", 40, "--chunks", 4]
     subset = list(range(0, 400, 3))
     with open(f"{TMP}/subset.txt", "w") as f:
         f.write("\n".join(map(str, subset)) + "\n")
-    sids, sscores = cli_search(idx, qnpy, 10, "--subset", f"{TMP}/subset.txt")
+    sids, sscores = cli_search(idx, qnpy, 10, "--subset", f"{TMP}/subset.txt", *FA)
     st, b = call(srv, "POST", "/indexes/main/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
-                                                         "k": 10, "subset": subset})
+                                                         "k": 10, "subset": subset, "params": FP})
     check(st == 200, f"search subset: {st}") and same(b["results"], sids, sscores, "subset")
-    eids, escores = cli_search(idx, qnpy, 10, "--exclude", f"{TMP}/subset.txt")
+    eids, escores = cli_search(idx, qnpy, 10, "--exclude", f"{TMP}/subset.txt", *FA)
     st, b = call(srv, "POST", "/indexes/main/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
-                                                         "k": 10, "exclude": subset})
+                                                         "k": 10, "exclude": subset, "params": FP})
     check(st == 200, f"search exclude: {st}") and same(b["results"], eids, escores, "exclude")
     per = [[(7 * i + j) % 400 for j in range(5)] for i in range(nq)]
     with open(f"{TMP}/per.tsv", "w") as f:
         for i, l in enumerate(per):
             for d in l:
                 f.write(f"{i} {d}\n")
-    qids, qscores = cli_search(idx, qnpy, 10, "--subset-per-query", f"{TMP}/per.tsv")
+    qids, qscores = cli_search(idx, qnpy, 10, "--subset-per-query", f"{TMP}/per.tsv", *FA)
     st, b = call(srv, "POST", "/indexes/main/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
-                                                         "k": 10, "subset": per})
+                                                         "k": 10, "subset": per, "params": FP})
     check(st == 200, f"search per-query subset: {st}") and same(b["results"], qids, qscores, "per-query subsets")
-    xids, xscores = cli_search(idx, qnpy, 10, "--filter", "year >= ? AND lang = ?", "--filter-args", "2020", "en")
+    xids, xscores = cli_search(idx, qnpy, 10, "--filter", "year >= ? AND lang = ?", "--filter-args", "2020", "en", *FA)
     st, b = call(srv, "POST", "/indexes/main/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
                                                          "k": 10, "filter": "year >= ? AND lang = ?",
-                                                         "filter_args": [2020, "en"]})
+                                                         "filter_args": [2020, "en"], "params": FP})
     check(st == 200, f"search filter: {st} {b if st != 200 else ''}") and same(b["results"], xids, xscores, "SQL filter")
     is_error(*call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "filter": "1); DROP TABLE meta; --"}),
              422, "INVALID_FILTER")

@@ -98,7 +98,7 @@ def test_writes(served, corpus):
     assert 5001 not in ids[0].tolist()
     assert client.info("scratch")["n_docs"] == 401
     with chimera.Index(scratch) as ix:   # what the server committed is on disk
-        assert 5000 in ix.ids and 5001 not in ix.ids
+        assert 5000 in ix.ids() and 5001 not in ix.ids()
 
 
 def test_errors(served, corpus):
@@ -108,7 +108,7 @@ def test_errors(served, corpus):
         client.search("nope", queries, k=3)
     assert e.value.status == 404 and e.value.code == "INDEX_NOT_FOUND"
     with pytest.raises(chimera.ServerError) as e:
-        client.search("main", queries[:, :, :32], k=3)
+        client.search("main", np.ascontiguousarray(queries[:, :, :32]), k=3)
     assert e.value.status == 422 and e.value.code == "DIMENSION_MISMATCH"
     assert e.value.details == {"expected_dim": 64, "got_dim": 32}
     with pytest.raises(chimera.ServerError) as e:
