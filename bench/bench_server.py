@@ -5,13 +5,15 @@ search, side by side in one run (bench/RESULTS.md, section 5.4).
   1. The corpus: the demo corpus of scripts/demo.sh (12,500 documents, ~1M tokens of
      128-d vectors, 200 queries x 32 tokens; `chimera gen --seed 1`) and its index, made
      under --work unless they are there.
-  2. The CLI's throughput mode: `chimera search IDX --queries Q -k K` (all queries in one
-     batched call, --threads T), best of --cli-runs runs.
-  3. The server: `chimera serve --index bench=IDX --search-threads T --quiet`, and for
+  2. The server: `chimera serve --index bench=IDX --search-threads T --quiet`, and for
      each client count C in --clients, wrk (Debian's, with bench_server.lua) with C
      connections, each one client sending one query per request and waiting for the
-     answer, for --seconds seconds after a warm-up: QPS, p50 and p99 latency. Without wrk
-     a Python load generator (threads over http.client) does the same.
+     answer: QPS, p50 and p99 latency. Without wrk a Python load generator (threads
+     over http.client) does the same.
+  3. The CLI's throughput mode, `chimera search IDX --queries Q -k K` (all queries in
+     one batched call, --threads T), run just before each server run: each row is
+     --rounds alternations of the two, reported as medians, so that a machine whose load
+     changes (a shared one) skews both sides alike.
   4. With --windows W1,W2,...: the same at each --batch-window-us, to tune the window.
 Prints a Markdown table (and, with --out, appends it to that file). Loopback only;
 every run is bounded in time."""
@@ -22,6 +24,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -49,11 +52,26 @@ def ensure_corpus(chimera, work):
 
 
 def cli_qps(chimera, idx, queries, k, threads, runs):
-    best = 0.0
+    """(best queries/s, CPU ms per query of that process: its whole run, the index
+    open and its 8 warm-up queries included)."""
+    best, cpu = 0.0, 0.0
+    nq = np.load(queries, mmap_mode="r").shape[0]
     for _ in range(runs):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = sh(chimera, "search", idx, "--queries", queries, "-k", k, "--threads", threads)
-        best = max(best, float(re.search(r"([0-9.]+) queries/s", out).group(1)))
-    return best
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        qps = float(re.search(r"([0-9.]+) queries/s", out).group(1))
+        if qps > best:
+            best = qps
+            cpu = 1e3 * (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) / nq
+    return best, cpu
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) of a running process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Server:
@@ -136,7 +154,8 @@ def main():
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--window-us", type=int, default=1000)
     ap.add_argument("--windows", default="", help="comma list of batch windows (µs) to compare")
-    ap.add_argument("--cli-runs", type=int, default=3)
+    ap.add_argument("--cli-runs", type=int, default=1, help="CLI runs per round (best taken)")
+    ap.add_argument("--rounds", type=int, default=3, help="CLI/server alternations per row (medians reported)")
     ap.add_argument("--python-load", action="store_true", help="the Python load generator even if wrk is there")
     ap.add_argument("--out", help="append the tables to this file")
     a = ap.parse_args()
@@ -149,45 +168,56 @@ def main():
     use_wrk = shutil.which("wrk") and not a.python_load
     clients = [int(c) for c in a.clients.split(",")]
     lines = []
-    # The CLI is measured before and after the server's rows, and the ratios use the
-    # mean: on a shared machine the load may change during the run.
-    cli_before = cli_qps(a.chimera, idx, queries, a.k, a.threads, a.cli_runs)
-    cli = cli_before
+    # On a shared machine the load changes during the run: each row alternates CLI and
+    # server runs, and each server run's ratio is against the CLI run just before it.
     windows = [int(w) for w in a.windows.split(",")] if a.windows else [a.window_us]
     wrk_v = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split()[1] if use_wrk else ""
-    lines.append(f"load: {'wrk ' + wrk_v if use_wrk else 'Python threads'}, "
-                 f"{a.seconds} s per row after a 2 s warm-up; k = {a.k}; server --search-threads {a.threads} "
-                 f"--threads {a.http_threads}")
+    lines.append(f"Each row: {a.rounds} rounds of the CLI (`chimera search` throughput mode, the "
+                 f"{len(body_list)} queries in one call, {a.threads} threads) then the server for {a.seconds} s "
+                 f"({'wrk ' + wrk_v if use_wrk else 'Python threads'}: each connection one client with one query "
+                 f"in flight), after a 2 s warm-up; medians of the rounds (server / CLI: median of the "
+                 f"per-round ratios, and their range); k = {a.k}; server --search-threads {a.threads} "
+                 f"--threads {a.http_threads}. CPU ms/query: the server process's user + system time "
+                 f"over the queries it searched (HTTP, JSON and batching included; wrk's not), and the "
+                 f"CLI process's over its queries (its index open and warm-up included): a measure of "
+                 f"work that the machine's other load does not change as much as QPS.")
     lines.append("")
-    lines.append("| window µs | clients | QPS | x CLI | p50 ms | p99 ms | p99/p50 | mean batch | errors |")
-    lines.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lines.append("| window µs | clients | server QPS | CLI QPS | server / CLI | p50 ms | p99 ms | p99 / p50 | "
+                 "mean batch | server CPU ms/query | CLI CPU ms/query | errors |")
+    lines.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for w in windows:
         srv = Server(a.chimera, idx, a.threads, w, a.http_threads)
         try:
             for c in clients:
-                warm = run_wrk(srv.port, c, 2, body_file) if use_wrk else run_python(srv.port, c, 2, body_list)
-                del warm
-                m0 = metrics(srv.port)
-                r = run_wrk(srv.port, c, a.seconds, body_file) if use_wrk else \
-                    run_python(srv.port, c, a.seconds, body_list)
-                m1 = metrics(srv.port)
-                batches = m1["batches"] - m0["batches"]
-                mean_batch = (m1["queries"] - m0["queries"]) / batches if batches else 0
-                row = (f"| {w} | {c} | {r['qps']:.1f} | {r['qps'] / cli:.2f} | {r['p50']:.1f} | {r['p99']:.1f} | "
-                       f"{r['p99'] / r['p50']:.2f} | {mean_batch:.1f} | {r['errors']} |")
+                if use_wrk:
+                    run_wrk(srv.port, c, 2, body_file)
+                else:
+                    run_python(srv.port, c, 2, body_list)
+                # --rounds alternations of one CLI run and one server run; medians
+                rounds = []
+                for _ in range(a.rounds):
+                    cli, cli_cpu = cli_qps(a.chimera, idx, queries, a.k, a.threads, a.cli_runs)
+                    m0, c0 = metrics(srv.port), proc_cpu(srv.p.pid)
+                    r = run_wrk(srv.port, c, a.seconds, body_file) if use_wrk else \
+                        run_python(srv.port, c, a.seconds, body_list)
+                    m1, c1 = metrics(srv.port), proc_cpu(srv.p.pid)
+                    batches = m1["batches"] - m0["batches"]
+                    r["batch"] = (m1["queries"] - m0["queries"]) / batches if batches else 0
+                    r["cpu"] = 1e3 * (c1 - c0) / max(1, m1["queries"] - m0["queries"])
+                    r["cli_cpu"] = cli_cpu
+                    r["cli"] = cli
+                    r["ratio"] = r["qps"] / cli
+                    rounds.append(r)
+                med = {key: float(np.median([x[key] for x in rounds])) for key in rounds[0]}
+                errors = sum(x["errors"] for x in rounds)
+                row = (f"| {w} | {c} | {med['qps']:.1f} | {med['cli']:.1f} | {med['ratio']:.2f} "
+                       f"({min(x['ratio'] for x in rounds):.2f}-{max(x['ratio'] for x in rounds):.2f}) | "
+                       f"{med['p50']:.1f} | {med['p99']:.1f} | {med['p99'] / med['p50']:.2f} | {med['batch']:.1f} | "
+                       f"{med['cpu']:.2f} | {med['cli_cpu']:.2f} | {errors} |")
                 print(row, file=sys.stderr, flush=True)
                 lines.append(row)
         finally:
             srv.stop()
-    cli_after = cli_qps(a.chimera, idx, queries, a.k, a.threads, a.cli_runs)
-    cli = (cli_before + cli_after) / 2
-    for i, l in enumerate(lines):   # the ratios against the mean of both CLI runs
-        m = re.match(r"(\| \d+ \| \d+ \| )([0-9.]+)( \| )[0-9.]+( \|.*)", l)
-        if m:
-            lines[i] = f"{m.group(1)}{m.group(2)}{m.group(3)}{float(m.group(2)) / cli:.2f}{m.group(4)}"
-    lines[:0] = [f"CLI throughput mode (`chimera search`, {len(body_list)} queries in one call, "
-                 f"{a.threads} threads, best of {a.cli_runs}): **{cli_before:.1f} queries/s before the "
-                 f"server's rows, {cli_after:.1f} after** (x CLI below: against their mean, {cli:.1f})", ""]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -44,6 +44,8 @@ struct srv_batcher {
     int64_t queued;        /* queries queued */
     int stop;
     int singles;           /* consecutive calls of one query (the batcher thread's own) */
+    int64_t last_nq;       /* queries of the last call */
+    double last_end;       /* when it returned (srv_now) */
     pthread_t thread;
 };
 
@@ -189,6 +191,7 @@ static void run_group(srv_batcher *b, srv_search **list, int n)
          * a few calls in a row: the library pools one search session per mode, and a
          * batcher flipping between modes under load would rebuild it at every flip. */
         b->singles = nq == 1 ? b->singles + 1 : 0;
+        b->last_nq = nq;
         so.latency_mode = b->singles > SINGLES_FOR_LATENCY;
         so.query_filters = (const chimera_filter *const *)filters;
         st = chimera_index_search(b->ix->ix, q, k, &list[0]->params, &so, ids, scores, &prof, &err);
@@ -214,6 +217,7 @@ done:
         answer_failure(list[0], srv_status_of(st), st == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY" : "SEARCH_FAILED",
                        msg);
     }
+    b->last_end = srv_now();
     chimera_queries_free(q);
     if (n > 1) {
         free(tokens);
@@ -256,10 +260,26 @@ static void *batcher_main(void *arg)
     for (;;) {
         while (!b->head && !b->stop) pthread_cond_wait(&b->cv, &b->mu);
         if (!b->head) break; /* stopping, nothing left */
-        double deadline = b->head->t_enqueued + 1e-6 * b->cfg->batch_window_us;
-        while (!b->stop && b->queued < b->cfg->max_batch && srv_now() < deadline) {
+        double window = 1e-6 * b->cfg->batch_window_us, first = b->head->t_enqueued, base;
+        if (b->singles > SINGLES_FOR_LATENCY)
+            base = first; /* one client at a time: nobody to wait for */
+        else if (b->last_nq > 1)
+            /* Under load, the clients the last call answered come back about now: the
+             * window runs from its end, so they join the requests that queued during it
+             * instead of forming a second, half-sized cohort that alternates with it. */
+            base = (first > b->last_end ? first : b->last_end) + window;
+        else
+            base = first + window;
+        /* A lone query after a call of several would run with one worker: the library
+         * keys its pooled session by worker count, so that call would rebuild it (and
+         * the next full one again). Company is near: it may wait two windows more. */
+        int lone = b->last_nq > 1 && b->singles <= SINGLES_FOR_LATENCY;
+        double deadline = lone ? base + 2 * window : base;
+        for (;;) {
+            double until = b->queued > 1 ? base : deadline, now = srv_now();
+            if (b->stop || b->queued >= b->cfg->max_batch || now >= until) break;
             struct timespec ts;
-            abs_deadline(&ts, deadline);
+            abs_deadline(&ts, until);
             pthread_cond_timedwait(&b->cv, &b->mu, &ts);
         }
         srv_search *list = b->head;
@@ -320,8 +340,9 @@ void srv_batcher_submit(srv_batcher *b, srv_search *s)
         b->head = s;
     b->tail = s;
     b->queued += s->nq;
-    /* wake the batcher for the first request, and when the batch is full */
-    if (was_empty || b->queued >= b->cfg->max_batch) pthread_cond_signal(&b->cv);
+    /* wake the batcher for the first request, the second (a lone one may be waiting for
+     * company) and when the batch is full */
+    if (was_empty || b->head->next == s || b->queued >= b->cfg->max_batch) pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
 }
 
