@@ -322,7 +322,6 @@ int srv_http_start(srv_server *srv, char *msg, size_t msg_len)
         /* headers and the request line must fit this; more is answered 431 */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_END);
     if (!srv->daemon) {

@@ -204,6 +204,10 @@ def test_endpoints(srv, corpus, idx):
     st, b = call(srv, "GET", "/indexes/main")
     check(st == 200 and b["dim"] == 64 and b["n_docs"] == 400 and b["n_tokens"] > 0 and "sections" in b,
           f"/indexes/main: {str(b)[:300]}")
+    # a second server on the same port is refused, not given half the connections
+    r = subprocess.run([CHIMERA, "serve", "--index", f"main={idx}", "--port", str(srv.port)],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "cannot listen" in r.stderr, f"port in use: {r.returncode} {r.stderr}")
     is_error(*call(srv, "GET", "/indexes/nope"), 404, "INDEX_NOT_FOUND")
     is_error(*call(srv, "POST", "/indexes/nope/search", {"queries": [[[0.0] * 64]]}), 404, "INDEX_NOT_FOUND")
     is_error(*call(srv, "GET", "/nothing/here"), 404, "NOT_FOUND")
