@@ -16,15 +16,21 @@
  * lock (IDX.lock) serialises them with other processes (chimera add on the command
  * line). Searches never wait: they run on the handle's current generation while a
  * commit is written, and the writer refreshes the handle after the commit, so searches
- * that start after the answer see the change (read-your-writes for the client). */
+ * that start after the answer see the change (read-your-writes for the client). When
+ * idle it refreshes once a second, so changes made by other processes are seen too. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "server.h"
+
+/* How often an idle writer looks for changes committed by other processes. */
+#define REFRESH_SECONDS 1
 
 /* At most this many add requests, and this many tokens, in one group commit. */
 #define GROUP_MAX_REQUESTS 64
@@ -246,7 +252,19 @@ static void *writer_main(void *arg)
     srv_writer *wr = arg;
     pthread_mutex_lock(&wr->mu);
     for (;;) {
-        while (!wr->head && !wr->stop) pthread_cond_wait(&wr->cv, &wr->mu);
+        while (!wr->head && !wr->stop) {
+            /* Idle: look for changes other processes committed (chimera add on the
+             * command line, a rebuild) once a second, so searches see them too. A
+             * refresh that finds nothing new reads the manifest and returns. */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += REFRESH_SECONDS;
+            if (pthread_cond_timedwait(&wr->cv, &wr->mu, &ts) == ETIMEDOUT && !wr->head && !wr->stop) {
+                pthread_mutex_unlock(&wr->mu);
+                chimera_index_refresh(wr->ix->ix, NULL, NULL);
+                pthread_mutex_lock(&wr->mu);
+            }
+        }
         if (!wr->head) break;
         /* take the first write, and if it is an add, the adds right behind it */
         srv_write *adds[GROUP_MAX_REQUESTS];
@@ -281,8 +299,12 @@ int srv_writer_start(srv_index *ix, srv_metrics *m, srv_writer **out, char *msg,
     }
     wr->ix = ix;
     wr->m = m;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&wr->mu, NULL);
-    pthread_cond_init(&wr->cv, NULL);
+    pthread_cond_init(&wr->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&wr->thread, NULL, writer_main, wr) != 0) {
         pthread_cond_destroy(&wr->cv);
         pthread_mutex_destroy(&wr->mu);

@@ -512,6 +512,15 @@ def test_writes(srv, corpus):
     check(len(res) == 12 and all(r[0] == 200 for r in res), f"12 concurrent adds: {[r[0] for r in res]}")
     st, b = call(srv, "GET", "/indexes/scratch")
     check(st == 200 and b["n_docs"] == 400 + 7 - 1 - 3 + 12, f"documents counted: {b.get('n_docs')}")
+    # a change another process commits (the CLI) is seen within a couple of seconds
+    scratch = os.path.join(TMP, "scratch.idx")
+    run("delete", scratch, "--id", 3000)
+    for _ in range(50):
+        st, b = call(srv, "POST", "/indexes/scratch/search", {"queries": D[:1].tolist(), "k": 3, "subset": [3000]})
+        if st == 200 and b["results"][0]["ids"] == []:
+            break
+        time.sleep(0.1)
+    check(st == 200 and b["results"][0]["ids"] == [], f"the CLI's delete is seen by the server: {b}")
     st, text = call(srv, "GET", "/metrics")
     check("chimera_writes_total" in text and re.search(r'chimera_index_generation\{index="scratch"\} (\d+)', text)
           and int(re.search(r'chimera_index_generation\{index="scratch"\} (\d+)', text).group(1)) > 2,
