@@ -67,7 +67,7 @@ static int same_group(const srv_search *a, const srv_search *b)
     return !a->profile && !b->profile && a->k == b->k && a->params.n_probe == b->params.n_probe &&
            a->params.k_refine == b->params.k_refine && a->params.k_fullbit == b->params.k_fullbit &&
            a->params.chunks == b->params.chunks && a->params.impute == b->params.impute &&
-           a->params.probe == b->params.probe;
+           a->params.probe == b->params.probe && a->params.rerank_depth == b->params.rerank_depth;
 }
 
 static void answer(srv_search *s, srv_answer *a)
@@ -106,6 +106,8 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
             cJSON_AddNumberToObject(p, "score1_ms", 1e3 * prof->t_score1 / n);
             cJSON_AddNumberToObject(p, "fullbit_ms", 1e3 * prof->t_fullbit / n);
             cJSON_AddNumberToObject(p, "fullbit_wait_ms", 1e3 * prof->t_fullbit_wait / n);
+            cJSON_AddNumberToObject(p, "rerank_ms", 1e3 * prof->t_rerank / n);
+            cJSON_AddNumberToObject(p, "n_reranked", (double)prof->n_reranked / n);
             cJSON_AddNumberToObject(p, "tokens_refined", (double)prof->tokens_refined / n);
             cJSON_AddNumberToObject(p, "docs_touched", (double)prof->docs_touched / n);
             cJSON_AddNumberToObject(p, "n_refined", (double)prof->n_refined / n);
@@ -126,6 +128,7 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
                 cJSON_AddNumberToObject(pp, "chunks", d.chunks);
                 cJSON_AddStringToObject(pp, "impute", chimera_impute_name(d.impute));
                 cJSON_AddStringToObject(pp, "probe", chimera_probe_name(d.probe));
+                cJSON_AddNumberToObject(pp, "rerank_depth", d.rerank_depth);
             }
         }
     }

@@ -432,7 +432,7 @@ static int get_param(const cJSON *params, const char *name, uint32_t *dst, srv_e
     char what[64];
     snprintf(what, sizeof what, "params.%s", name);
     int64_t x;
-    if (get_int(v, what, 0, 1 << 20, &x, e)) return -1;
+    if (get_int(v, what, 0, 1 << 24, &x, e)) return -1;
     *dst = (uint32_t)x;
     return 0;
 }
@@ -530,7 +530,8 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
             goto fail;
         }
         if (get_param(params, "n_probe", &p.n_probe, e) || get_param(params, "k_refine", &p.k_refine, e) ||
-            get_param(params, "k_fullbit", &p.k_fullbit, e) || get_param(params, "chunks", &p.chunks, e))
+            get_param(params, "k_fullbit", &p.k_fullbit, e) || get_param(params, "chunks", &p.chunks, e) ||
+            get_param(params, "rerank_depth", &p.rerank_depth, e))
             goto fail;
         const cJSON *imp = cJSON_GetObjectItemCaseSensitive(params, "impute");
         if (imp && !cJSON_IsNull(imp) &&
@@ -566,6 +567,7 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
         if (!p.k_refine) p.k_refine = tuned.k_refine;
         if (!p.k_fullbit) p.k_fullbit = tuned.k_fullbit;
         if (!p.chunks) p.chunks = tuned.chunks;
+        if (!p.rerank_depth) p.rerank_depth = tuned.rerank_depth;
     }
     /* Unset fields stay 0 for the library to fill: its defaults depend on the call (a
      * filtered search takes more candidates when k_fullbit is its default), so filling

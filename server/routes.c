@@ -156,6 +156,8 @@ static void handle_info(srv_index *ix, srv_answer *a)
     cJSON_AddNumberToObject(o, "appended_tokens", (double)info.appended_tokens);
     cJSON_AddNumberToObject(o, "drift_below", info.drift_below);
     cJSON_AddBoolToObject(o, "recluster_advised", info.recluster_advised);
+    const char *rr = chimera_rerank_name(info.rerank);
+    cJSON_AddStringToObject(o, "rerank", rr ? rr : "none");
     cJSON *lists = cJSON_AddObjectToObject(o, "posting_lists");
     if (lists) {
         cJSON_AddNumberToObject(lists, "min", (double)info.list_min);
@@ -170,6 +172,7 @@ static void handle_info(srv_index *ix, srv_answer *a)
         cJSON_AddNumberToObject(bytes, "device", (double)info.bytes_device);
         cJSON_AddNumberToObject(bytes, "host", (double)info.bytes_host);
         cJSON_AddNumberToObject(bytes, "total", (double)info.bytes_total);
+        cJSON_AddNumberToObject(bytes, "rerank", (double)info.bytes_rerank);
     }
     cJSON *secs = cJSON_AddArrayToObject(o, "sections");
     for (uint32_t i = 0; secs && i < info.n_sections && i < CHIMERA_INFO_MAX_SECTIONS; i++) {

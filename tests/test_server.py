@@ -300,6 +300,24 @@ def test_search(srv, corpus, idx):
     check(st == 200, f"search filter: {st} {b if st != 200 else ''}") and same(b["results"], xids, xscores, "SQL filter")
     is_error(*call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "filter": "1); DROP TABLE meta; --"}),
              422, "INVALID_FILTER")
+    # the exact re-rank tier: an index built with --rerank f16 (stored vectors)
+    st, b = call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "params": {"rerank_depth": 20}})
+    is_error(st, b, 422)  # main stores no vectors
+    rr = os.path.join(TMP, "rerank.idx")
+    if not os.path.isdir(rr):
+        run("build", "--tokens", f"{corpus}/tokens.npy", "--doclens", f"{corpus}/doclens.npy", "--out", rr,
+            "--no-sync", "--threads", 2, "--rerank", "f16")
+    rsrv = Server({"rr": rr}, "--quiet", name="rerank")
+    try:
+        gids, gscores = cli_search(rr, qnpy, 10, "--rerank-depth", 30)
+        st, b = call(rsrv, "POST", "/indexes/rr/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
+                                                          "k": 10, "params": {"rerank_depth": 30}, "profile": True})
+        check(st == 200 and b["profile"]["n_reranked"] > 0, f"rerank: {st} {str(b)[:300]}") and \
+            same(b["results"], gids, gscores, "rerank_depth 30")
+        st, b = call(rsrv, "GET", "/indexes/rr")
+        check(st == 200 and b.get("rerank") == "f16", f"info names the rerank tier: {b.get('rerank')}")
+    finally:
+        check(rsrv.stop() == 0, "rerank server: clean exit")
     # profile: per-stage times
     st, b = call(srv, "POST", "/indexes/main/search", {"queries": q[:2].tolist(), "k": 10, "profile": True})
     p = b.get("profile", {}) if st == 200 else {}
