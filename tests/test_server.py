@@ -178,9 +178,10 @@ def setup():
         for i in range(400):
             f.write(json.dumps({"id": i, "year": 2000 + i % 25, "lang": "en" if i % 3 else "fr"}) + "\n")
     run("meta", "import", idx, "--jsonl", os.path.join(TMP, "meta.jsonl"))
-    # a tuned profile, for "recall"
+    # a tuned profile, for "recall" (tune stores it only when the held-out lower bound
+    # of 100 pseudo-queries reaches the target: 0.8 does on this corpus)
     run("tune", idx, "--tokens", f"{corpus}/tokens.npy", "--doclens", f"{corpus}/doclens.npy",
-        "--target-recall", 0.9, "-k", 10, "--pseudo", 40, "--threads", 2)
+        "--target-recall", 0.8, "-k", 10, "--pseudo", 100, "--threads", 2)
     with open(os.path.join(TMP, "key"), "w") as f:
         f.write(KEY + "\n")
     return corpus, idx
@@ -262,10 +263,10 @@ def test_search(srv, corpus, idx):
                              "probe": "brute"}})
     check(st == 200, f"search params: {st}") and same(b["results"], pids, pscores, "explicit params")
     # a tuned profile
-    rids, rscores = cli_search(idx, qnpy, 10, "--recall", 0.9)
+    rids, rscores = cli_search(idx, qnpy, 10, "--recall", 0.8)
     st, b = call(srv, "POST", "/indexes/main/search",
-                 {"queries": {"base64": b64(q), "shape": list(q.shape)}, "k": 10, "recall": 0.9})
-    check(st == 200, f"search recall: {st} {b if st != 200 else ''}") and same(b["results"], rids, rscores, "recall 0.9")
+                 {"queries": {"base64": b64(q), "shape": list(q.shape)}, "k": 10, "recall": 0.8})
+    check(st == 200, f"search recall: {st} {b if st != 200 else ''}") and same(b["results"], rids, rscores, "recall 0.8")
     is_error(*call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "k": 10, "recall": 0.999}),
              422, "NO_PROFILE")
     # filters: subset, exclude, per-query subsets, SQL filter. The CLI fills in the
