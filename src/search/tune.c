@@ -208,15 +208,12 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
 
 /* One step up: n_probe or k_fullbit (with k_refine kept at least 4 k_fullbit, the
- * default ratio) by half again, whichever buys more recall per second of added search
- * time on the tuning queries; both when neither gains (a plateau one knob alone does not
- * leave). Per second, not per step: the larger gain alone walked n_probe up to 92 on a
- * real corpus (Recall@10 0.970 at 176 q/s) where 16 probes with more full-bit documents
- * give the same recall at about 2.5x the speed. *r and *q are p's recall and speed.
+ * default ratio) by half again, whichever gains more recall on the tuning queries; both
+ * when neither gains (a plateau one knob alone does not leave). *r is p's recall.
  * Returns 0 when both knobs are at their caps. */
 static int grow_step(sp_tune_eval_fn eval, void *ctx, chimera_tune_result *res,
                      chimera_search_params *p, double *r, double *q, uint32_t cap_np,
-                     uint32_t cap_kf, uint32_t cap_kr, chimera_status *s)
+                     uint32_t cap_kf, uint32_t cap_kr, int *last, chimera_status *s)
 {
     chimera_search_params a = *p, b = *p;
     uint64_t np = (uint64_t)p->n_probe * 3 / 2 + 1, kf = (uint64_t)p->k_fullbit * 3 / 2 + 1;
@@ -229,39 +226,44 @@ static int grow_step(sp_tune_eval_fn eval, void *ctx, chimera_tune_result *res,
     int can_b = b.k_fullbit != p->k_fullbit || b.k_refine != p->k_refine;
     if (!can_a && !can_b) return 0;
     double ra = -1, rb = -1, qa = 0, qb = 0;
-    if (can_a && (*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
-    if (can_b && (*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
+    /* The knob that gained last time first: while one loss dominates (probing on a
+     * clustered corpus, ranking at the bits' limit) it keeps gaining, and a clear gain
+     * (0.005) is taken without measuring the other knob, half the trials per step. */
+    if (*last == 2 && can_b) {
+        if ((*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
+        if (rb >= *r + 0.005) {
+            *p = b;
+            *r = rb;
+            *q = qb;
+            return 1;
+        }
+    } else if (*last == 1 && can_a) {
+        if ((*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
+        if (ra >= *r + 0.005) {
+            *p = a;
+            *r = ra;
+            *q = qa;
+            return 1;
+        }
+    }
+    if (can_a && ra < 0 && (*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
+    if (can_b && rb < 0 && (*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
     if (ra <= *r && rb <= *r && can_a && can_b) {
         chimera_search_params c = b;
         c.n_probe = a.n_probe;
         if ((*s = trial(eval, ctx, &c, res, r, q)) != CHIMERA_OK) return 0;
         *p = c;
-        return 1;
-    }
-    /* Seconds per query; a step's added time is floored at a twentieth of the current
-     * time, so that timing noise on a cheap step cannot make its gain look free. */
-    double t = *q > 0 ? 1.0 / *q : 0, floor = t > 0 ? t / 20 : 1e-9;
-    double ea = -1, eb = -1;
-    if (can_a && ra > *r) {
-        double dt = (qa > 0 ? 1.0 / qa : 0) - t;
-        ea = (ra - *r) / (dt > floor ? dt : floor);
-    }
-    if (can_b && rb > *r) {
-        double dt = (qb > 0 ? 1.0 / qb : 0) - t;
-        eb = (rb - *r) / (dt > floor ? dt : floor);
-    }
-    if (ea < 0 && eb < 0) {
-        /* one knob could not move and the other gained nothing: take the one that moved */
-        if (can_a) { *p = a; *r = ra; *q = qa; }
-        else { *p = b; *r = rb; *q = qb; }
-    } else if (ea >= eb) {
+        *last = 0;
+    } else if (ra >= rb) {
         *p = a;
         *r = ra;
         *q = qa;
+        *last = 1;
     } else {
         *p = b;
         *r = rb;
         *q = qb;
+        *last = 2;
     }
     return 1;
 }
@@ -286,7 +288,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tun
     double r, q, t = target, best_low = -1;
     chimera_status s = trial(eval, eval_ctx, &p, res, &r, &q);
     if (s != CHIMERA_OK) return s;
-    int met = 0, room = 1, flat = 0;
+    int met = 0, room = 1, flat = 0, last = 0;
     for (int round = 0; round < 8 && !met; round++) {
         /* Two steps in a row that gain nothing near the ceiling (the recall of a generous
          * search: what the index's bits allow) mean the plateau, so stop paying for
@@ -294,7 +296,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tun
          * matter (probing, on a clustered corpus), so the walk goes on. */
         while (r < t && flat < 2) {
             double before = r;
-            if (!(room = grow_step(eval, eval_ctx, res, &p, &r, &q, cap_np, cap_kf, cap_kr,
+            if (!(room = grow_step(eval, eval_ctx, res, &p, &r, &q, cap_np, cap_kf, cap_kr, &last,
                                    &s)))
                 break;
             int near = ceiling <= 0 || r >= ceiling - 0.01;
