@@ -83,7 +83,9 @@ corpus() { "$C" gen --out "$T/$1" --docs "$2" --dim $DIM --queries 1 --seed "$3"
 #      add     40 new documents, ids r*1000 .. r*1000+39 (text id file)
 #      delete  r*1000+35..39, base ids (r-1)*10..+4, and (r-1)*1000..+4 (odd rounds by
 #              --id, even rounds by an int64 .npy)
-#      update  30 documents: r*1000 .. r*1000+19 and base ids 100+10r .. 100+10r+9
+#      update  30 documents: r*1000 .. r*1000+19 and base ids 10j+5 .. 10j+9 for
+#              j = 2r and 2r+1 (mod 30): the halves of the base's blocks of ten that no
+#              delete touches, so every round, up to the 30th, updates live ids
 #      compact every 5th round (so adds and deletes also hit their 8-segment and
 #              8-list merges in between), and every round after the 5th until one
 #              has been killed while it ran
@@ -124,7 +126,8 @@ plan() {
     grep -vxF -f "$T/d$r.ids" "$T/exp" >"$T/after" ;;
   update)
     [ -d "$T/u$r" ] || corpus "u$r" 30 $((200 + r))
-    { seq $b $((b + 19)); seq $((100 + 10 * r)) $((109 + 10 * r)); } >"$T/u$r.ids"
+    { seq $b $((b + 19)); for j in $(((2 * r) % 30)) $(((2 * r + 1) % 30)); do
+        seq $((10 * j + 5)) $((10 * j + 9)); done; } >"$T/u$r.ids"
     cmd=(update IDX --tokens "$T/u$r/tokens.npy" --doclens "$T/u$r/doclens.npy" --ids "$T/u$r.ids")
     cp "$T/exp" "$T/after" ;;
   compact)
