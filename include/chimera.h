@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 4
+#define CHIMERA_VERSION_MINOR 5
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.4.0"
+#define CHIMERA_VERSION_STRING "0.5.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -456,6 +456,10 @@ typedef struct chimera_build_opts {
     int no_calibrate;       /* 1: skip the calibration of the index's default search
                                parameters (searches then use the library's fixed
                                defaults); for scratch indexes and tests */
+    /* Since 0.5.0: build with these centroids and this codebook's seed (which then
+     * replaces `seed`) instead of training (see "Shards" below); NULL: train. n_clusters
+     * must be 0 or the codebook's. */
+    const struct chimera_codebook *codebook;
 } chimera_build_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -522,6 +526,117 @@ typedef struct chimera_build_report {
 CHIMERA_API chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir,
                                                const chimera_build_opts *opts,
                                                chimera_build_report *report, chimera_error *err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Shards: one corpus over several indexes (since 0.5.0)                               */
+/* ---------------------------------------------------------------------------------- */
+
+/* A corpus too large for one index (2^32 tokens), one machine's memory or one device is
+ * split into shards of whole documents, each an ordinary index. For their scores to be
+ * comparable, so that the global top k is the merge of the shards' top k, they share
+ * one codebook: the IVF centroids (and the coarse level that assigns tokens to them)
+ * and the seed the RaBitQ rotation derives from. Every shard then assigns, encodes and
+ * scores a token exactly as one index of the whole corpus built with that codebook
+ * would: with exhaustive search parameters the merged results equal that index's.
+ *
+ * Making one: chimera_codebook_train on the whole corpus (or on a sample gathered from
+ * where the shards live: chimera_corpus_sample_tokens, chimera_codebook_train_points;
+ * or refined by distributed Lloyd steps: chimera_codebook_accumulate on each part,
+ * sums and counts added up, chimera_codebook_update), then chimera_index_build of each
+ * shard (chimera_corpus_slice) with build_opts.codebook. chimera_codebook_to_bytes and
+ * _from_bytes move it between processes; _save and _load keep it in a file.
+ *
+ * chimera_codebook: made by _train, _train_points, _from_bytes or _load; immutable but
+ * for chimera_codebook_update; any number of builds may use one at once (they copy
+ * it); freed by chimera_codebook_free. */
+typedef struct chimera_codebook chimera_codebook;
+
+/* A view of documents [doc_start, doc_start + n_docs) of `corpus`: no copy (the corpus
+ * must outlive it); every document keeps its id in the corpus (its row in doclens when
+ * the corpus has no ids), so shards built from slices return the corpus's ids.
+ * check_values = 1 scans the slice's tokens for NaN/Inf (for a corpus opened with
+ * skip_value_check, so that each process checks only its own part).
+ * @return CHIMERA_OK, _INVALID_ARG (the range is outside the corpus, or empty), _VALUE,
+ *         _NOMEM. */
+CHIMERA_API chimera_status chimera_corpus_slice(const chimera_corpus *corpus, int64_t doc_start,
+                                                int64_t n_docs, int check_values,
+                                                chimera_corpus **out, chimera_error *err);
+
+/* The first token row of document doc of the corpus (doc = n_docs: n_tokens); -1 for a
+ * doc outside 0..n_docs. Lets a caller cut shards balanced by tokens. */
+CHIMERA_API int64_t chimera_corpus_doc_start(const chimera_corpus *corpus, int64_t doc);
+
+/* The number of IVF clusters a build chooses for n_tokens (build_opts.n_clusters = 0),
+ * and the size of the training sample it draws for k clusters over n_tokens. */
+CHIMERA_API uint32_t chimera_default_n_clusters(int64_t n_tokens);
+CHIMERA_API int64_t chimera_codebook_sample_size(uint32_t n_clusters, int64_t n_tokens);
+
+/* Draws n token rows of the corpus uniformly without replacement, in row order, into
+ * out [n x dim] (float32): with stream = 0 and the build's seed, the very rows
+ * chimera_index_build trains on; other streams give independent draws (one per process).
+ * @return CHIMERA_OK, _INVALID_ARG (n outside 0..n_tokens), _NOMEM. */
+CHIMERA_API chimera_status chimera_corpus_sample_tokens(const chimera_corpus *corpus, int64_t n,
+                                                        uint64_t seed, uint64_t stream, float *out,
+                                                        chimera_error *err);
+
+/* Trains the codebook chimera_index_build would train on this corpus with these
+ * options (bits, rerank and calibration do not matter; n_clusters, seed, threads,
+ * progress and cancel do): an index built with it equals one built without.
+ * @return CHIMERA_OK, _INVALID_ARG, _NOMEM, _CANCELLED. */
+CHIMERA_API chimera_status chimera_codebook_train(const chimera_corpus *corpus,
+                                                  const chimera_build_opts *opts,
+                                                  chimera_codebook **out, chimera_error *err);
+
+/* Trains n_clusters centroids (0: chimera_default_n_clusters(n_tokens_total)) on
+ * points [n x dim] (rows should be unit vectors, like the corpus) with the build's
+ * k-means; the seed, threads, progress and cancel come from opts (may be NULL).
+ * @return CHIMERA_OK, _INVALID_ARG (fewer points than clusters), _VALUE (NaN/Inf),
+ *         _NOMEM, _CANCELLED. */
+CHIMERA_API chimera_status chimera_codebook_train_points(const float *points, int64_t n,
+                                                         uint32_t dim, uint32_t n_clusters,
+                                                         int64_t n_tokens_total,
+                                                         const chimera_build_opts *opts,
+                                                         chimera_codebook **out,
+                                                         chimera_error *err);
+
+/* One Lloyd step in two halves, for training over points spread across processes:
+ * _accumulate assigns points [n x dim] to their nearest centroid (as a build assigns
+ * tokens) and adds each to its centroid's sum (sums: [n_clusters x dim], zeroed by the
+ * caller) and count (counts: [n_clusters]); *similarity (may be NULL) accumulates their
+ * inner products with their centroids. Add the arrays of all parts, then _update sets
+ * every centroid with members to the normalised sum of them (the others stay) and
+ * returns how many stayed. n_threads: 0 = all CPUs.
+ * @return (accumulate) CHIMERA_OK, _INVALID_ARG, _NOMEM. */
+CHIMERA_API chimera_status chimera_codebook_accumulate(const chimera_codebook *cb,
+                                                       const float *points, int64_t n,
+                                                       int n_threads, double *sums,
+                                                       int64_t *counts, double *similarity,
+                                                       chimera_error *err);
+CHIMERA_API uint32_t chimera_codebook_update(chimera_codebook *cb, const double *sums,
+                                             const int64_t *counts);
+
+CHIMERA_API uint32_t chimera_codebook_n_clusters(const chimera_codebook *cb);
+CHIMERA_API uint32_t chimera_codebook_dim(const chimera_codebook *cb);
+CHIMERA_API uint64_t chimera_codebook_seed(const chimera_codebook *cb);
+
+/* Serialized form (self-checking: magic, shape and checksum). _to_bytes returns a
+ * buffer to release with chimera_free. _save writes a file atomically (a temporary
+ * file, fsynced and renamed). _from_bytes and _load refuse a truncated, altered or
+ * foreign buffer with _FORMAT naming what is wrong.
+ * @return CHIMERA_OK, _FORMAT, _VALUE, _IO (file), _NOMEM. */
+CHIMERA_API chimera_status chimera_codebook_to_bytes(const chimera_codebook *cb, void **buf,
+                                                     size_t *n, chimera_error *err);
+CHIMERA_API chimera_status chimera_codebook_from_bytes(const void *buf, size_t n,
+                                                       chimera_codebook **out,
+                                                       chimera_error *err);
+CHIMERA_API chimera_status chimera_codebook_save(const chimera_codebook *cb, const char *path,
+                                                 chimera_error *err);
+CHIMERA_API chimera_status chimera_codebook_load(const char *path, chimera_codebook **out,
+                                                 chimera_error *err);
+CHIMERA_API void chimera_codebook_free(chimera_codebook *cb);
+
+/* Releases a buffer the library allocated for the caller (chimera_codebook_to_bytes). */
+CHIMERA_API void chimera_free(void *p);
 
 /* ---------------------------------------------------------------------------------- */
 /* Changing an index: add, delete, update, compact                                     */

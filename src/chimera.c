@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "chimera.h"
+#include "chimera_impl.h"
 #include "backend/backend.h"
 #include "core/blas.h"
 #include "core/cpu.h"
@@ -36,12 +37,6 @@
 #include "search/tune.h"
 #include "core/alloc.h"
 
-struct chimera_corpus {
-    data_corpus c;
-    /* the files it was opened from (NULL when wrapping memory): a build records them as
-     * the index's source (index/defaults.h) */
-    char *src_tokens, *src_doclens, *src_ids;
-};
 
 struct chimera_queries {
     data_queries q;
@@ -512,7 +507,8 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
                         .calibrate_user = &cal,
                         .source_tokens = corpus->src_tokens,
                         .source_doclens = corpus->src_doclens,
-                        .source_ids = corpus->src_ids};
+                        .source_ids = corpus->src_ids,
+                        .codebook = o.codebook ? &o.codebook->cb : NULL};
     ix_build_report r;
     chimera_status s = ix_build(&corpus->c, dir, &bo, &r, err);
     if (report) {

@@ -44,6 +44,10 @@ int cli_fail(const char *cmd, const chimera_error *err);
  * code) for an unknown name, else 0. */
 int cli_backend(const char *cmd, const char *name, chimera_backend *out);
 
+/* cmd_shards.c: chimera build --shards N (0 on success, else the exit code) */
+int build_sharded(const char *out, int n_shards, const chimera_corpus *c,
+                  const chimera_build_opts *opts);
+
 int cmd_gen(int argc, char **argv);
 int cmd_exact(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -29,8 +29,8 @@ static void print_calibration(const char *label, double target, int n,
 int cmd_build(int argc, char **argv)
 {
     const char *tokens = NULL, *doclens = NULL, *ids = NULL, *out = NULL, *clusters = "auto";
-    const char *rerank_s = "none";
-    uint32_t bits = 4, degree = 0, threads = 0;
+    const char *rerank_s = "none", *codebook = NULL;
+    uint32_t bits = 4, degree = 0, threads = 0, shards = 0;
     int64_t seed = 0;
     int allow_empty = 0, no_sync = 0, no_calibrate = 0;
     cli_opt opts[] = {
@@ -50,6 +50,11 @@ int cmd_build(int argc, char **argv)
          "(default none)", 0, 0},
         {"--no-calibrate", OPT_FLAG, &no_calibrate,
          "skip calibrating the default search parameters (searches use the library's)", 0, 0},
+        {"--shards", OPT_U32, &shards,
+         "cut the corpus into N shard indexes balanced by tokens, sharing one codebook, under "
+         "--out (search it as any index; chimera-mpi runs one process per shard)", 0, 0},
+        {"--codebook", OPT_STR, &codebook,
+         "use this codebook (a sharded index's g<N>-codebook.bin) instead of training", 0, 0},
     };
     int r = cli_parse("build", "--tokens T.npy --doclens L.npy --out IDX [--bits 4] [--clusters K] "
                       "[--rerank f16]",
@@ -77,8 +82,21 @@ int cmd_build(int argc, char **argv)
     double t0 = cli_now();
     if (chimera_corpus_open(tokens, doclens, ids, &co, &c, &err) != CHIMERA_OK)
         return cli_fail("build", &err);
+    chimera_codebook *cb = NULL;
+    if (codebook && chimera_codebook_load(codebook, &cb, &err) != CHIMERA_OK) {
+        chimera_corpus_close(c);
+        return cli_fail("build", &err);
+    }
+    bo.codebook = cb;
+    if (shards) {
+        int rc = build_sharded(out, (int)shards, c, &bo);
+        chimera_codebook_free(cb);
+        chimera_corpus_close(c);
+        return rc;
+    }
     chimera_build_report rep;
     chimera_status s = chimera_index_build(c, out, &bo, &rep, &err);
+    chimera_codebook_free(cb);
     int64_t nt = chimera_corpus_n_tokens(c);
     chimera_corpus_close(c);
     if (s != CHIMERA_OK) return cli_fail("build", &err);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "shards.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -137,6 +138,21 @@ int cmd_search(int argc, char **argv)
     return rc;
 }
 
+/* What a search runs on: one index, or the shards of a sharded one (shards.h). */
+typedef struct search_target {
+    chimera_index *ix;
+    shard_set *set;
+} search_target;
+
+static chimera_status target_search(search_target *t, const chimera_queries *q, uint32_t k,
+                                    const chimera_search_params *p, const chimera_search_opts *o,
+                                    int64_t *ids, float *scores, chimera_search_profile *prof,
+                                    chimera_error *err)
+{
+    return t->set ? shard_set_search(t->set, q, k, p, o, ids, scores, prof, err)
+                  : chimera_index_search(t->ix, q, k, p, o, ids, scores, prof, err);
+}
+
 static int search_main(int argc, char **argv, const char *const *fargs, int n_fargs)
 {
     const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
@@ -220,13 +236,35 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         chimera_ids_free(fids);
         if (fs != CHIMERA_OK) return cli_fail("search", &err);
     }
-    chimera_open_opts oo = {.verify = verify};
-    if (chimera_index_open(pos[0], &oo, &ix, &err) != CHIMERA_OK) {
-        chimera_filter_free(filter);
-        return cli_fail("search", &err);
+    shard_set set = {0};
+    search_target tgt = {0};
+    if (shards_is_layout(pos[0])) {
+        /* a sharded index: every shard in turn, merged (chimera-mpi search runs them at
+         * once, one process each) */
+        if (filter_expr || want_recall > 0 || verify) {
+            fprintf(stderr, "chimera search: %s is sharded: --filter, --recall and --verify "
+                            "work on single indexes (search a shard's directory for them)\n",
+                    pos[0]);
+            chimera_filter_free(filter);
+            return 2;
+        }
+        if (shard_set_open(pos[0], 1, 0, &set, &err)) {
+            chimera_filter_free(filter);
+            return cli_fail("search", &err);
+        }
+        tgt.set = &set;
+        ix = set.ix[0]; /* for the parameters' defaults: every shard's are alike */
+    } else {
+        chimera_open_opts oo = {.verify = verify};
+        if (chimera_index_open(pos[0], &oo, &ix, &err) != CHIMERA_OK) {
+            chimera_filter_free(filter);
+            return cli_fail("search", &err);
+        }
+        tgt.ix = ix;
     }
     if (chimera_queries_read(queries, qlens, &q, &err) != CHIMERA_OK) {
-        chimera_index_close(ix);
+        if (tgt.set) shard_set_close(&set);
+        else chimera_index_close(ix);
         chimera_filter_free(filter);
         return cli_fail("search", &err);
     }
@@ -300,7 +338,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             rc = cli_fail("search", &err);
             goto done;
         }
-        chimera_status s = chimera_index_search(ix, w, k, &sp, &so, ids, scores, &wp, &err);
+        chimera_status s = target_search(&tgt, w, k, &sp, &so, ids, scores, &wp, &err);
         chimera_queries_free(w);
         if (s != CHIMERA_OK) {
             fprintf(stderr, "chimera search: %s\n", err.msg);
@@ -319,7 +357,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             goto done;
         }
         prof.latency = lat + b0;
-        chimera_status s = chimera_index_search(ix, sl, k, &sp, &so, ids + b0 * k, scores + b0 * k, &prof, &err);
+        chimera_status s =
+            target_search(&tgt, sl, k, &sp, &so, ids + b0 * k, scores + b0 * k, &prof, &err);
         chimera_queries_free(sl);
         if (s != CHIMERA_OK) {
             fprintf(stderr, "chimera search: %s\n", err.msg);
@@ -385,7 +424,8 @@ done:
     free(scores);
     free(lat);
     chimera_queries_free(q);
-    chimera_index_close(ix);
+    if (tgt.set) shard_set_close(&set);
+    else chimera_index_close(ix);
     chimera_filter_free(filter);
     for (int64_t i = 0; qf && i < nq; i++) chimera_filter_free(qf[i]);
     free(qf);

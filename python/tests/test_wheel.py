@@ -36,4 +36,4 @@ def test_wheel_installs_in_clean_venv(tmp_path):
             "print('ok', chimera.__version__, chimera.__file__)\n")
     out = subprocess.run([py, "-c", code], cwd=tmp_path, check=True, capture_output=True,
                          text=True).stdout
-    assert out.startswith("ok 0.4.0") and str(env_dir) in out
+    assert out.startswith("ok 0.5.0") and str(env_dir) in out

@@ -261,6 +261,44 @@ chimera_status data_corpus_wrap(data_corpus *c, const float *tokens, int64_t n_t
     return s;
 }
 
+chimera_status data_corpus_slice(data_corpus *out, const data_corpus *c, int64_t doc_start,
+                                 int64_t n_docs, int check_values, chimera_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (doc_start < 0 || n_docs < 1 || doc_start > c->n_docs - n_docs)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "corpus slice: documents [%lld, %lld) are not within the corpus's %lld",
+                       (long long)doc_start, (long long)(doc_start + n_docs),
+                       (long long)c->n_docs);
+    const int64_t r0 = c->doc_off[doc_start], r1 = c->doc_off[doc_start + n_docs];
+    const size_t esz = c->dtype == CM_F32 ? 4 : 2;
+    out->tokens = (const char *)c->tokens + (size_t)r0 * c->dim * esz;
+    out->dtype = c->dtype;
+    out->n_tokens = r1 - r0;
+    out->dim = c->dim;
+    out->n_docs = n_docs;
+    out->doc_off = cm_malloc((size_t)(n_docs + 1) * sizeof *out->doc_off);
+    out->ids = cm_malloc((size_t)n_docs * sizeof *out->ids);
+    if (!out->doc_off || !out->ids) {
+        data_corpus_free(out);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "corpus slice: out of memory");
+    }
+    for (int64_t i = 0; i <= n_docs; i++) out->doc_off[i] = c->doc_off[doc_start + i] - r0;
+    /* the documents keep the ids they have in the whole corpus (rows, without ids) */
+    for (int64_t i = 0; i < n_docs; i++) out->ids[i] = data_corpus_id(c, doc_start + i);
+    if (check_values) {
+        int64_t bad = find_nonfinite(out->tokens, out->dtype, out->n_tokens * (int64_t)out->dim);
+        if (bad >= 0) {
+            int64_t row = bad / out->dim, doc = doc_start + doc_of_row(out->doc_off, n_docs, row);
+            data_corpus_free(out);
+            return cm_fail(err, CHIMERA_ERR_VALUE,
+                           "tokens: row %lld (document %lld), column %lld is NaN or infinite",
+                           (long long)(r0 + row), (long long)doc, (long long)(bad % c->dim));
+        }
+    }
+    return CHIMERA_OK;
+}
+
 void data_corpus_free(data_corpus *c)
 {
     cm_npy_close(&c->file);

@@ -31,6 +31,12 @@ chimera_status data_corpus_wrap(data_corpus *c, const float *tokens, int64_t n_t
                                 const int64_t *ids, const chimera_corpus_opts *opts,
                                 chimera_error *err);
 void data_corpus_free(data_corpus *c);
+/* A view of documents [doc_start, doc_start + n_docs) of c: its tokens point into c's
+ * (c must outlive it; the view owns no mapping), its offsets start at 0, and every
+ * document keeps its id in c (its row in c when c has no ids). check_values: scan the
+ * view's tokens for NaN/Inf (a corpus opened with skip_value_check scans nothing). */
+chimera_status data_corpus_slice(data_corpus *out, const data_corpus *c, int64_t doc_start,
+                                 int64_t n_docs, int check_values, chimera_error *err);
 
 /* Ids from an int .npy (int32/int64) or a text file of one integer per line: *ids
  * (cm_malloc'd, n entries; may be empty). Values are not checked. */

@@ -33,13 +33,16 @@
 #include "core/pool.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "index/codebook.h"
 #include "index/defaults.h"
 #include "index/index.h"
 #include "index/store.h"
 #include "core/alloc.h"
 
 #define ROWS_PER_TASK 4096
-#define TRAIN_POINTS_PER_CENTROID 64
+#define TRAIN_POINTS_PER_CENTROID IX_TRAIN_POINTS_PER_CENTROID
+/* rows of the sample that only measures a given codebook (assignment recall) */
+#define CHECK_SAMPLE 20000
 
 uint32_t ix_auto_clusters(int64_t n_tokens)
 {
@@ -200,12 +203,13 @@ static chimera_status nomem(chimera_error *err)
 }
 
 /* The training sample: exactly n_train rows, each kept with probability n_train / N
- * (cm_select), in order; also the per-worker block buffers the later passes use. */
+ * (ix_codebook_sample), in order; also the per-worker block buffers the later passes
+ * use. With a given codebook nothing is trained, and the sample only measures it. */
 static chimera_status stage_sample(build_state *b, chimera_error *err)
 {
     const uint32_t d = b->d;
-    b->n_train = (int64_t)b->k * TRAIN_POINTS_PER_CENTROID;
-    if (b->n_train > b->N) b->n_train = b->N;
+    b->n_train = b->o.codebook ? (b->N < CHECK_SAMPLE ? b->N : CHECK_SAMPLE)
+                               : ix_codebook_sample_size(b->k, b->N);
     b->sample = cm_aligned_alloc(64, (size_t)b->n_train * d * sizeof(float));
     b->conv = cm_calloc((size_t)b->nw, sizeof *b->conv);
     b->rot_buf = cm_calloc((size_t)b->nw, sizeof *b->rot_buf);
@@ -215,28 +219,26 @@ static chimera_status stage_sample(build_state *b, chimera_error *err)
         b->rot_buf[i] = cm_aligned_alloc(64, (size_t)ROWS_PER_TASK * b->dp * sizeof(float));
         if (!b->conv[i] || !b->rot_buf[i]) return nomem(err);
     }
-    cm_rng r;
-    cm_rng_seed(&r, b->o.seed, 0x5a5a);
-    cm_select sel;
-    cm_select_begin(&sel, b->N, b->n_train);
-    int64_t taken = 0;
-    for (int64_t i; (i = cm_select_next(&sel, &r)) >= 0; taken++) {
-        const float *row = data_corpus_rows(b->c, i, 1, b->conv[0]);
-        memcpy(b->sample + (size_t)taken * d, row, d * sizeof(float));
-    }
-    return CHIMERA_OK;
+    return ix_codebook_sample(b->c, b->n_train, b->o.seed, 0, b->sample, err);
 }
 
-/* k-means on the sample (flat, or hierarchical for many clusters: cluster/kmeans.h). */
+/* k-means on the sample (flat, or hierarchical for many clusters: cluster/kmeans.h),
+ * or a copy of the codebook given (shards of one corpus share theirs). */
 static chimera_status stage_train(build_state *b, chimera_error *err)
 {
-    ivf_kmeans_opts ko = {.seed = b->o.seed ? b->o.seed : 1234,
-                          .pool = b->pool,
-                          .progress = b->o.progress,
-                          .progress_user = b->o.progress_user,
-                          .watch = &b->watch,
-                          .max_points_per_centroid = TRAIN_POINTS_PER_CENTROID};
-    return ivf_kmeans_train(b->sample, b->n_train, b->d, b->d, b->k, &ko, &b->km, err);
+    ix_codebook cb;
+    if (b->o.codebook) CM_TRY(ix_codebook_copy(b->o.codebook, &cb, err));
+    else
+        CM_TRY(ix_codebook_train(b->sample, b->n_train, b->d, b->k, b->o.seed, b->pool,
+                                 b->o.progress, b->o.progress_user, &b->watch, &cb, err));
+    b->km.k = cb.k;
+    b->km.d = cb.d;
+    b->km.centroids = cb.centroids;
+    b->km.n_coarse = cb.n_coarse;
+    b->km.coarse = cb.coarse;
+    b->km.child_off = cb.child_off;
+    b->km.n_train = b->n_train;
+    return CHIMERA_OK;
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -468,7 +470,18 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
                        "build: %lld tokens; an index holds 1 .. 2^32-1 tokens (shard larger corpora)",
                        (long long)c->n_tokens);
     uint32_t k = o.n_clusters ? o.n_clusters : ix_auto_clusters(c->n_tokens);
-    if ((int64_t)k > c->n_tokens)
+    if (o.codebook) {
+        /* a shard of a corpus: the codebook fixes the clusters, and its seed the rotation
+         * and every other random step, so all shards encode alike */
+        if (o.codebook->d != c->dim)
+            return cm_fail(err, CHIMERA_ERR_DIM, "build: the codebook is for dimension %u, the "
+                           "corpus has %u", o.codebook->d, c->dim);
+        if (o.n_clusters && o.n_clusters != o.codebook->k)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: %u clusters asked for, the "
+                           "codebook has %u", o.n_clusters, o.codebook->k);
+        k = o.codebook->k;
+        o.seed = o.codebook->seed;
+    } else if ((int64_t)k > c->n_tokens)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "build: %u clusters for only %lld tokens", k,
                        (long long)c->n_tokens);
     rep->n_clusters = k;

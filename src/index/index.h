@@ -69,6 +69,8 @@ typedef struct ix_build_opts {
     /* the files the corpus was read from, recorded as the index's source (defaults.h);
      * NULL: none (a corpus in memory) */
     const char *source_tokens, *source_doclens, *source_ids;
+    /* the centroids and seed to use instead of training (index/codebook.h); NULL: train */
+    const struct ix_codebook *codebook;
 } ix_build_opts;
 
 typedef struct ix_build_report {
