@@ -397,6 +397,10 @@ CHIMERA_API chimera_status chimera_queries_slice(const chimera_queries *q, int64
 
 /* Number of tokens of query i (0 <= i < count). */
 CHIMERA_API uint32_t chimera_queries_len(const chimera_queries *queries, int64_t i);
+/* Since 0.5.0: the tokens of query i (chimera_queries_len(i) x dim float32, owned by the
+ * set; the queries' tokens are stored back to back, so query 0's pointer reaches all of
+ * them); NULL for i outside 0..count-1. For sending queries elsewhere (chimera-mpi). */
+CHIMERA_API const float *chimera_queries_tokens(const chimera_queries *queries, int64_t i);
 CHIMERA_API void chimera_queries_free(chimera_queries *queries);
 
 /* ---------------------------------------------------------------------------------- */

@@ -371,6 +371,12 @@ uint32_t chimera_queries_len(const chimera_queries *q, int64_t i)
     return (uint32_t)(q->q.off[i + 1] - q->q.off[i]);
 }
 
+const float *chimera_queries_tokens(const chimera_queries *q, int64_t i)
+{
+    if (!q || i < 0 || i >= q->q.n) return NULL;
+    return q->q.tokens + (size_t)q->q.off[i] * q->q.dim;
+}
+
 void chimera_queries_free(chimera_queries *q)
 {
     if (!q) return;

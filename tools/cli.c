@@ -10,9 +10,11 @@
 
 #include "cli.h"
 
+const char *cli_program = "chimera";
+
 static void usage(const char *cmd, const char *synopsis, const cli_opt *opts, int n)
 {
-    fprintf(stderr, "usage: chimera %s %s\n", cmd, synopsis);
+    fprintf(stderr, "usage: %s %s %s\n", cli_program, cmd, synopsis);
     for (int i = 0; i < n; i++)
         fprintf(stderr, "  %-16s %s%s\n", opts[i].name, opts[i].help,
                 opts[i].required ? " (required)" : "");
@@ -39,8 +41,8 @@ static int set_value(const char *cmd, cli_opt *o, const char *v)
     case OPT_THREADS: {
         long long x = strtoll(v, &end, 10);
         if (errno || *end || end == v || x < 0 || x > CHIMERA_MAX_THREADS) {
-            fprintf(stderr, "chimera %s: %s: '%s' is not a thread count (0 for one per CPU, "
-                            "at most %d)\n", cmd, o->name, v, CHIMERA_MAX_THREADS);
+            fprintf(stderr, "%s %s: %s: '%s' is not a thread count (0 for one per CPU, "
+                            "at most %d)\n", cli_program, cmd, o->name, v, CHIMERA_MAX_THREADS);
             return -1;
         }
         *(uint32_t *)o->dst = (uint32_t)x;
@@ -54,7 +56,7 @@ static int set_value(const char *cmd, cli_opt *o, const char *v)
     }
     case OPT_FLAG: return 0;
     }
-    fprintf(stderr, "chimera %s: %s: '%s' is not a valid value\n", cmd, o->name, v);
+    fprintf(stderr, "%s %s: %s: '%s' is not a valid value\n", cli_program, cmd, o->name, v);
     return -1;
 }
 
@@ -70,7 +72,7 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
         }
         if (a[0] != '-' || a[1] == '\0') {
             if (np == n_pos) {
-                fprintf(stderr, "chimera %s: unexpected argument '%s'\n", cmd, a);
+                fprintf(stderr, "%s %s: unexpected argument '%s'\n", cli_program, cmd, a);
                 usage(cmd, synopsis, opts, n_opts);
                 return -1;
             }
@@ -83,7 +85,7 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
         for (int j = 0; j < n_opts; j++)
             if (strlen(opts[j].name) == len && strncmp(opts[j].name, a, len) == 0) o = &opts[j];
         if (!o) {
-            fprintf(stderr, "chimera %s: unknown option '%.*s'\n", cmd, (int)len, a);
+            fprintf(stderr, "%s %s: unknown option '%.*s'\n", cli_program, cmd, (int)len, a);
             usage(cmd, synopsis, opts, n_opts);
             return -1;
         }
@@ -94,14 +96,14 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) {
-            fprintf(stderr, "chimera %s: %s needs a value\n", cmd, o->name);
+            fprintf(stderr, "%s %s: %s needs a value\n", cli_program, cmd, o->name);
             return -1;
         }
         if (set_value(cmd, o, v) != 0) return -1;
     }
     for (int j = 0; j < n_opts; j++)
         if (opts[j].required && !opts[j].seen) {
-            fprintf(stderr, "chimera %s: %s is required\n", cmd, opts[j].name);
+            fprintf(stderr, "%s %s: %s is required\n", cli_program, cmd, opts[j].name);
             usage(cmd, synopsis, opts, n_opts);
             return -1;
         }
@@ -145,7 +147,7 @@ double cli_peak_rss_mib(void)
 
 int cli_fail(const char *cmd, const chimera_error *err)
 {
-    fprintf(stderr, "chimera %s: %s\n", cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
+    fprintf(stderr, "%s %s: %s\n", cli_program, cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
     return 1;
 }
 
@@ -153,6 +155,6 @@ int cli_backend(const char *cmd, const char *name, chimera_backend *out)
 {
     *out = CHIMERA_BACKEND_AUTO;
     if (!name || chimera_backend_parse(name, out) == CHIMERA_OK) return 0;
-    fprintf(stderr, "chimera %s: --backend must be cpu, cuda or auto, not '%s'\n", cmd, name);
+    fprintf(stderr, "%s %s: --backend must be cpu, cuda or auto, not '%s'\n", cli_program, cmd, name);
     return 2;
 }

@@ -7,6 +7,9 @@
 
 #include "chimera.h"
 
+/* The program's name in messages ("chimera"; chimera-mpi sets its own). */
+extern const char *cli_program;
+
 /* OPT_THREADS: a uint32_t thread count, 0 (one per CPU) to CHIMERA_MAX_THREADS. */
 typedef enum { OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG, OPT_THREADS } opt_kind;
 

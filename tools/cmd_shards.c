@@ -74,6 +74,7 @@ int build_sharded(const char *out, int n_shards, const chimera_corpus *c,
            (unsigned long long)l.generation, cli_now() - t0, cli_peak_rss_mib());
     rc = 0;
 done:
+    if (rc) shards_abandon(out, &l);
     if (rc == 1 && !bounds) fprintf(stderr, "chimera build: out of memory\n");
     chimera_codebook_free(cb);
     free(bounds);

@@ -97,6 +97,11 @@ int shards_read(const char *dir, shard_layout *out, chimera_error *err)
     memset(out, 0, sizeof *out);
     char *path = join(dir, SHARDS_MANIFEST);
     if (!path) return fail(err, CHIMERA_ERR_NOMEM, "out of memory");
+    if (!shards_is_layout(dir)) {
+        free(path);
+        return fail(err, CHIMERA_ERR_IO, "%s is not a sharded index (no %s there; chimera build "
+                    "--shards N or chimera-mpi build makes one)", dir, SHARDS_MANIFEST);
+    }
     char *text = read_text(path, err);
     if (!text) {
         free(path);
@@ -173,6 +178,20 @@ done:
     return rc;
 }
 
+char *shards_codebook_path(const char *dir, uint64_t gen)
+{
+    char name[64];
+    snprintf(name, sizeof name, "g%" PRIu64 "-codebook.bin", gen);
+    return join(dir, name);
+}
+
+char *shards_shard_path(const char *dir, uint64_t gen, int i)
+{
+    char name[64];
+    snprintf(name, sizeof name, "g%" PRIu64 "-shard-%03d", gen, i);
+    return join(dir, name);
+}
+
 int shards_plan(const char *dir, int n_shards, shard_layout *out, chimera_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -217,16 +236,13 @@ int shards_plan(const char *dir, int n_shards, shard_layout *out, chimera_error 
     out->generation = gen;
     out->n_shards = n_shards;
     out->shards = calloc((size_t)n_shards, sizeof *out->shards);
-    char name[64];
-    snprintf(name, sizeof name, "g%" PRIu64 "-codebook.bin", gen);
-    out->codebook = join(dir, name);
+    out->codebook = shards_codebook_path(dir, gen);
     if (!out->shards || !out->codebook) {
         shards_free(out);
         return fail(err, CHIMERA_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < n_shards; i++) {
-        snprintf(name, sizeof name, "g%" PRIu64 "-shard-%03d", gen, i);
-        if (!(out->shards[i].dir = join(dir, name))) {
+        if (!(out->shards[i].dir = shards_shard_path(dir, gen, i))) {
             shards_free(out);
             return fail(err, CHIMERA_ERR_NOMEM, "out of memory");
         }
@@ -247,8 +263,9 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return 0;
 }
 
-/* Removes what older generations (and interrupted writes) left in dir. */
-static void remove_stale(const char *dir, uint64_t gen)
+/* Removes what older generations (and interrupted writes) left in dir, or with
+ * only_gen, what generation `gen` wrote. */
+static void remove_files(const char *dir, uint64_t gen, int only_gen)
 {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -259,12 +276,18 @@ static void remove_stale(const char *dir, uint64_t gen)
         int ours = n[0] == 'g' && n[1] >= '0' && n[1] <= '9' && strchr(n, '-');
         int tmp = strstr(n, ".tmp") != NULL;
         if (!ours && !(tmp && strncmp(n, SHARDS_MANIFEST, strlen(SHARDS_MANIFEST)) == 0)) continue;
-        if (ours && strncmp(n, keep, strlen(keep)) == 0 && !tmp) continue;
+        int this_gen = ours && strncmp(n, keep, strlen(keep)) == 0;
+        if (only_gen ? !this_gen : this_gen && !tmp) continue;
         char *p = join(dir, n);
         if (p) nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         free(p);
     }
     closedir(d);
+}
+
+void shards_abandon(const char *dir, const shard_layout *l)
+{
+    remove_files(dir, l->generation, 1);
 }
 
 static int fsync_path(const char *path, int flags)
@@ -324,7 +347,7 @@ int shards_commit(const char *dir, const shard_layout *l, chimera_error *err)
         rc = fail(err, CHIMERA_ERR_IO, "%s: cannot commit (%s)", final, strerror(errno));
         remove(tmp);
     }
-    if (!rc) remove_stale(dir, l->generation);
+    if (!rc) remove_files(dir, l->generation, 0);
     free(text), free(final), free(tmp);
     return rc;
 }

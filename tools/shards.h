@@ -50,6 +50,14 @@ void shards_free(shard_layout *l);
  * a non-empty directory without a manifest, so that no user data is overwritten. */
 int shards_plan(const char *dir, int n_shards, shard_layout *out, chimera_error *err);
 
+/* The names of generation gen under DIR (malloc'd): the codebook, shard i's directory. */
+char *shards_codebook_path(const char *dir, uint64_t gen);
+char *shards_shard_path(const char *dir, uint64_t gen, int i);
+
+/* Removes what a failed build of the planned layout l wrote (its generation's files),
+ * leaving the committed layout as it was. */
+void shards_abandon(const char *dir, const shard_layout *l);
+
 /* Writes the manifest of l into DIR atomically (temporary file, fsync, rename, fsync
  * of DIR), then removes the files of older generations. 0, or 1 with err. */
 int shards_commit(const char *dir, const shard_layout *l, chimera_error *err);

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# chimera-mpi over mpirun on one machine (every rank single-threaded, oversubscribed):
+# a sharded build with the codebook gathered to rank 0 and one with distributed Lloyd
+# steps (MPI_Allreduce) both make searchable layouts; with exhaustive parameters the
+# MPI search equals `chimera search` of a single index built with the same codebook;
+# 1, 2, 3 and 4 ranks give the same answers over 3 shards; at default parameters the
+# sharded recall is within 0.01 of a single index's or above (0.02 for the codebook of
+# distributed Lloyd steps, which start from rank 0's share of the sample); bad inputs fail on every
+# rank with one message and a non-zero exit; a stalled rank (SIGSTOP) makes the job
+# stop within its --timeout naming what did not complete, and a killed rank stops the
+# job; a kill -9 of a sharded rebuild leaves the old layout searchable. Every mpirun
+# runs under `timeout`, so a hang fails the test instead of blocking it.
+set -u
+. "$(dirname "$0")/lib.sh"
+: "${CHIMERA_MPI:?path to chimera-mpi}" "${MPIEXEC:=mpirun}"
+C=$CHIMERA
+# Open MPI: root is allowed (CI runs as root), more ranks than cores, no CMA single-copy
+# (it needs ptrace, which containers often forbid), no leak reports from MPI's own
+# allocations under LeakSanitizer.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mpi() { local n=$1; shift; timeout 300 "$MPIEXEC" --oversubscribe --allow-run-as-root -n "$n" "$CHIMERA_MPI" "$@"; }
+"$C" gen --out "$T/c" --docs 1200 --dim 48 --queries 100 --max-len 80 --seed 5 >/dev/null || bad "gen failed"
+TOK=$T/c/tokens.npy
+LEN=$T/c/doclens.npy
+Q=$T/c/queries.npy
+"$C" exact --tokens "$TOK" --doclens "$LEN" --queries "$Q" -k 10 --out "$T/truth" >/dev/null
+recall() { "$C" eval --run "$1" --truth "$T/truth" -k 10 | awk '/^Recall@10/ {print $2}'; }
+
+# builds: gather and allreduce
+mpi 3 build --tokens "$TOK" --doclens "$LEN" --out "$T/MG" --threads 1 --no-sync >"$T/mg.out" 2>"$T/e" \
+  && ok || bad "mpi build (gather) failed: $(cat "$T/e")"
+grep -q '"n_docs":[[:space:]]*1200' "$T/MG/shards.json" && ok || bad "gather layout: $(cat "$T/MG/shards.json")"
+mpi 3 build --tokens "$TOK" --doclens "$LEN" --out "$T/MA" --threads 1 --no-sync --train allreduce \
+  --train-iters 3 >"$T/ma.out" 2>"$T/e" && ok || bad "mpi build (allreduce) failed: $(cat "$T/e")"
+grep -c 'Lloyd step' "$T/ma.out" | grep -q '^3$' && ok || bad "allreduce did not report 3 steps: $(cat "$T/ma.out")"
+
+# exhaustive: equal to the single index on the same codebook
+"$C" build --tokens "$TOK" --doclens "$LEN" --out "$T/one" --codebook "$T/MG/g1-codebook.bin" \
+  --no-sync >/dev/null 2>"$T/e" || bad "build --codebook failed: $(cat "$T/e")"
+K=$(sed -n 's/.*"n_clusters":[^0-9]*\([0-9]*\).*/\1/p' "$T/MG/shards.json")
+EX=(-k 10 --nprobe "$K" --k-refine 1200 --k-fullbit 1200 --threads 1)
+mpi 3 search "$T/MG" --queries "$Q" "${EX[@]}" --out "$T/mg.ex" >/dev/null 2>"$T/e" || bad "mpi search failed: $(cat "$T/e")"
+"$C" search "$T/one" --queries "$Q" "${EX[@]}" --out "$T/one.ex" >/dev/null || bad "single search failed"
+cmp -s "$T/mg.ex" "$T/one.ex" && ok || bad "MPI exhaustive results differ from the single index's: $(diff "$T/mg.ex" "$T/one.ex" | head -4)"
+
+# 1..4 ranks over 3 shards: the same answers (default parameters: shard 0's, everywhere)
+for n in 1 2 3 4; do
+  mpi $n search "$T/MG" --queries "$Q" -k 10 --threads 1 --out "$T/r$n" >/dev/null 2>"$T/e" \
+    || bad "search on $n ranks failed: $(cat "$T/e")"
+done
+for n in 2 3 4; do cmp -s "$T/r1" "$T/r$n" && ok || bad "$n ranks differ from 1 rank"; done
+"$C" search "$T/MG" --queries "$Q" -k 10 --threads 1 --out "$T/cli" >/dev/null
+cmp -s "$T/r1" "$T/cli" && ok || bad "chimera-mpi differs from chimera search of the same layout"
+
+# default parameters: recall within 0.01 of a single index of the corpus
+"$C" build --tokens "$TOK" --doclens "$LEN" --out "$T/single" --no-sync >/dev/null
+"$C" search "$T/single" --queries "$Q" -k 10 --out "$T/single.run" >/dev/null
+r1=$(recall "$T/single.run"); rg=$(recall "$T/r3")
+mpi 3 search "$T/MA" --queries "$Q" -k 10 --threads 1 --out "$T/ma.run" >/dev/null 2>&1
+ra=$(recall "$T/ma.run")
+echo "Recall@10 at defaults: single $r1, MPI gather $rg, MPI allreduce $ra"
+awk -v a="$rg" -v b="$r1" 'BEGIN {exit !(a >= b - 0.01)}' && ok || bad "gather recall $rg < $r1 - 0.01"
+# distributed Lloyd starts from rank 0's third of the sample: close, not identical
+awk -v a="$ra" -v b="$r1" 'BEGIN {exit !(a >= b - 0.02)}' && ok || bad "allreduce recall $ra < $r1 - 0.02"
+mpi 2 search "$T/MG" --queries "$Q" -k 10 --threads 1 --latency --profile >"$T/prof" 2>&1 || bad "latency search failed"
+grep -q 'network (per query, rank 0)' "$T/prof" && ok || bad "--profile prints no bytes: $(cat "$T/prof")"
+
+# bad inputs: one message, non-zero everywhere
+one_message() { # WHAT NEEDLE ARGS...
+  local what=$1 needle=$2; shift 2
+  if mpi 3 "$@" >"$T/out" 2>"$T/err"; then bad "$what: exited 0"; return; fi
+  [ "$(grep -c "^chimera-mpi" "$T/err")" = 1 ] && grep -q -- "$needle" "$T/err" && ok \
+    || bad "$what: expected one chimera-mpi message with '$needle': $(cat "$T/err")"
+}
+"$C" gen --out "$T/d2" --docs 20 --dim 32 --queries 3 >/dev/null
+one_message "queries of another dimension" "dimension 32" search "$T/MG" --queries "$T/d2/queries.npy"
+one_message "not a sharded index" "not a sharded index" search "$T/nope" --queries "$Q"
+one_message "doclens of another corpus" "sum to" build --tokens "$TOK" --doclens "$T/d2/doclens.npy" --out "$T/x"
+[ -e "$T/x" ] && bad "a failed build left $T/x" || ok
+python3 - "$TOK" "$T/nan.npy" <<'PY'
+import sys, numpy as np
+t = np.load(sys.argv[1]); t[len(t) - 5, 3] = np.nan; np.save(sys.argv[2], t)
+PY
+one_message "NaN in the last shard" "NaN" build --tokens "$T/nan.npy" --doclens "$LEN" --out "$T/x"
+grep -q "rank 2" "$T/err" && ok || bad "the NaN is not reported by the rank that holds it: $(cat "$T/err")"
+
+# a stalled rank: the job stops within --timeout (+ start-up), naming the wait
+python3 - "$Q" "$T/many.npy" <<'PY'
+import sys, numpy as np
+q = np.load(sys.argv[1]); np.save(sys.argv[2], np.concatenate([q] * 20))
+PY
+rank_pid() { # the pid of rank $1 of the running chimera-mpi job
+  for p in $(pgrep -f "chimera-mpi search"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return; }
+  done
+}
+for sig in STOP KILL; do
+  t0=$(date +%s)
+  mpi 3 search "$T/MG" --queries "$T/many.npy" -k 10 --threads 1 --latency --timeout 3 >/dev/null 2>"$T/err.$sig" &
+  job=$!
+  p=""
+  for _ in $(seq 100); do p=$(rank_pid 1); [ -n "$p" ] && break; sleep 0.1; done
+  sleep 1
+  [ -n "$p" ] && kill -$sig "$p"
+  wait $job; rc=$?
+  el=$(( $(date +%s) - t0 ))
+  [ -n "$p" ] && [ $rc != 0 ] && [ $rc != 124 ] && [ $el -lt 60 ] && ok \
+    || bad "SIG$sig of rank 1: rc $rc after ${el}s (pid '$p'): $(head -3 "$T/err.$sig")"
+  [ $sig = STOP ] && { grep -q "did not complete within 3 s" "$T/err.$sig" && ok || bad "stall not named: $(cat "$T/err.$sig")"; }
+  [ -n "$p" ] && kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null
+done
+
+# kill -9 of a rebuild: the old layout still searches
+mpi 3 build --tokens "$TOK" --doclens "$LEN" --out "$T/MG" --threads 1 --no-sync >/dev/null 2>&1 &
+job=$!
+sleep 2
+pkill -9 -f "chimera-mpi build" ; wait $job 2>/dev/null
+mpi 3 search "$T/MG" --queries "$Q" -k 10 --threads 1 --out "$T/after" >/dev/null 2>"$T/e" && ok \
+  || bad "after kill -9 of a rebuild the layout does not search: $(cat "$T/e")"
+[ "$(wc -l <"$T/after")" = 1000 ] && ok || bad "after kill -9: $(wc -l <"$T/after") lines"
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
