@@ -4,7 +4,9 @@
 # from Debian; SQLite holds document metadata and evaluates filter predicates), Python's venv module and headers (the Python package), and numpy for the
 # tests' fixture conversions; libmicrohttpd for `chimera serve` (the HTTP service:
 # an embeddable C server with a thread pool, epoll and suspendable connections, linked
-# dynamically, LGPL).
+# dynamically, LGPL); Open MPI for `chimera-mpi` (sharded build, search and serving, one
+# process per shard: the standard runtime of distributed C programs, with mpirun to
+# launch it on one machine or many).
 # Idempotent: installs only what is missing. The CUDA toolkit is optional and is not
 # installed here (the build uses nvcc when it finds one).
 set -euo pipefail
@@ -14,7 +16,7 @@ set -euo pipefail
 # and Python.h for its C extension); pip fetches scikit-build-core, numpy and pytest
 # from PyPI into that venv.
 pkgs=(build-essential cmake pkg-config libopenblas-dev libxxhash-dev libcjson-dev libsqlite3-dev clang libclang-rt-14-dev
-      python3-venv python3-dev libmicrohttpd-dev)
+      python3-venv python3-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
