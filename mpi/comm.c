@@ -16,7 +16,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void mpi_wait(MPI_Request *req, const char *what)
+int mpi_wait_for(MPI_Request *req, double seconds)
 {
     /* Poll rather than block, so that a dead or stalled rank is noticed: spin for the
      * first millisecond (a search's round trip), then sleep between tests. */
@@ -24,14 +24,19 @@ void mpi_wait(MPI_Request *req, const char *what)
     int done = 0;
     for (;;) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) return;
+        if (done) return 1;
         t = now();
-        if (t - t0 > mpi_world.timeout) break;
+        if (t - t0 > seconds) return 0;
         if (t - t0 > 1e-3) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
         }
     }
+}
+
+void mpi_wait(MPI_Request *req, const char *what)
+{
+    if (mpi_wait_for(req, mpi_world.timeout)) return;
     fprintf(stderr, "chimera-mpi: rank %d: %s did not complete within %.0f s: a rank died or "
                     "stalls. MPI cannot continue without it, so the job stops here (restart "
                     "it with mpirun; the index on disk is unchanged)\n",

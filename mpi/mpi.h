@@ -23,6 +23,7 @@
 
 typedef struct mpi_ctx {
     int rank, size;
+    int threads;          /* the thread support MPI provided (MPI_THREAD_*) */
     double timeout;       /* seconds a wait may take before the job is aborted */
     uint64_t bytes_sent;  /* payload this rank sent and received (counted by the helpers) */
     uint64_t bytes_recv;
@@ -32,6 +33,9 @@ extern mpi_ctx mpi_world;
 
 /* Waits for req, or aborts the job once mpi_world.timeout passes (naming `what`). */
 void mpi_wait(MPI_Request *req, const char *what);
+/* Waits for req at most `seconds` (INFINITY: no limit; idle waits sleep between tests
+ * instead of spinning a core). Returns 1 when it completed, 0 when the time ran out. */
+int mpi_wait_for(MPI_Request *req, double seconds);
 
 /* Every rank passes whether it succeeded (ok = 1) and, if not, its error. Returns 1 on
  * every rank when all succeeded; else 0 on every rank, with the first failing rank's

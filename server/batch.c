@@ -199,7 +199,9 @@ static void run_group(srv_batcher *b, srv_search **list, int n)
         b->last_nq = nq;
         so.latency_mode = b->singles > SINGLES_FOR_LATENCY;
         so.query_filters = (const chimera_filter *const *)filters;
-        st = chimera_index_search(b->ix->ix, q, k, &list[0]->params, &so, ids, scores, &prof, &err);
+        const srv_remote *r = b->ix->remote;
+        st = r ? r->search(r->user, q, k, &list[0]->params, &so, ids, scores, &prof, &err)
+               : chimera_index_search(b->ix->ix, q, k, &list[0]->params, &so, ids, scores, &prof, &err);
     }
 done:
     if (st == CHIMERA_OK) {

@@ -48,24 +48,25 @@ static void usage(FILE *f)
             "/indexes/NAME/search; POST (add), PUT (update), DELETE /indexes/NAME/documents.\n");
 }
 
-static int parse_num(const char *opt, const char *s, long long lo, long long hi, long long *out)
+static int parse_num(const char *prog, const char *opt, const char *s, long long lo, long long hi,
+                     long long *out)
 {
     char *end;
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
     if (!s || errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "chimera serve: %s needs an integer from %lld to %lld\n", opt, lo, hi);
+        fprintf(stderr, "%s: %s needs an integer from %lld to %lld\n", prog, opt, lo, hi);
         return -1;
     }
     *out = v;
     return 0;
 }
 
-static int read_key(const char *path, srv_config *cfg)
+static int read_key(const char *prog, const char *path, srv_config *cfg)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "chimera serve: --api-key-file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "%s: --api-key-file %s: %s\n", prog, path, strerror(errno));
         return -1;
     }
     char line[sizeof cfg->api_key + 2];
@@ -74,8 +75,8 @@ static int read_key(const char *path, srv_config *cfg)
     size_t n = ok ? strcspn(line, "\r\n") : 0;
     line[n] = '\0';
     if (n == 0 || n >= sizeof cfg->api_key) {
-        fprintf(stderr, "chimera serve: --api-key-file %s: the first line must hold the key (1 to %zu "
-                        "bytes)\n", path, sizeof cfg->api_key - 1);
+        fprintf(stderr, "%s: --api-key-file %s: the first line must hold the key (1 to %zu "
+                        "bytes)\n", prog, path, sizeof cfg->api_key - 1);
         return -1;
     }
     memcpy(cfg->api_key, line, n + 1);
@@ -134,7 +135,7 @@ static int open_index(srv_server *srv, const char *spec)
 /* The order matters: the batchers and writers finish what is queued (resuming every
  * waiting connection) before the daemon stops, and are freed after it, when no HTTP
  * thread can submit to them any more. */
-static void close_all(srv_server *srv)
+void srv_close(srv_server *srv)
 {
     for (int i = 0; i < srv->n_indexes; i++) {
         srv_batcher_stop(srv->indexes[i]->batcher);
@@ -153,11 +154,10 @@ static void close_all(srv_server *srv)
     pthread_mutex_destroy(&srv->log_lock);
 }
 
-int cmd_serve(int argc, char **argv)
+void srv_init(srv_server *srv)
 {
-    static srv_server srv_storage; /* big (metrics); one per process */
-    srv_server *srv = &srv_storage;
     memset(srv, 0, sizeof *srv);
+    srv->prog = "chimera serve";
     pthread_mutex_init(&srv->log_lock, NULL);
     srv_metrics_init(&srv->metrics);
     srv_config *cfg = &srv->cfg;
@@ -171,114 +171,148 @@ int cmd_serve(int argc, char **argv)
     cfg->max_batch = 1024;
     cfg->batch_window_us = 1000;
     cfg->timeout_s = 10;
-    double drain_s = 30;
-    /* Block the stop signals before any thread starts, so every thread inherits the mask
-     * and only sigwait below sees them. */
+}
+
+void srv_block_signals(void)
+{
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
-    int rc = 2;
-    for (int i = 2; i < argc; i++) {
+}
+
+int srv_parse_args(srv_server *srv, int argc, char **argv, int first, int allow_index,
+                   double *drain_s, int *code)
+{
+    srv_config *cfg = &srv->cfg;
+    const char *P = srv->prog;
+    *code = 2;
+    for (int i = first; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
-            rc = 0;
-            goto out;
+            *code = 0;
+            return -1;
         }
         if (strcmp(a, "--quiet") == 0) {
             cfg->quiet = 1;
             continue;
         }
         if (!v) {
-            fprintf(stderr, "chimera serve: %s needs a value\n", a);
+            fprintf(stderr, "%s: %s needs a value\n", P, a);
             usage(stderr);
-            goto out;
+            return 1;
         }
         i++;
-        if (strcmp(a, "--index") == 0) {
+        if (strcmp(a, "--index") == 0 && allow_index) {
             if (open_index(srv, v)) {
-                rc = 1;
-                goto out;
+                *code = 1;
+                return 1;
             }
         } else if (strcmp(a, "--host") == 0) {
             cfg->host = v;
         } else if (strcmp(a, "--port") == 0) {
-            if (parse_num(a, v, 0, 65535, &x)) goto out;
+            if (parse_num(P, a, v, 0, 65535, &x)) return 1;
             cfg->port = (uint16_t)x;
         } else if (strcmp(a, "--threads") == 0) {
-            if (parse_num(a, v, 1, 256, &x)) goto out;
+            if (parse_num(P, a, v, 1, 256, &x)) return 1;
             cfg->http_threads = (int)x;
         } else if (strcmp(a, "--search-threads") == 0) {
-            if (parse_num(a, v, 0, CHIMERA_MAX_THREADS, &x)) goto out;
+            if (parse_num(P, a, v, 0, CHIMERA_MAX_THREADS, &x)) return 1;
             cfg->search_threads = (int)x;
         } else if (strcmp(a, "--api-key-file") == 0) {
-            if (read_key(v, cfg)) goto out;
+            if (read_key(P, v, cfg)) return 1;
         } else if (strcmp(a, "--max-body") == 0) {
-            if (parse_num(a, v, 1, 4096, &x)) goto out;
+            if (parse_num(P, a, v, 1, 4096, &x)) return 1;
             cfg->max_body = (size_t)x << 20;
         } else if (strcmp(a, "--max-k") == 0) {
-            if (parse_num(a, v, 1, 100000, &x)) goto out;
+            if (parse_num(P, a, v, 1, 100000, &x)) return 1;
             cfg->max_k = (uint32_t)x;
         } else if (strcmp(a, "--max-queries") == 0) {
-            if (parse_num(a, v, 1, 1 << 20, &x)) goto out;
+            if (parse_num(P, a, v, 1, 1 << 20, &x)) return 1;
             cfg->max_queries = x;
         } else if (strcmp(a, "--max-query-tokens") == 0) {
-            if (parse_num(a, v, 1, 1 << 16, &x)) goto out;
+            if (parse_num(P, a, v, 1, 1 << 16, &x)) return 1;
             cfg->max_query_tokens = (uint32_t)x;
         } else if (strcmp(a, "--max-batch") == 0) {
-            if (parse_num(a, v, 1, 1 << 20, &x)) goto out;
+            if (parse_num(P, a, v, 1, 1 << 20, &x)) return 1;
             cfg->max_batch = x;
         } else if (strcmp(a, "--batch-window-us") == 0) {
-            if (parse_num(a, v, 0, 1000000, &x)) goto out;
+            if (parse_num(P, a, v, 0, 1000000, &x)) return 1;
             cfg->batch_window_us = (int)x;
         } else if (strcmp(a, "--timeout") == 0) {
-            if (parse_num(a, v, 1, 3600, &x)) goto out;
+            if (parse_num(P, a, v, 1, 3600, &x)) return 1;
             cfg->timeout_s = (int)x;
         } else if (strcmp(a, "--drain") == 0) {
-            if (parse_num(a, v, 0, 3600, &x)) goto out;
-            drain_s = (double)x;
+            if (parse_num(P, a, v, 0, 3600, &x)) return 1;
+            *drain_s = (double)x;
         } else {
-            fprintf(stderr, "chimera serve: unknown option '%s'\n", a);
+            fprintf(stderr, "%s: unknown option '%s'\n", P, a);
             usage(stderr);
-            goto out;
+            return 1;
         }
     }
-    if (srv->n_indexes == 0) {
-        fprintf(stderr, "chimera serve: give at least one --index NAME=DIR\n");
-        usage(stderr);
-        goto out;
-    }
+    return 0;
+}
+
+int srv_run(srv_server *srv, double drain_s, const char *prog)
+{
     char msg[256];
+    const srv_config *cfg = &srv->cfg;
     for (int i = 0; i < srv->n_indexes; i++) {
         srv_index *ix = srv->indexes[i];
         if (srv_batcher_start(ix, cfg, &srv->metrics, &ix->batcher, msg, sizeof msg) ||
             srv_writer_start(ix, &srv->metrics, &ix->writer, msg, sizeof msg)) {
-            fprintf(stderr, "chimera serve: %s\n", msg);
-            rc = 1;
-            goto out;
+            fprintf(stderr, "%s: %s\n", prog, msg);
+            srv_close(srv);
+            return 1;
         }
     }
     if (srv_http_start(srv, msg, sizeof msg)) {
-        fprintf(stderr, "chimera serve: %s\n", msg);
-        rc = 1;
-        goto out;
+        fprintf(stderr, "%s: %s\n", prog, msg);
+        srv_close(srv);
+        return 1;
     }
-    printf("chimera serve: listening on http://%s%s%s:%u (%d index%s)\n", strchr(cfg->host, ':') ? "[" : "",
+    printf("%s: listening on http://%s%s%s:%u (%d index%s)\n", prog, strchr(cfg->host, ':') ? "[" : "",
            cfg->host, strchr(cfg->host, ':') ? "]" : "", (unsigned)srv_http_port(srv), srv->n_indexes,
            srv->n_indexes == 1 ? "" : "es");
     fflush(stdout);
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
     int sig = 0;
     while (sigwait(&stop, &sig) != 0) {
     }
-    fprintf(stderr, "chimera serve: %s: finishing the requests in flight\n",
+    fprintf(stderr, "%s: %s: finishing the requests in flight\n", prog,
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     srv_http_drain(srv, drain_s);
-    rc = 0;
-out:
-    close_all(srv);
-    return rc;
+    srv_close(srv);
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    static srv_server srv_storage; /* big (metrics); one per process */
+    srv_server *srv = &srv_storage;
+    srv_init(srv);
+    double drain_s = 30;
+    /* Block the stop signals before any thread starts, so every thread inherits the mask
+     * and only sigwait in srv_run sees them. */
+    srv_block_signals();
+    int code = 2;
+    int r = srv_parse_args(srv, argc, argv, 2, 1, &drain_s, &code);
+    if (r == 0 && srv->n_indexes == 0) {
+        fprintf(stderr, "chimera serve: give at least one --index NAME=DIR\n");
+        usage(stderr);
+        r = 1;
+    }
+    if (r) {
+        srv_close(srv);
+        return code;
+    }
+    return srv_run(srv, drain_s, "chimera serve");
 }

@@ -192,12 +192,12 @@ char *srv_metrics_text(srv_server *srv, size_t *len)
             "# TYPE chimera_index_generation gauge\n");
     for (int i = 0; i < srv->n_indexes; i++)
         put(&b, "chimera_index_generation{index=\"%s\"} %llu\n", srv->indexes[i]->name,
-            (unsigned long long)chimera_index_generation(srv->indexes[i]->ix));
+            (unsigned long long)srv_index_generation(srv->indexes[i]));
     put(&b, "# HELP chimera_index_documents Documents a search can return.\n"
             "# TYPE chimera_index_documents gauge\n");
     for (int i = 0; i < srv->n_indexes; i++)
         put(&b, "chimera_index_documents{index=\"%s\"} %lld\n", srv->indexes[i]->name,
-            (long long)chimera_index_n_docs(srv->indexes[i]->ix));
+            (long long)srv_index_n_docs(srv->indexes[i]));
     put(&b, "# HELP chimera_uptime_seconds Seconds since the server started.\n"
             "# TYPE chimera_uptime_seconds gauge\nchimera_uptime_seconds %.1f\n",
         srv_now() - m->start_time);

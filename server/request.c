@@ -457,6 +457,9 @@ static int search_filters(srv_index *ix, const cJSON *root, srv_search *s, srv_e
     if (!s->filters || !s->owned) return srv_fail(e, 503, "OUT_OF_MEMORY", "out of memory");
     chimera_error err = {0};
     if (filter) {
+        if (ix->remote)
+            return srv_fail(e, 422, "UNSUPPORTED", "index %s is sharded: metadata filters are not "
+                            "served across shards (use subset or exclude)", ix->name);
         if (!cJSON_IsString(filter))
             return srv_fail(e, 422, "INVALID_VALUE", "filter must be a string (an SQL expression)");
         char **args;
@@ -549,6 +552,11 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
     if (recall && !cJSON_IsNull(recall)) {
         if (!cJSON_IsNumber(recall) || !(recall->valuedouble > 0 && recall->valuedouble <= 1)) {
             srv_fail(e, 422, "INVALID_VALUE", "recall must be a number in (0, 1]");
+            goto fail;
+        }
+        if (ix->remote) {
+            srv_fail(e, 422, "NO_PROFILE", "index %s is sharded: tuned profiles are per shard; "
+                     "give params", ix->name);
             goto fail;
         }
         chimera_search_params tuned;
@@ -764,6 +772,11 @@ int srv_parse_write(srv_index *ix, const srv_config *cfg, srv_write_kind kind, c
         if (ids) {
             if (parse_ids(ids, "ids", (int64_t)1 << 26, &w->ids, &w->n_docs, e)) goto fail;
         } else {
+            if (ix->remote) {
+                srv_fail(e, 422, "UNSUPPORTED", "index %s is sharded: delete by ids (metadata "
+                         "filters are not served across shards)", ix->name);
+                goto fail;
+            }
             if (!cJSON_IsString(filter)) {
                 srv_fail(e, 422, "INVALID_VALUE", "filter must be a string (an SQL expression)");
                 goto fail;
@@ -777,6 +790,11 @@ int srv_parse_write(srv_index *ix, const srv_config *cfg, srv_write_kind kind, c
                 goto fail;
         }
     } else if (parse_documents(ix, root, w, e)) {
+        goto fail;
+    }
+    if (ix->remote && w->metadata_jsonl && w->metadata_jsonl[0]) {
+        srv_fail(e, 422, "UNSUPPORTED", "index %s is sharded: documents are added without "
+                 "metadata (its shards keep none)", ix->name);
         goto fail;
     }
     cJSON_Delete(root);

@@ -92,27 +92,48 @@ static void fail_now(srv_answer *a, int status, const char *code, const char *fm
     srv_answer_error(a, &e);
 }
 
+int64_t srv_index_n_docs(const srv_index *ix)
+{
+    return ix->remote ? ix->remote->n_docs(ix->remote->user) : chimera_index_n_docs(ix->ix);
+}
+
+uint64_t srv_index_generation(const srv_index *ix)
+{
+    return ix->remote ? ix->remote->generation(ix->remote->user) : chimera_index_generation(ix->ix);
+}
+
 static cJSON *index_summary(srv_index *ix)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "name", ix->name);
     cJSON_AddNumberToObject(o, "dim", ix->dim);
-    cJSON_AddNumberToObject(o, "n_docs", (double)chimera_index_n_docs(ix->ix));
-    cJSON_AddNumberToObject(o, "generation", (double)chimera_index_generation(ix->ix));
+    cJSON_AddNumberToObject(o, "n_docs", (double)srv_index_n_docs(ix));
+    cJSON_AddNumberToObject(o, "generation", (double)srv_index_generation(ix));
+    if (ix->remote) {
+        cJSON_AddStringToObject(o, "kind", ix->remote->kind);
+        cJSON_AddNumberToObject(o, "n_shards", ix->remote->n_shards);
+    }
     return o;
 }
 
 static void handle_health(srv_server *srv, srv_answer *a)
 {
+    /* a remote index that can serve no more (its shard processes lost) makes the whole
+     * service unhealthy, so that whatever watches /health restarts it */
+    int lost = 0;
+    for (int i = 0; i < srv->n_indexes; i++) {
+        const srv_remote *r = srv->indexes[i]->remote;
+        if (r && r->healthy && !r->healthy(r->user)) lost = 1;
+    }
     cJSON *o = cJSON_CreateObject();
     if (o) {
-        cJSON_AddStringToObject(o, "status", atomic_load(&srv->draining) ? "draining" : "ok");
+        cJSON_AddStringToObject(o, "status", lost ? "broken" : atomic_load(&srv->draining) ? "draining" : "ok");
         cJSON_AddStringToObject(o, "version", chimera_version());
         cJSON_AddNumberToObject(o, "indexes", srv->n_indexes);
         cJSON_AddNumberToObject(o, "uptime_seconds", srv_now() - srv->metrics.start_time);
     }
-    srv_answer_json(a, 200, o);
+    srv_answer_json(a, lost ? 503 : 200, o);
 }
 
 static void handle_indexes(srv_server *srv, srv_answer *a)
@@ -125,6 +146,10 @@ static void handle_indexes(srv_server *srv, srv_answer *a)
 
 static void handle_info(srv_index *ix, srv_answer *a)
 {
+    if (ix->remote) { /* its shards are described by the processes that hold them */
+        srv_answer_json(a, 200, index_summary(ix));
+        return;
+    }
     chimera_index_info info;
     chimera_error err = {0};
     chimera_status s = chimera_index_info_read(ix->dir, &info, &err);

@@ -118,19 +118,46 @@ void srv_metrics_batch(srv_metrics *m, int64_t n_queries);
 
 typedef struct srv_batcher srv_batcher;
 typedef struct srv_writer srv_writer;
+typedef struct srv_write srv_write;
 typedef struct srv_server srv_server;
+
+/* An index served through someone else's calls instead of a local chimera_index: the
+ * shards of chimera-mpi serve, on other processes. search is chimera_index_search's
+ * contract; commit makes one write (never a metadata filter or metadata records, which
+ * request.c refuses for a remote index) durable and visible before it returns; the
+ * others describe what is served. Called from the batcher and writer threads. */
+typedef struct srv_remote {
+    void *user;
+    chimera_status (*search)(void *user, const chimera_queries *q, uint32_t k,
+                             const chimera_search_params *p, const chimera_search_opts *so,
+                             int64_t *ids, float *scores, chimera_search_profile *prof,
+                             chimera_error *err);
+    chimera_status (*commit)(void *user, const srv_write *w, chimera_update_report *rep,
+                             chimera_error *err);
+    int64_t (*n_docs)(void *user);
+    uint64_t (*generation)(void *user);
+    int (*healthy)(void *user);  /* 0: it can serve no more (GET /health answers 503) */
+    const char *kind;            /* "sharded": what GET /indexes/{name} says it is */
+    int n_shards;
+} srv_remote;
 
 typedef struct srv_index {
     char name[SRV_NAME_MAX];
     char *dir;
-    chimera_index *ix;
+    chimera_index *ix;           /* NULL when remote */
+    const srv_remote *remote;    /* NULL: a local index */
     uint32_t dim;
     srv_batcher *batcher;
     srv_writer *writer;
     srv_server *srv;
 } srv_index;
 
+/* What is served, local or remote. */
+int64_t srv_index_n_docs(const srv_index *ix);
+uint64_t srv_index_generation(const srv_index *ix);
+
 struct srv_server {
+    const char *prog;            /* in messages: "chimera serve" */
     srv_config cfg;
     srv_index *indexes[SRV_MAX_INDEXES];
     int n_indexes;
@@ -202,7 +229,7 @@ void srv_batcher_free(srv_batcher *b);
 
 typedef enum srv_write_kind { SRV_WRITE_ADD, SRV_WRITE_UPDATE, SRV_WRITE_DELETE } srv_write_kind;
 
-typedef struct srv_write {
+struct srv_write {
     srv_pending *pending;
     srv_write_kind kind;
     /* add, update: documents */
@@ -218,7 +245,7 @@ typedef struct srv_write {
     int n_filter_args;
     int missing_ok;
     struct srv_write *next;
-} srv_write;
+};
 
 int srv_parse_write(srv_index *ix, const srv_config *cfg, srv_write_kind kind, const char *body,
                     size_t len, srv_write **out, srv_error *e);
@@ -250,6 +277,25 @@ char *srv_metrics_text(srv_server *srv, size_t *len);
 /* The OpenAPI document (openapi.json, compiled in). */
 extern const unsigned char srv_openapi_json[];
 extern const size_t srv_openapi_json_len;
+
+/* ---- the service (main.c): chimera serve, and chimera-mpi serve on top of it ------------ */
+
+/* Sets srv to the default configuration (its storage is the caller's: static, it is big). */
+void srv_init(srv_server *srv);
+/* Parses serve options argv[first..]: 0, 1 (an error, printed; exit 1 for an index that
+ * failed to open, else 2 in *code), or -1 (--help printed). allow_index = 0 refuses
+ * --index (chimera-mpi serve names its one index itself). */
+int srv_parse_args(srv_server *srv, int argc, char **argv, int first, int allow_index,
+                   double *drain_s, int *code);
+/* Blocks SIGTERM and SIGINT (call before any thread starts, so every thread inherits the
+ * mask) and ignores SIGPIPE. */
+void srv_block_signals(void);
+/* Starts every index's batcher and writer and the HTTP daemon, prints the address,
+ * waits for SIGTERM or SIGINT, drains (drain_s), stops and closes every index. Returns
+ * the exit code. */
+int srv_run(srv_server *srv, double drain_s, const char *prog);
+/* Stops and frees what srv_parse_args / srv_run set up (after a failure). */
+void srv_close(srv_server *srv);
 
 int srv_http_start(srv_server *srv, char *msg, size_t msg_len);
 /* Stops accepting connections and waits (up to drain_s) for the requests in flight. */

@@ -72,6 +72,7 @@ static chimera_status commit(srv_writer *wr, const srv_write *w, chimera_update_
                              chimera_error *err)
 {
     srv_index *ix = wr->ix;
+    if (ix->remote) return ix->remote->commit(ix->remote->user, w, rep, err);
     chimera_update_opts uo;
     chimera_update_opts_default(&uo);
     uo.missing_ok = w->missing_ok;
@@ -164,6 +165,7 @@ static void answer_write(srv_writer *wr, srv_write *w, chimera_status s, const c
 static int refresh(srv_writer *wr)
 {
     chimera_error err = {0};
+    if (wr->ix->remote) return 1; /* its commit made the write visible */
     if (chimera_index_refresh(wr->ix->ix, NULL, &err) == CHIMERA_OK) return 1;
     pthread_mutex_lock(&wr->ix->srv->log_lock);
     fprintf(stderr, "chimera serve: %s: refresh after a commit failed: %s\n", wr->ix->name, err.msg);
@@ -261,7 +263,7 @@ static void *writer_main(void *arg)
             ts.tv_sec += REFRESH_SECONDS;
             if (pthread_cond_timedwait(&wr->cv, &wr->mu, &ts) == ETIMEDOUT && !wr->head && !wr->stop) {
                 pthread_mutex_unlock(&wr->mu);
-                chimera_index_refresh(wr->ix->ix, NULL, NULL);
+                if (!wr->ix->remote) chimera_index_refresh(wr->ix->ix, NULL, NULL);
                 pthread_mutex_lock(&wr->mu);
             }
         }

@@ -55,11 +55,11 @@ for f in tools/*.c tools/*.h $(find python -type f \( -name '*.c' -o -name '*.h'
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
 # The MPI driver (mpi/) is a front end too: the public header, the CLI's option parsing
-# and sharded layout, and its own header.
+# and sharded layout, the server's header (serve runs it), and its own header.
 for f in mpi/*.c mpi/*.h; do
   [ -f "$f" ] || continue
   while IFS= read -r inc; do
-    case "$inc" in chimera.h|mpi.h|../tools/cli.h|../tools/shards.h) ;; *) echo "$f includes \"$inc\": the MPI driver uses only chimera.h, tools/cli.h, tools/shards.h and mpi/ headers"; bad=1 ;; esac
+    case "$inc" in chimera.h|mpi.h|server.h|../tools/cli.h|../tools/shards.h) ;; *) echo "$f includes \"$inc\": the MPI driver uses only chimera.h, tools/cli.h, tools/shards.h, server/server.h and mpi/ headers"; bad=1 ;; esac
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
 # The HTTP server (server/) is a front end too: the public header and its own headers.

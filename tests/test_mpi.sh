@@ -8,7 +8,11 @@
 # distributed Lloyd steps, which start from rank 0's share of the sample); bad inputs fail on every
 # rank with one message and a non-zero exit; a stalled rank (SIGSTOP) makes the job
 # stop within its --timeout naming what did not complete, and a killed rank stops the
-# job; a kill -9 of a sharded rebuild leaves the old layout searchable. Every mpirun
+# job; a kill -9 of a sharded rebuild leaves the old layout searchable; chimera-mpi
+# serve answers like chimera-mpi search, applies id filters, routes adds (a conflict for
+# an id any shard holds), updates and deletes to the right shards, refuses metadata
+# filters and recall profiles, stops cleanly on SIGTERM to rank 0, and answers 503 (and
+# /health "broken") within --shard-timeout once a shard rank stalls. Every mpirun
 # runs under `timeout`, so a hang fails the test instead of blocking it.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -119,5 +123,109 @@ pkill -9 -f "chimera-mpi build" ; wait $job 2>/dev/null
 mpi 3 search "$T/MG" --queries "$Q" -k 10 --threads 1 --out "$T/after" >/dev/null 2>"$T/e" && ok \
   || bad "after kill -9 of a rebuild the layout does not search: $(cat "$T/e")"
 [ "$(wc -l <"$T/after")" = 1000 ] && ok || bad "after kill -9: $(wc -l <"$T/after") lines"
+# serve: the HTTP service over the shards (when built with the server)
+if "$CHIMERA_MPI" serve --help >/dev/null 2>&1; then
+  serve_start() { # DIR [options]: starts the job, sets $job and $port
+    local d=$1; shift
+    mpi 3 serve "$d" --port 0 --search-threads 1 --quiet "$@" >"$T/serve.out" 2>"$T/serve.err" &
+    job=$!
+    port=""
+    for _ in $(seq 300); do
+      port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/serve.out")
+      [ -n "$port" ] && break
+      sleep 0.1
+    done
+  }
+  serve_start "$T/MG"
+  [ -n "$port" ] && ok || bad "serve did not start: $(cat "$T/serve.err")"
+  # results equal chimera-mpi search's; filters; add, conflict, update, delete; refusals
+  python3 - "$port" "$Q" "$T/mg.ex" "$K" <<'PY' && ok || bad "serve API checks failed"
+import json, sys, urllib.request, numpy as np
+port, qpath, expath, K = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+U = "http://127.0.0.1:" + port
+def call(m, p, body=None):
+    req = urllib.request.Request(U + p, method=m, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r: return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e: return e.code, json.loads(e.read())
+failed = []
+def check(cond, what):
+    if not cond: failed.append(what); print("FAIL:", what, file=sys.stderr)
+q = np.load(qpath)
+FP = {"n_probe": K, "k_refine": 1200, "k_fullbit": 1200}
+want = {}
+for line in open(expath):
+    f = line.split(); want.setdefault(int(f[0]), []).append(int(f[2]))
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:8].tolist(), "k": 10, "params": FP})
+check(st == 200 and all(b["results"][i]["ids"] == want[i] for i in range(8)), "exhaustive results differ from chimera-mpi search's")
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:4].tolist(), "k": 10, "params": FP, "subset": [3, 500, 1100]})
+check(st == 200 and all(sorted(r["ids"]) == [3, 500, 1100] for r in b["results"]), "subset filter: %s" % b)
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:2].tolist(), "k": 10, "params": FP, "exclude": want[0][:5]})
+check(st == 200 and not set(b["results"][0]["ids"]) & set(want[0][:5]), "exclude filter")
+st, h = call("GET", "/indexes/MG")
+check(st == 200 and h["n_docs"] == 1200 and h["n_shards"] == 3, "index info: %s" % h)
+doc = q[0].tolist()
+st, b = call("POST", "/indexes/MG/documents", {"documents": [{"id": 9000001, "embeddings": doc}, {"id": 9000002, "embeddings": q[1].tolist()}]})
+check(st == 200 and b["n_docs"] == 1202, "add: %s %s" % (st, b))
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:1].tolist(), "k": 3})
+check(st == 200 and b["results"][0]["ids"][0] == 9000001, "the added document is not found first: %s" % b)
+st, b = call("POST", "/indexes/MG/documents", {"documents": [{"id": 9000001, "embeddings": doc}]})
+check(st == 409, "adding an id twice: %s %s" % (st, b))
+st, b = call("POST", "/indexes/MG/documents", {"documents": [{"id": 17, "embeddings": doc}]})
+check(st == 409, "adding an id a shard holds: %s %s" % (st, b))
+st, b = call("PUT", "/indexes/MG/documents", {"documents": [{"id": 17, "embeddings": q[2].tolist()}]})
+check(st == 200 and b["docs_deleted"] == 1 and b["n_docs"] == 1202, "update: %s %s" % (st, b))
+st, b = call("POST", "/indexes/MG/search", {"queries": q[2:3].tolist(), "k": 3, "params": FP})
+check(st == 200 and b["results"][0]["ids"][0] == 17, "the updated document is not found first: %s" % b)
+st, b = call("DELETE", "/indexes/MG/documents", {"ids": [9000001, 9000002, 17]})
+check(st == 200 and b["docs_deleted"] == 3 and b["n_docs"] == 1199, "delete: %s %s" % (st, b))
+st, b = call("DELETE", "/indexes/MG/documents", {"ids": [9000001]})
+check(st == 422, "deleting a missing id: %s" % st)
+st, b = call("DELETE", "/indexes/MG/documents", {"ids": [9000001], "missing_ok": True})
+check(st == 200 and b["ids_missing"] == 1, "missing_ok delete: %s %s" % (st, b))
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:8].tolist(), "k": 10, "params": FP})
+check(st == 200 and all(17 not in r["ids"] and 9000001 not in r["ids"] for r in b["results"]), "deleted ids returned")
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:1].tolist(), "k": 3, "filter": "1 = 1"})
+check(st == 422 and b["code"] == "UNSUPPORTED", "metadata filter: %s" % b)
+st, b = call("POST", "/indexes/MG/search", {"queries": q[:1].tolist(), "k": 3, "recall": 0.9})
+check(st == 422, "recall profile: %s" % st)
+st, b = call("POST", "/indexes/MG/search", {"queries": np.zeros((1, 2, 7)).tolist(), "k": 3})
+check(st == 422, "queries of another dimension: %s" % st)
+st, b = call("POST", "/indexes/MG/documents", {"documents": [{"id": 9000003, "embeddings": doc, "metadata": {"a": 1}}]})
+check(st == 422, "metadata on a sharded add: %s" % st)
+sys.exit(1 if failed else 0)
+PY
+  # SIGTERM to rank 0: it finishes, tells the shard ranks to stop, everyone exits 0
+  r0=$(for p in $(pgrep -f "chimera-mpi serve"); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && echo "$p"; done)
+  [ -n "$r0" ] && kill -TERM $r0
+  wait $job && ok || bad "serve did not stop cleanly on SIGTERM: $(cat "$T/serve.err")"
+  # a stalled shard rank: requests fail 503 within --shard-timeout, naming the cause
+  serve_start "$T/MG" --shard-timeout 3
+  r1=$(for p in $(pgrep -f "chimera-mpi serve"); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && echo "$p"; done)
+  [ -n "$r1" ] && kill -STOP $r1
+  python3 - "$port" <<'PY' && ok || bad "a stalled shard rank did not fail requests within the timeout"
+import json, sys, time, urllib.request
+U = "http://127.0.0.1:" + sys.argv[1]
+def call(m, p, body=None):
+    req = urllib.request.Request(U + p, method=m, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r: return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e: return e.code, json.loads(e.read())
+t = time.time()
+st, b = call("POST", "/indexes/MG/search", {"queries": [[[0.1] * 48]], "k": 3})
+el = time.time() - t
+ok = st == 503 and "did not finish" in b["message"] and el < 20
+st2, b2 = call("DELETE", "/indexes/MG/documents", {"ids": [1]})
+st3, h = call("GET", "/health")
+ok = ok and st2 == 503 and st3 == 503 and h["status"] == "broken"
+print("stalled rank: %s after %.1fs, then %s; health %s" % (st, el, st2, st3))
+sys.exit(0 if ok else 1)
+PY
+  [ -n "$r1" ] && kill -CONT $r1
+  kill -TERM $job 2>/dev/null; wait $job 2>/dev/null
+  pkill -9 -f "chimera-mpi serve" 2>/dev/null
+fi
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

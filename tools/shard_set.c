@@ -67,7 +67,7 @@ chimera_status shard_set_search(shard_set *set, const chimera_queries *q, uint32
     double *lat = profile ? profile->latency : NULL;
     if (lat) memset(lat, 0, (size_t)nq * sizeof *lat);
     chimera_search_profile sum = {0};
-    if (ns == 0) {
+    if (ns == 0 || (ns == 1 && chimera_index_n_docs(set->ix[0]) == 0)) {
         for (int64_t i = 0; i < nq * (int64_t)k; i++) ids[i] = -1, scores[i] = -INFINITY;
         if (profile) {
             sum.latency = lat;
@@ -98,6 +98,14 @@ chimera_status shard_set_search(shard_set *set, const chimera_queries *q, uint32
     }
     for (int j = 0; j < ns; j++) {
         chimera_search_profile p = {.latency = one_lat};
+        if (chimera_index_n_docs(set->ix[j]) == 0) {
+            /* every document of this shard deleted: it contributes nothing */
+            for (int64_t i = 0; i < nq; i++)
+                for (uint32_t r = 0; r < k; r++)
+                    all_ids[((size_t)i * ns + j) * k + r] = -1,
+                    all_sc[((size_t)i * ns + j) * k + r] = -INFINITY;
+            continue;
+        }
         s = chimera_index_search(set->ix[j], q, k, params, opts, one_ids, one_sc,
                                  profile ? &p : NULL, err);
         if (s != CHIMERA_OK) goto done;
