@@ -76,6 +76,9 @@ typedef struct search_run {
     chimera_search_params sp;
     chimera_search_opts so;
     chimera_search_profile prof; /* this rank's, summed over batches */
+    /* rank 0, summed over batches: broadcasting the queries, its own shards' search,
+     * waiting for the other ranks' lists, merging them */
+    double t_bcast, t_local, t_gather, t_merge;
 } search_run;
 
 /* Searches one broadcast batch on this rank's shards and merges all ranks' lists on
@@ -102,9 +105,11 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
     }
     if (ok) ok = chimera_queries_new(m->tokens, n, run->dim, m->qlens, 0, &q, err) == CHIMERA_OK;
     chimera_search_profile p = {0};
+    double t0 = MPI_Wtime();
     if (ok)
         ok = shard_set_search(&run->set, q, k, &run->sp, &run->so, mine_ids, mine_sc, &p, err) ==
              CHIMERA_OK;
+    run->t_local += MPI_Wtime() - t0;
     chimera_queries_free(q);
     if (ok) {
         chimera_search_profile *t = &run->prof;
@@ -115,6 +120,7 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
         if (p.backend[0]) memcpy(t->backend, p.backend, sizeof t->backend);
     }
     if (mpi_agree("search", ok, err)) {
+        double tg = MPI_Wtime();
         MPI_Request req[2];
         MPI_Igather(mine_ids, (int)(n * k), MPI_INT64_T, all_ids, (int)(n * k), MPI_INT64_T, 0,
                     MPI_COMM_WORLD, &req[0]);
@@ -122,6 +128,8 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
                     MPI_COMM_WORLD, &req[1]);
         mpi_wait(&req[0], "result ids");
         mpi_wait(&req[1], "result scores");
+        double tm = MPI_Wtime();
+        run->t_gather += tm - tg;
         uint64_t b = (uint64_t)n * k * 12;
         if (rank == 0) mpi_world.bytes_recv += b * (uint64_t)(size - 1);
         else mpi_world.bytes_sent += b;
@@ -138,6 +146,7 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
                 shards_merge(size, k, gi, gs, ids + (size_t)i * k, scores + (size_t)i * k);
             }
             free(gi), free(gs);
+            run->t_merge += MPI_Wtime() - tm;
             if (!ok) fprintf(stderr, "chimera-mpi search: out of memory\n");
         }
     } else {
@@ -269,11 +278,13 @@ int mpi_cmd_search(int argc, char **argv)
                 t0 = MPI_Wtime();
                 sent0 = mpi_world.bytes_sent, recv0 = mpi_world.bytes_recv;
                 memset(&run.prof, 0, sizeof run.prof);
+                run.t_bcast = run.t_local = run.t_gather = run.t_merge = 0;
             }
             batch_msg m = {0};
             double tb = MPI_Wtime();
-            ok = batch_pack(q, qtok, offs, s0, n, &m) && batch_bcast(&m, run.dim) &&
-                 run_batch(&run, &m, ids + s0 * k, scores + s0 * k, &err);
+            ok = batch_pack(q, qtok, offs, s0, n, &m) && batch_bcast(&m, run.dim);
+            run.t_bcast += MPI_Wtime() - tb;
+            ok = ok && run_batch(&run, &m, ids + s0 * k, scores + s0 * k, &err);
             free(m.qlens);
             if (!ok) goto done;
             tb = MPI_Wtime() - tb;
@@ -311,6 +322,9 @@ int mpi_cmd_search(int argc, char **argv)
                    "scored\n", 1e3 * run.prof.t_generate / n, 1e3 * run.prof.t_refine / n,
                    1e3 * run.prof.t_score1 / n, 1e3 * run.prof.t_fullbit / n,
                    run.prof.tokens_refined / n, run.prof.n_refined / n, run.prof.n_fullbit / n);
+            printf("rank 0 (per query): broadcast %.3f ms, own shards %.3f ms, waiting for the "
+                   "other ranks' lists %.3f ms, merge %.4f ms\n", 1e3 * run.t_bcast / n,
+                   1e3 * run.t_local / n, 1e3 * run.t_gather / n, 1e3 * run.t_merge / n);
             printf("network (per query, rank 0): %.1f KiB sent (query tokens to %d ranks), %.1f "
                    "KiB received (%u ids and scores from each); %.0f bytes in all\n",
                    sent / n / 1024.0, size - 1, recv / n / 1024.0, k, (sent + recv) / n);
