@@ -3,7 +3,8 @@
 # exhaustive parameters the merged results equal those of a single index built with the
 # same codebook (build --codebook), which equals a plain build of the corpus (the shards'
 # codebook is the one a single build trains); at default parameters the sharded recall
-# is within 0.01 of the single index's or above; user ids survive sharding; a rebuild
+# is within 0.01 of the single index's or above; `chimera info` describes the layout and
+# its shards; user ids survive sharding; a rebuild
 # makes a new generation and removes the old one's files; a kill -9 at a random moment
 # of a rebuild leaves a searchable layout (old or new, never a mix); a corrupted codebook
 # is refused by name; a non-empty directory is refused and left as it was; --shards
@@ -31,6 +32,9 @@ for ix in S one plain; do
 done
 cmp -s "$T/S.ex" "$T/one.ex" && ok || bad "sharded exhaustive results differ from the single index's: $(diff "$T/S.ex" "$T/one.ex" | head -4)"
 cmp -s "$T/one.ex" "$T/plain.ex" && ok || bad "build --codebook differs from a plain build"
+
+"$C" info "$T/S" >"$T/info" 2>&1 && [ "$(grep -c '^  shard ' "$T/info")" = 3 ] && \
+  grep -q '1200 documents' "$T/info" && ok || bad "info of a sharded index: $(cat "$T/info")"
 
 # default parameters: recall against exact search
 "$C" exact --tokens "$TOK" --doclens "$LEN" --queries "$Q" -k 10 --out "$T/truth" >/dev/null

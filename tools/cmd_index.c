@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "shards.h"
 
 /* The calibrated defaults (build, info): one line per k, and a warning where the
  * index's bits could not reach the target. */
@@ -170,6 +171,34 @@ static void print_info(const char *dir, const chimera_index_info *in)
            in->bytes_host / nt, in->bytes_total / 1048576.0);
 }
 
+/* A sharded index: the layout, then one line per shard (chimera info SHARD for more). */
+static int print_layout(const char *dir)
+{
+    chimera_error err;
+    shard_layout l;
+    if (shards_read(dir, &l, &err)) return cli_fail("info", &err);
+    printf("sharded index %s (generation %llu): %d shards sharing one codebook (%s)\n", dir,
+           (unsigned long long)l.generation, l.n_shards, l.codebook);
+    printf("  built from     %lld documents, %lld tokens; dim %u, %u clusters, seed %llu\n",
+           (long long)l.n_docs, (long long)l.n_tokens, l.dim, l.n_clusters,
+           (unsigned long long)l.seed);
+    int rc = 0;
+    for (int i = 0; i < l.n_shards; i++) {
+        chimera_index_info in;
+        if (chimera_index_info_read(l.shards[i].dir, &in, &err) != CHIMERA_OK) {
+            printf("  shard %-3d      %s: %s\n", i, l.shards[i].dir, err.msg);
+            rc = 1;
+            continue;
+        }
+        printf("  shard %-3d      %s: %lld documents (%lld deleted), %lld tokens, generation "
+               "%llu, %.1f MiB\n", i, l.shards[i].dir, (long long)(in.n_docs - in.n_deleted),
+               (long long)in.n_deleted, (long long)in.n_tokens, (unsigned long long)in.generation,
+               in.bytes_total / 1048576.0);
+    }
+    shards_free(&l);
+    return rc;
+}
+
 int cmd_index_info(int argc, char **argv)
 {
     const char *pos[1];
@@ -182,6 +211,7 @@ int cmd_index_info(int argc, char **argv)
     if (r) return r < 0 ? 2 : 0;
     if (np == 0) return cmd_info(argc, argv);
     chimera_error err;
+    if (shards_is_layout(pos[0]) && !list_ids) return print_layout(pos[0]);
     if (list_ids) {
         chimera_index *ix;
         if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("info", &err);
