@@ -1149,6 +1149,8 @@ typedef struct sp_tune_ctx {
     float *scores;
     chimera_error *err;
     int rerank; /* tune with the exact re-rank tier on (chimera_index_tune) */
+    uint32_t dim;   /* the index's, and its mean document length: for tune_cost_eval */
+    double doc_len;
 } sp_tune_ctx;
 
 /* The setting with the re-rank tier on: every document the full-bit stage scores is
@@ -1173,6 +1175,21 @@ static chimera_status tune_eval(void *vctx, const chimera_search_params *p, doub
     return CHIMERA_OK;
 }
 
+/* As tune_eval, with the search's modelled cost per query (sp_tune_cost) in place of
+ * its measured rate: the build's calibration chooses by it. */
+static chimera_status tune_cost_eval(void *vctx, const chimera_search_params *p, double *recall,
+                                     double *cost)
+{
+    sp_tune_ctx *t = vctx;
+    chimera_search_profile prof = {0};
+    chimera_search_params sp = *p;
+    if (t->rerank) tune_rerank(t->k, &sp);
+    CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
+    *recall = sp_eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
+    *cost = sp_tune_cost(&prof, &sp, t->q->q.n, t->q->q.off[t->q->q.n], t->dim, t->doc_len);
+    return CHIMERA_OK;
+}
+
 chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,
                                   const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
                                   double target_recall, const chimera_search_opts *opts,
@@ -1194,6 +1211,8 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
                      cm_malloc((size_t)n * k * sizeof(int64_t)),
                      cm_malloc((size_t)n * k * sizeof(float)),
                      err,
+                     0,
+                     0,
                      0};
     chimera_status s = CHIMERA_ERR_NOMEM;
     if (!t.ids || !t.scores) s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
@@ -1328,10 +1347,11 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
         /* as chimera_index_tune: a target of 0.99 or more on an index with its vectors is
          * tuned with the exact re-rank on (the build's calibration, at 0.95, never is) */
         int rerank = target >= 0.99 && v->ix.vec_complete;
-        sp_tune_ctx t = {index, tq, tt, truth_k, k, opts, ids, sc, err, rerank};
+        sp_tune_ctx t = {index, tq, tt, truth_k, k, opts, ids, sc, err, rerank, v->ix.dim,
+                         v->ix.n_docs ? (double)v->ix.n_tokens / (double)v->ix.n_docs : 1};
         check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank};
         int64_t live = v->ix.n_docs - v->ix.n_deleted;
-        s = grow_from ? sp_tune_grow_heldout(tune_eval, &t, check_eval, &c, k, target, 1.96,
+        s = grow_from ? sp_tune_grow_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
                                              v->ix.n_clusters, live, grow_from, ceiling, res)
                       : sp_tune_heldout(tune_eval, &t, check_eval, &c, k, target, 1.96,
                                         v->ix.n_clusters, live, res);

@@ -126,9 +126,13 @@ static void test_calibrated(void)
     /* as stored: cJSON may print a double's last bit away */
     for (int i = 0; i < rep.n_calibrated; i++) {
         const chimera_calibration *a = &info.calibrated[i], *b = &rep.calibrated[i];
-        CHECK(a->k == b->k && a->n_probe == b->n_probe && a->k_refine == b->k_refine &&
-              a->k_fullbit == b->k_fullbit && a->chunks == b->chunks && a->recall == b->recall &&
-              fabs(a->recall_low - b->recall_low) < 1e-12 && a->reached == b->reached);
+        CHECKF(a->k == b->k && a->n_probe == b->n_probe && a->k_refine == b->k_refine &&
+                   a->k_fullbit == b->k_fullbit && a->chunks == b->chunks &&
+                   fabs(a->recall - b->recall) < 1e-12 &&
+                   fabs(a->recall_low - b->recall_low) < 1e-12 && a->reached == b->reached,
+               "k=%u stored %u/%u/%u %.17g %.17g, reported %u/%u/%u %.17g %.17g", b->k,
+               a->n_probe, a->k_refine, a->k_fullbit, a->recall, a->recall_low, b->n_probe,
+               b->k_refine, b->k_fullbit, b->recall, b->recall_low);
     }
     chimera_index *ix = NULL;
     CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);
@@ -200,9 +204,144 @@ static void test_interval(void)
     CHECK(lo == 0 && hi == 1);
 }
 
+/* ---- the calibration's walk on a model: choice by cost ---------------------------------- */
+
+/* A search model: recall rises with n_probe and with k_fullbit (each loss apart), and the
+ * cost of each knob is set by the test, so the cheapest setting reaching the target is
+ * known in advance. */
+typedef struct cost_model {
+    double per_probe, per_fullbit, per_refine;
+    int calls;
+} cost_model;
+
+static double model_recall(const chimera_search_params *p)
+{
+    double rp = 1 - 0.4 * exp(-(double)p->n_probe / 6), rk = 1 - 0.4 * exp(-(double)p->k_fullbit / 30);
+    return rp * rk;
+}
+
+static double model_cost(const cost_model *m, const chimera_search_params *p)
+{
+    return 1000 + m->per_probe * p->n_probe + m->per_fullbit * p->k_fullbit +
+           m->per_refine * p->k_refine;
+}
+
+static chimera_status model_eval(void *ctx, const chimera_search_params *p, double *recall,
+                                 double *cost)
+{
+    cost_model *m = ctx;
+    m->calls++;
+    *recall = model_recall(p);
+    *cost = model_cost(m, p);
+    return CHIMERA_OK;
+}
+
+static chimera_status model_check(void *ctx, const chimera_search_params *p, double *mean,
+                                  double *sd, int64_t *n, double *qps)
+{
+    (void)ctx;
+    *mean = model_recall(p); /* held-out queries like the tuning ones, and many of them */
+    *sd = 0.01;
+    *n = 100000;
+    *qps = 1;
+    return CHIMERA_OK;
+}
+
+/* The cheapest setting on the walk's own grid (each knob raised by half again from the
+ * start, k_refine 4 k_fullbit) whose recall is at least r. */
+static double grid_cheapest(const cost_model *m, const chimera_search_params *start, double r)
+{
+    double best = INFINITY;
+    for (uint32_t np = start->n_probe; np <= 128; np = np * 3 / 2 + 1)
+        for (uint32_t kf = start->k_fullbit; kf <= 640; kf = kf * 3 / 2 + 1) {
+            chimera_search_params p = *start;
+            p.n_probe = np;
+            p.k_fullbit = kf;
+            p.k_refine = kf * 4 > start->k_refine ? kf * 4 : start->k_refine;
+            if (model_recall(&p) >= r && model_cost(m, &p) < best) best = model_cost(m, &p);
+        }
+    return best;
+}
+
+static void test_grow_by_cost(void)
+{
+    chimera_search_params start = {.n_probe = 4, .k_refine = 80, .k_fullbit = 20, .chunks = 4};
+    /* probing dear (a large corpus: long posting lists), then full-bit scoring dear (long
+     * documents): the same recall surface, opposite choices */
+    cost_model dear_probe = {400, 2, 0.5, 0}, dear_fullbit = {20, 60, 0.5, 0};
+    cost_model *models[2] = {&dear_probe, &dear_fullbit};
+    chimera_tune_result *res = malloc(sizeof *res), *again = malloc(sizeof *again);
+    chimera_search_params chosen[2];
+    for (int i = 0; i < 2; i++) {
+        cost_model *m = models[i];
+        CHECK_OK(sp_tune_grow_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                      20000, &start, 0, res),
+                 NULL);
+        CHECK(res->reached && res->heldout_low >= 0.95 && model_recall(&res->best) >= 0.95);
+        /* near the cheapest setting of the grid that reaches the target (the walk is
+         * greedy, so not always at it) */
+        double cost = model_cost(m, &res->best), floor = grid_cheapest(m, &start, 0.95);
+        CHECKF(cost <= 1.25 * floor, "model %d: %u/%u/%u costs %g, the grid's cheapest %g", i,
+               res->best.n_probe, res->best.k_refine, res->best.k_fullbit, cost, floor);
+        /* the measured points carry the modelled rate */
+        CHECK(res->n_points > 1 && res->points[0].qps == 1e9 / model_cost(m, &start));
+        chosen[i] = res->best;
+        /* the same inputs, the same choice: nothing measured by a clock */
+        CHECK_OK(sp_tune_grow_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                      20000, &start, 0, again),
+                 NULL);
+        CHECK(memcmp(&again->best, &res->best, sizeof res->best) == 0);
+    }
+    CHECKF(chosen[0].n_probe < chosen[1].n_probe && chosen[0].k_fullbit > chosen[1].k_fullbit,
+           "dear probing %u/%u, dear full-bit %u/%u", chosen[0].n_probe, chosen[0].k_fullbit,
+           chosen[1].n_probe, chosen[1].k_fullbit);
+    /* a target above what the search can reach (the ceiling): the walk stops near the
+     * ceiling instead of climbing to the knobs' caps */
+    dear_probe.calls = 0;
+    CHECK_OK(sp_tune_grow_heldout(model_eval, &dear_probe, model_check, NULL, 10, 0.999, 1.96,
+                                  7000, 20000, &start, 0.97, res),
+             NULL);
+    CHECK(!res->reached && res->best.n_probe < 128 && dear_probe.calls < 30);
+    free(res);
+    free(again);
+}
+
+static void test_cost_model(void)
+{
+    chimera_search_profile a = {.tokens_refined = 40000, .docs_touched = 12000,
+                                .n_refined = 160, .n_fullbit = 40};
+    chimera_search_params p = {.n_probe = 8, .k_refine = 160, .k_fullbit = 40};
+    double base = sp_tune_cost(&a, &p, 1, 32, 128, 80);
+    CHECK(base > 0);
+    /* every count adds to the cost */
+    chimera_search_profile b = a;
+    b.tokens_refined *= 2;
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    b = a;
+    b.n_fullbit *= 2;
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    b = a;
+    b.n_refined *= 2;
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    chimera_search_params q = p;
+    q.n_probe = 16;
+    CHECK(sp_tune_cost(&a, &q, 1, 32, 128, 80) > base);
+    /* per query: two queries with twice the counts cost the same each */
+    b = a;
+    b.tokens_refined *= 2;
+    b.docs_touched *= 2;
+    b.n_refined *= 2;
+    b.n_fullbit *= 2;
+    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - base) < 1e-9 * base);
+    /* wider tokens and longer documents cost more to score */
+    CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160) > base);
+}
+
 int main(void)
 {
     test_interval();
+    test_cost_model();
+    test_grow_by_cost();
     test_pseudo_queries();
     test_calibrated();
     return check_report();

@@ -205,15 +205,98 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
     return CHIMERA_OK;
 }
 
+/* ---- the cost model ------------------------------------------------------------------- */
+
+/* Nanoseconds of one core per unit of work, measured on the CPU backend (AVX-512, 4-bit
+ * full-bit codes) with `chimera search --profile --threads 1` over settings that move one
+ * count at a time, on generated corpora of d = 64 and 256 (each a fixed part and a part
+ * per dimension, fitted through the two). Only their ratios matter to a choice between
+ * settings, and those hold across machines better than the times do:
+ *   probe    per query token and probe (the centroid graph's walk grows with the probes
+ *            it must return): 310 ns at d = 64, 470 at 256;
+ *   entry    per posting entry given a 1-bit estimate (gathering it and accumulating
+ *            into its document's slot): 22 ns at d = 64, 30 at 256;
+ *   touched  per document seen in refinement (its slot, the k_refine selection);
+ *   pair1    per (document token, query token) pair of 1-bit scoring, per dimension:
+ *            0.9 ns a pair at d = 64, 4.6 at 256;
+ *   pairB    the same at full bits: 4.8 ns at d = 64, 20.5 at 256. */
+#define COST_PROBE 257.0
+#define COST_PROBE_DIM 0.83
+#define COST_ENTRY 19.0
+#define COST_ENTRY_DIM 0.043
+#define COST_TOUCHED 8.0
+#define COST_PAIR1_DIM 0.016
+#define COST_PAIRB_DIM 0.078
+
+double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
+                    int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len)
+{
+    if (n_queries <= 0) return 0;
+    double nq = (double)n_queries, m = (double)n_query_tokens / nq, d = dim;
+    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * p->n_probe;
+    double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
+    double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
+    double pairs = doc_len * m * d / nq;
+    double score1 = COST_PAIR1_DIM * pairs * (double)prof->n_refined;
+    double fullbit = COST_PAIRB_DIM * pairs * (double)prof->n_fullbit;
+    return probe + entries + touched + score1 + fullbit;
+}
+
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
 
+/* The walk's choice between its two knobs, and the final choice among the settings it
+ * measured, go by the modelled cost (sp_tune_cost), not by recall alone nor by measured
+ * time. By recall alone, the knob that gains more wins even when it costs several times
+ * as much: on a real corpus the walk raised n_probe to 92 where 16 probes and a deeper
+ * k_fullbit gave the same recall 2-10x faster. By measured seconds, two settings within
+ * noise of each other on a shared machine swapped places between builds. The counts a
+ * search reports (posting entries, documents refined and scored) are exact, so the
+ * choice is the same on every run of the same build. */
+
+typedef struct grow_walk {
+    sp_tune_cost_fn eval;
+    void *ctx;
+    chimera_tune_result *res;
+    /* every setting measured on the tuning queries: the candidates of the final choice */
+    chimera_search_params p[MAX_POINTS];
+    double r[MAX_POINTS], cost[MAX_POINTS];
+    unsigned char failed[MAX_POINTS]; /* checked on the held-out queries: fell short */
+    int n;
+    double ratio[3]; /* per knob (1: n_probe, 2: k_fullbit): the last gain per cost */
+} grow_walk;
+
+/* Gains smaller than this (under two hits in 320: k = 10 on 32 tuning queries) are noise
+ * of the tuning sample, not a reason to pay for a step nor to prefer a knob. */
+#define GROW_MIN_GAIN 0.005
+
+static chimera_status grow_trial(grow_walk *g, const chimera_search_params *p, double *r,
+                                 double *cost)
+{
+    CM_TRY(g->eval(g->ctx, p, r, cost));
+    chimera_tune_result *res = g->res;
+    if (res->n_points < MAX_POINTS) {
+        chimera_tune_point *pt = &res->points[res->n_points++];
+        pt->params = *p;
+        pt->recall = *r;
+        pt->qps = *cost > 0 ? 1e9 / *cost : 0;
+    }
+    if (g->n < MAX_POINTS) {
+        g->p[g->n] = *p;
+        g->r[g->n] = *r;
+        g->cost[g->n] = *cost;
+        g->failed[g->n] = 0;
+        g->n++;
+    }
+    return CHIMERA_OK;
+}
+
 /* One step up: n_probe or k_fullbit (with k_refine kept at least 4 k_fullbit, the
- * default ratio) by half again, whichever gains more recall on the tuning queries; both
- * when neither gains (a plateau one knob alone does not leave). *r is p's recall.
- * Returns 0 when both knobs are at their caps. */
-static int grow_step(sp_tune_eval_fn eval, void *ctx, chimera_tune_result *res,
-                     chimera_search_params *p, double *r, double *q, uint32_t cap_np,
-                     uint32_t cap_kf, uint32_t cap_kr, int *last, chimera_status *s)
+ * default ratio) by half again, whichever gains more recall per unit of added cost on
+ * the tuning queries; both when neither gains (a plateau one knob alone does not leave).
+ * *r, *c are p's recall and cost. Returns 0 when both knobs are at their caps. */
+static int grow_step(grow_walk *g, chimera_search_params *p, double *r, double *c,
+                     uint32_t cap_np, uint32_t cap_kf, uint32_t cap_kr, int *last,
+                     chimera_status *s)
 {
     chimera_search_params a = *p, b = *p;
     uint64_t np = (uint64_t)p->n_probe * 3 / 2 + 1, kf = (uint64_t)p->k_fullbit * 3 / 2 + 1;
@@ -222,59 +305,82 @@ static int grow_step(sp_tune_eval_fn eval, void *ctx, chimera_tune_result *res,
     uint64_t kr = (uint64_t)b.k_fullbit * 4;
     if (b.k_refine < kr) b.k_refine = kr < cap_kr ? (uint32_t)kr : cap_kr;
     if (b.k_refine < b.k_fullbit) b.k_refine = b.k_fullbit;
-    int can_a = a.n_probe != p->n_probe;
-    int can_b = b.k_fullbit != p->k_fullbit || b.k_refine != p->k_refine;
-    if (!can_a && !can_b) return 0;
-    double ra = -1, rb = -1, qa = 0, qb = 0;
-    /* The knob that gained last time first: while one loss dominates (probing on a
-     * clustered corpus, ranking at the bits' limit) it keeps gaining, and a clear gain
-     * (0.005) is taken without measuring the other knob, half the trials per step. */
-    if (*last == 2 && can_b) {
-        if ((*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
-        if (rb >= *r + 0.005) {
-            *p = b;
-            *r = rb;
-            *q = qb;
-            return 1;
-        }
-    } else if (*last == 1 && can_a) {
-        if ((*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
-        if (ra >= *r + 0.005) {
-            *p = a;
-            *r = ra;
-            *q = qa;
+    int can[3] = {0, a.n_probe != p->n_probe, b.k_fullbit != p->k_fullbit || b.k_refine != p->k_refine};
+    if (!can[1] && !can[2]) return 0;
+    chimera_search_params *knob[3] = {NULL, &a, &b};
+    double rk[3] = {0, -1, -1}, ck[3] = {0, 0, 0}, gk[3] = {0, 0, 0};
+    /* The knob that won last time first: while one loss dominates (probing on a
+     * clustered corpus, ranking at the bits' limit) it keeps winning, and a clear gain
+     * at a rate per cost no worse than the other knob's last one is taken without
+     * measuring the other knob: half the trials per step. */
+    int first = *last == 1 || *last == 2 ? *last : 0, other = 3 - first;
+    if (first && can[first]) {
+        if ((*s = grow_trial(g, knob[first], &rk[first], &ck[first])) != CHIMERA_OK) return 0;
+        double dc = ck[first] - *c > 1e-9 * *c ? ck[first] - *c : 1e-9 * *c + 1e-12;
+        gk[first] = (rk[first] - *r) / dc;
+        if (rk[first] >= *r + GROW_MIN_GAIN && (!can[other] || gk[first] >= g->ratio[other])) {
+            g->ratio[first] = gk[first];
+            *p = *knob[first];
+            *r = rk[first];
+            *c = ck[first];
             return 1;
         }
     }
-    if (can_a && ra < 0 && (*s = trial(eval, ctx, &a, res, &ra, &qa)) != CHIMERA_OK) return 0;
-    if (can_b && rb < 0 && (*s = trial(eval, ctx, &b, res, &rb, &qb)) != CHIMERA_OK) return 0;
-    if (ra <= *r && rb <= *r && can_a && can_b) {
-        chimera_search_params c = b;
-        c.n_probe = a.n_probe;
-        if ((*s = trial(eval, ctx, &c, res, r, q)) != CHIMERA_OK) return 0;
-        *p = c;
-        *last = 0;
-    } else if (ra >= rb) {
-        *p = a;
-        *r = ra;
-        *q = qa;
-        *last = 1;
+    for (int i = 1; i <= 2; i++) {
+        if (!can[i] || rk[i] >= 0) continue;
+        if ((*s = grow_trial(g, knob[i], &rk[i], &ck[i])) != CHIMERA_OK) return 0;
+        double dc = ck[i] - *c > 1e-9 * *c ? ck[i] - *c : 1e-9 * *c + 1e-12;
+        gk[i] = (rk[i] - *r) / dc;
+    }
+    for (int i = 1; i <= 2; i++)
+        if (can[i]) g->ratio[i] = gk[i];
+    int ga = can[1] && rk[1] >= *r + GROW_MIN_GAIN, gb = can[2] && rk[2] >= *r + GROW_MIN_GAIN;
+    int pick;
+    if (!ga && !gb) {
+        if (can[1] && can[2]) {
+            chimera_search_params both = b;
+            both.n_probe = a.n_probe;
+            if ((*s = grow_trial(g, &both, r, c)) != CHIMERA_OK) return 0;
+            *p = both;
+            *last = 0;
+            return 1;
+        }
+        pick = can[1] ? 1 : 2;
+    } else if (ga && gb) {
+        pick = gk[1] >= gk[2] ? 1 : 2;
     } else {
-        *p = b;
-        *r = rb;
-        *q = qb;
-        *last = 2;
+        pick = ga ? 1 : 2;
     }
+    *p = *knob[pick];
+    *r = rk[pick];
+    *c = ck[pick];
+    *last = pick;
     return 1;
 }
 
-chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
+/* The cheapest setting measured whose tuning recall meets t and that has not already
+ * fallen short on the held-out queries; -1 when none. */
+static int grow_cheapest(const grow_walk *g, double t)
+{
+    int best = -1;
+    for (int i = 0; i < g->n; i++)
+        if (!g->failed[i] && g->r[i] >= t && (best < 0 || g->cost[i] < g->cost[best])) best = i;
+    return best;
+}
+
+chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tune_check_fn check,
                                     void *check_ctx, uint32_t k, double target, double z,
                                     uint32_t n_clusters, int64_t n_docs,
                                     const chimera_search_params *start, double ceiling,
                                     chimera_tune_result *res)
 {
     memset(res, 0, sizeof *res);
+    grow_walk *g = cm_malloc(sizeof *g);
+    if (!g) return CHIMERA_ERR_NOMEM;
+    memset(g, 0, sizeof *g);
+    g->eval = eval;
+    g->ctx = eval_ctx;
+    g->res = res;
     uint32_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint32_t)(n_docs > 0 ? n_docs : 1);
     uint32_t cap_np = n_clusters < 128 ? n_clusters : 128;
     uint64_t ckf = (uint64_t)k * 64;
@@ -285,35 +391,39 @@ chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tun
     if (p.k_fullbit > cap_kf) p.k_fullbit = cap_kf;
     if (p.k_refine > cap_kr) p.k_refine = cap_kr;
     if (p.k_refine < p.k_fullbit) p.k_refine = p.k_fullbit;
-    double r, q, t = target, best_low = -1;
-    chimera_status s = trial(eval, eval_ctx, &p, res, &r, &q);
-    if (s != CHIMERA_OK) return s;
-    int met = 0, room = 1, flat = 0, last = 0;
-    for (int round = 0; round < 8 && !met; round++) {
+    double r, c, t = target, best_low = -1;
+    chimera_status s = grow_trial(g, &p, &r, &c);
+    int met = 0, room = 1, last = 0;
+    double flat = 0;
+    for (int round = 0; s == CHIMERA_OK && round < 8 && !met; round++) {
         /* Two steps in a row that gain nothing near the ceiling (the recall of a generous
          * search: what the index's bits allow) mean the plateau, so stop paying for
          * steps; a flat stretch further below it is a knob that has not yet started to
          * matter (probing, on a clustered corpus), so the walk goes on. */
-        while (r < t && flat < 2) {
+        int cheapest;
+        while ((cheapest = grow_cheapest(g, t)) < 0 && flat < 2) {
             double before = r;
-            if (!(room = grow_step(eval, eval_ctx, res, &p, &r, &q, cap_np, cap_kf, cap_kr, &last,
-                                   &s)))
-                break;
+            if (!(room = grow_step(g, &p, &r, &c, cap_np, cap_kf, cap_kr, &last, &s))) break;
             int near = ceiling <= 0 || r >= ceiling - 0.01;
-            flat = near && r < before + 0.002 ? flat + 1 : 0;
-            if (ceiling > 0 && ceiling < t && r >= ceiling - 0.003) break; /* as good as it gets */
+            /* far below the ceiling, a third flat step ends it too: one knob at its cap
+             * and the other not gaining */
+            flat = r < before + GROW_MIN_GAIN ? flat + (near ? 1 : 0.75) : 0;
+            if (ceiling > 0 && r >= ceiling - 0.003) break; /* as good as it gets */
         }
-        if (s != CHIMERA_OK) return s;
+        if (s != CHIMERA_OK) break;
         if (flat >= 2) room = 0;
+        /* the cheapest setting that meets the tuning target; when none does (the
+         * ceiling, the plateau, the caps), the walk's own last one */
+        chimera_search_params q = cheapest >= 0 ? g->p[cheapest] : p;
         double mean, sd, hq, low, high;
         int64_t n, need;
-        if ((s = check(check_ctx, &p, &mean, &sd, &n, &hq)) != CHIMERA_OK) return s;
+        if ((s = check(check_ctx, &q, &mean, &sd, &n, &hq)) != CHIMERA_OK) break;
         sp_recall_interval(mean, sd, n, k, z, target, &low, &high, &need);
         /* a later (dearer) setting replaces the kept one only when clearly better or
          * when it meets the target: bounds within noise of each other favour the cheaper */
         if (low >= target || low > best_low + 0.002) {
             best_low = low;
-            res->best = p;
+            res->best = q;
             res->recall = mean;
             res->qps = hq;
             res->heldout_recall = mean;
@@ -324,12 +434,19 @@ chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tun
             res->tune_target = t;
         }
         met = low >= target;
-        if (met || !room || t >= 1) break;
+        if (met) break;
+        if (cheapest >= 0) g->failed[cheapest] = 1;
+        if (!room || t >= 1) break;
         /* the held-out bound fell short: hold the tuning queries to more, by the
-         * shortfall, and keep growing from here */
+         * shortfall, and keep growing from here; unless that is beyond what a generous
+         * search reaches on them (few held-out queries for the spread of their recall:
+         * more steps would only make the setting dearer) and no setting measured meets it */
         t += target - low + 0.002;
         if (t > 1) t = 1;
+        if (ceiling > 0 && t > ceiling - 0.003 && grow_cheapest(g, t) < 0) break;
     }
+    cm_free(g);
+    if (s != CHIMERA_OK) return s;
     res->reached = met;
     return CHIMERA_OK;
 }

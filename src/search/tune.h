@@ -36,16 +36,33 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
                                void *check_ctx, uint32_t k, double target, double z,
                                uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res);
 
+/* The modelled cost of a search per query, in nanoseconds of one core, from the counts
+ * of its profile (prof, over n_queries queries of n_query_tokens tokens in all) and the
+ * setting p that ran: a deterministic stand-in for its time, since a setting's measured
+ * time on a shared machine varies by 2x between two runs while its counts do not.
+ * dim is the index's token dimension, doc_len its mean document length in tokens. */
+double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
+                    int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len);
+
+/* Runs the search with `p` on the tuning queries and measures recall and its modelled
+ * cost per query (sp_tune_cost). */
+typedef chimera_status (*sp_tune_cost_fn)(void *ctx, const chimera_search_params *p,
+                                          double *recall, double *cost);
+
 /* The same check around a walk upwards from `start` (cheap): each step raises n_probe
- * or k_fullbit (k_refine >= 4 k_fullbit) by half, whichever gains more on the tuning
- * queries, until the tuning target is met; then the held-out check, and on a shortfall
- * a higher tuning target and more steps. It never measures a setting more generous than
- * needed, so it costs a fraction of the backward walk, whose first trials are its most
- * expensive ones (the build's calibration uses it). ceiling (<= 0: unknown) is the
- * tuning queries' recall at a generous setting: the walk stops once it is within 0.003
- * of it when it is below the target, and treats steps without gain as the plateau only
- * near it. res->points are the steps. */
-chimera_status sp_tune_grow_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
+ * or k_fullbit (k_refine >= 4 k_fullbit) by half, whichever gains more recall on the
+ * tuning queries per unit of added cost (both when neither gains), until the tuning
+ * target is met. The setting checked on the held-out queries is then the cheapest of
+ * all those measured (steps taken and steps passed over) that meet the tuning target;
+ * on a held-out shortfall, a higher tuning target and more steps. It never measures a
+ * setting more generous than needed, so it costs a fraction of the backward walk, whose
+ * first trials are its most expensive ones (the build's calibration uses it). ceiling
+ * (<= 0: unknown) is the tuning queries' recall at a generous setting: the walk stops
+ * once it is within 0.003 of it when it is below the target, and treats steps without
+ * gain as the plateau only near it. res->points are the settings measured, each with
+ * its modelled queries/s (1e9 / cost) as qps; res->qps is the held-out check's measured
+ * rate of res->best. */
+chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tune_check_fn check,
                                     void *check_ctx, uint32_t k, double target, double z,
                                     uint32_t n_clusters, int64_t n_docs,
                                     const chimera_search_params *start, double ceiling,
