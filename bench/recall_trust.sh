@@ -3,7 +3,8 @@
 # (bench/RESULTS.md section 5.6): generated corpora of several dimensions, document
 # lengths and structures (flat to strongly clustered), each searched with its own
 # generated queries, which resemble real queries more than the build's pseudo-queries.
-# For each corpus: build (with the calibration), exact top-100 of the queries, Recall@10
+# For each corpus: build (with the calibration: its seconds, share of the build and the
+# settings it chose), exact top-100 of the queries, Recall@10
 # and @100 of a search without parameters (the index's calibrated defaults) and with the
 # library's fixed defaults, then `chimera tune` on the queries (exact truth computed by
 # tune itself, a held-out half) for Recall@10 >= 0.95, and the tuned profile's recall on
@@ -28,9 +29,9 @@ corpora=(
 )
 recall() { "$C" eval --run "$1" --truth "$2" -k "$3" | awk -v k="Recall@$3" '$1 == k { print $2 }'; }
 qps() { sed -n 's/.* \([0-9.]*\) queries\/s.*/\1/p' "$1" | head -1; }
-printf "%-18s %9s %6s | %-22s %-22s | %-22s %-22s | %-9s %-24s %s\n" corpus tokens cal% \
-  "default R@10 (QPS)" "default R@100 (QPS)" "fixed R@10 (QPS)" "fixed R@100 (QPS)" "assign" \
-  "tuned R@10 held-out" "[95% CI]"
+printf "%-18s %9s %12s | %-14s %-14s | %-22s %-22s | %-22s %-22s | %-9s %-24s %s\n" corpus \
+  tokens "cal s (%)" "cal k=10" "cal k=100" "default R@10 (QPS)" "default R@100 (QPS)" \
+  "fixed R@10 (QPS)" "fixed R@100 (QPS)" "assign" "tuned R@10 held-out" "[95% CI]"
 for line in "${corpora[@]}"; do
   set -- $line
   name=$1; shift
@@ -50,9 +51,12 @@ for line in "${corpora[@]}"; do
   tokens=$(sed -n 's/^built [^:]*: \([0-9]*\) tokens.*/\1/p' "$d/build.log")
   assign=$(sed -n 's/.*assignment recall \([0-9.]*\).*/\1/p' "$d/build.log")
   cal=$(awk '/^time:/ { for (i = 2; i <= NF; i++) { if ($i == "calibrate") c = $(i+1); if ($i == "total") t = $(i+1) } }
-             END { gsub("s", "", c); gsub("s", "", t); if (t > 0) printf "%.1f", 100 * c / t }' "$d/build.log")
+             END { gsub("s", "", c); gsub("s", "", t); if (t > 0) printf "%.2f (%.1f)", c, 100 * c / t }' "$d/build.log")
+  # the calibrated n_probe/k_refine/k_fullbit per k, as the build reports them
+  calk() { grep -o "k=$1 .*--chunks" "$d/build.log" | head -1 | awk '{ print $3 "/" $5 "/" $7 }'; }
   held=$(sed -n 's/^held-out Recall@10 \([0-9.]*\), 95% interval \(\[[0-9.]*, [0-9.]*\]\).*/\1 \2/p' "$d/tune.log")
-  printf "%-18s %9s %6s | %-22s %-22s | %-22s %-22s | %-9s %-24s\n" "$name" "$tokens" "$cal" \
+  printf "%-18s %9s %12s | %-14s %-14s | %-22s %-22s | %-22s %-22s | %-9s %-24s\n" "$name" \
+    "$tokens" "$cal" "$(calk 10)" "$(calk 100)" \
     "$(recall "$d/r10.trec" "$d/truth.trec" 10) ($(qps "$d/s10.log"))" \
     "$(recall "$d/r100.trec" "$d/truth.trec" 100) ($(qps "$d/s100.log"))" \
     "$(recall "$d/f10.trec" "$d/truth.trec" 10) ($(qps "$d/f10.log"))" \
