@@ -3,7 +3,8 @@
 #   - a build calibrates the index's default search parameters (info lists them) and a
 #     search without --nprobe etc. uses them; on a corpus unlike the default generator's
 #     (another dimension, strongly clustered, short documents) they reach Recall@10 and
-#     Recall@100 >= 0.95 against exact search, with the corpus's own queries;
+#     Recall@100 >= 0.95 against exact search, with the corpus's own queries; a second
+#     build of the same corpus calibrates the same settings (chosen by counts, not time);
 #   - `chimera tune --queries` without --truth computes exact truth from the source the
 #     build recorded, reports held-out recall with an interval, stores the profile, and
 #     `search --recall` reproduces every tuned field; the stored profile meets its target
@@ -37,6 +38,12 @@ grep -q "defaults .*k=10 " "$T/info.out" && grep -q "k=100 " "$T/info.out" && ok
 grep -q "source .*recorded" "$T/info.out" && ok || bad "info: the source is not recorded"
 "$C" exact --tokens "$T/cl/tokens.npy" --doclens "$T/cl/doclens.npy" --queries "$T/cl/queries.npy" \
   -k 100 --out "$T/cl/truth" >/dev/null || bad "exact failed"
+# the choice goes by counts, not by clocks: a second build makes the same one
+"$C" build --tokens "$T/cl/tokens.npy" --doclens "$T/cl/doclens.npy" --out "$T/cl/idx2" \
+  --no-sync >/dev/null || bad "build (clustered, again) failed"
+"$C" info "$T/cl/idx2" >"$T/info2.out"
+[ "$(grep -E "k=(10|100) " "$T/info.out")" = "$(grep -E "k=(10|100) " "$T/info2.out")" ] && ok ||
+  bad "two builds of one corpus calibrated differently: $(grep -E "k=(10|100) " "$T/info.out" "$T/info2.out")"
 for k in 10 100; do
   "$C" search "$T/cl/idx" --queries "$T/cl/queries.npy" -k $k --out "$T/cl/r$k" --profile \
     >"$T/s$k.out" || bad "search -k $k failed"
