@@ -1,6 +1,7 @@
 """The build's calibrated default search parameters through the Python package: listed in
 the build report, used by a search that sets no parameters (the same results as passing
-them explicitly), and skipped with calibrate=False (the library's fixed defaults)."""
+them explicitly), the same on every build of the same corpus (chosen by counted work, not
+by measured time), and skipped with calibrate=False (the library's fixed defaults)."""
 import numpy as np
 
 import chimera
@@ -21,6 +22,11 @@ def test_calibrated_defaults(corpus, tmp_path):
     s1, i1 = ix.search(queries, k=10, params=params, threads=1)
     assert np.array_equal(i0, i1) and np.array_equal(s0, s1)
     ix.close()
+    again = chimera.Index.build(tmp_path / "cal2.idx", tokens=tokens, doclens=lens, threads=2)
+    keys = ("k", "n_probe", "k_refine", "k_fullbit", "chunks", "reached")
+    assert [{x: c[x] for x in keys} for c in again.build_report["calibrated"]] == \
+        [{x: c[x] for x in keys} for c in cal]
+    again.close()
 
 
 def test_build_without_calibration(corpus, tmp_path):
