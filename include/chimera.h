@@ -513,13 +513,17 @@ typedef struct chimera_build_report {
  * It samples realistic pseudo-queries (chimera_corpus_sample_queries with m = 0),
  * takes as truth the exact Chamfer top-k among the candidates of a generous search
  * (exact scores of the corpus's own vectors), walks up from half the fixed defaults on
- * a third of the queries, and keeps a setting only when the lower bound of the 95%
- * interval of its recall on the other two thirds meets 0.95, raising the walk's target
- * otherwise; where the index's bits (or the interval's width) do not allow it, the best
- * setting found is kept with reached = 0. It costs 96 to 192 pseudo-queries' searches
- * (phase "calibrate": a few seconds; bench/RESULTS.md section 5.6 measures 7-30% of
- * the build on 0.7-1.7M-token corpora; the count stops growing at 3.8M tokens, and the
- * share falls beyond). The defaults are stored
+ * a third of the queries (a sixth for k = 100), raising n_probe or k_fullbit by the
+ * recall each gains per unit of a cost model of the search's own counts (posting
+ * entries, documents scored: the same choice on every build, unlike timings), and keeps
+ * the cheapest setting measured only when the lower bound of the 95% interval of its
+ * recall on the held-out queries (two thirds; a third for k = 100) meets 0.95, raising
+ * the walk's target otherwise; where the index's bits (or the interval's width) do not
+ * allow it, the best setting found is kept with reached = 0. It costs 96 to 192
+ * pseudo-queries' searches (phase "calibrate": 1.5-5 CPU seconds; bench/RESULTS.md
+ * section 5.6 measures 6-21% of the build's CPU time on 0.66-1.05M-token corpora, 23%
+ * on a 131k-token one; the count stops growing at 3.8M tokens, and the share falls
+ * beyond). The defaults are stored
  * in the manifest, survive add and delete, and are no longer used once a fifth of the
  * documents changed (like tuned profiles); chimera_index_info_read reports them.
  * A corpus opened from files (chimera_corpus_open) is also recorded as the index's
