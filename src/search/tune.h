@@ -58,8 +58,9 @@ typedef chimera_status (*sp_tune_cost_fn)(void *ctx, const chimera_search_params
  * setting more generous than needed, so it costs a fraction of the backward walk, whose
  * first trials are its most expensive ones (the build's calibration uses it). ceiling
  * (<= 0: unknown) is the tuning queries' recall at a generous setting: the walk stops
- * once it is within 0.003 of it when it is below the target, and treats steps without
- * gain as the plateau only near it. res->points are the settings measured, each with
+ * stepping once it is within 0.003 of it, gives up once a raised tuning target passes
+ * it with no setting measured meeting it, and treats two steps without gain as the
+ * plateau near it (three further below). res->points are the settings measured, each with
  * its modelled queries/s (1e9 / cost) as qps; res->qps is the held-out check's measured
  * rate of res->best. */
 chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tune_check_fn check,
