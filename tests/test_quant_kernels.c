@@ -12,7 +12,14 @@
  * residuals (v == c), m = 1 and m not a multiple of 8 (up to 33, past one 32-token
  * chunk). The 1-bit doc shape's interleaved-LUT kernel must equal scalar bit for bit and
  * equal the single-token LUT estimates (qm_lut_ip) exactly; its popcount form is checked
- * against it within the 4-bit query rounding. A level the CPU lacks prints
+ * against it within the 4-bit query rounding. The B <= 4 kernels on the 8-bit query
+ * (run_q8) must equal scalar bit for bit (integer sums, then the same float roundings
+ * lane by lane), scalar must equal the integer definition written out per dim, the
+ * query bytes must be within delta/2 of the rotated query, and every estimate must be
+ * within the documented quantisation bound (delta_j/2) |kappa| sum_i |u_i| (plus a few
+ * roundings) of a float64 evaluation of the float estimator; inputs add all-0 and
+ * all-max codes, constant and one-spike query tokens, m = 1..70 (several 32-lane
+ * chunks) and every token count around the 8-token block. A level the CPU lacks prints
  * "skipped: <level> not supported by this CPU". */
 #include <math.h>
 #include <stdio.h>
@@ -181,8 +188,8 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
                 for (uint32_t j = 0; j < m; j++) ma[j] = mb[j] = ba[j] = bb[j] = -INFINITY;
                 quant_est1_doc_max(ref, &qs, c1, f1, n, cid, S, m, ma);
                 quant_est1_doc_max(k, &qs, c1, f1, n, cid, S, m, mb);
-                quant_estB_doc_max(ref, &qs, bits, cB, fB, n, cid, S, m, ba);
-                quant_estB_doc_max(k, &qs, bits, cB, fB, n, cid, S, m, bb);
+                quant_estB_doc_max_float(ref, &qs, bits, cB, fB, n, cid, S, m, ba);
+                quant_estB_doc_max_float(k, &qs, bits, cB, fB, n, cid, S, m, bb);
                 ok_doc &= doc_forms(ref, k, &qs, c1, f1, n, cid4, S4, r);
                 for (uint32_t j = 0; j < m; j++) {
                     ok_est &= memcmp(&ma[j], &mb[j], 4) == 0;
@@ -237,6 +244,162 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
     cm_free(wb);
 }
 
+/* ---- B <= 4 on the 8-bit query ---- */
+
+#define MQ8 70 /* three 32-lane chunks, the last one partial */
+
+static int q8_query_ok(const quant_qset *qs)
+{
+    uint32_t D = qs->dim_pad, mp = qs->m_pad;
+    int ok = 1;
+    for (uint32_t j = 0; j < mp; j++) {
+        int32_t s = 0;
+        for (uint32_t p = 0; p < D; p++) {
+            unsigned qu = qs->q8_t[((size_t)(p / 4) * mp + j) * 4 + p % 4];
+            s += (int32_t)qu;
+            if (j >= qs->m) {
+                ok &= qu == 0;
+                continue;
+            }
+            double x = qs->q[(size_t)j * D + qm_q8_dim(p)];
+            double back = qs->q8_lo[j] + (double)qs->q8_delta[j] * qu;
+            ok &= fabs(back - x) <= 0.5 * qs->q8_delta[j] * (1 + 1e-5) + 1e-6 * fabs(x) + 1e-30;
+        }
+        ok &= s == qs->q8_sum[j];
+    }
+    /* qm_q8_dim is a permutation of each 64-dim chunk */
+    uint8_t seen[QUANT_DIM_MAX] = {0};
+    for (uint32_t p = 0; p < D; p++) seen[qm_q8_dim(p)]++;
+    for (uint32_t i = 0; i < D; i++) ok &= seen[i] == 1;
+    return ok;
+}
+
+static void run_q8(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, cm_rng *r)
+{
+    quant_rotation rot;
+    CHECK_OK(quant_rotation_init(&rot, dim, 91, NULL), NULL);
+    uint32_t D = rot.dim_pad, cb = D / 2;
+    enum { NMAX = 67 };
+    const uint32_t ms[] = {1, 2, 5, 8, 9, 16, 17, 31, 32, 33, 48, MQ8};
+    const size_t ns[] = {0, 1, 2, 7, 8, 9, 15, 16, 17, 23, NMAX};
+    float *x = cm_malloc((size_t)NMAX * dim * 4), *vr = cm_malloc((size_t)NMAX * D * 4);
+    float *cr = cm_malloc(4 * (size_t)D * 4), *q = cm_malloc((size_t)MQ8 * dim * 4);
+    uint8_t *c1 = cm_malloc(NMAX * D / 8), *cB = cm_malloc((size_t)NMAX * cb);
+    quant_f1 *f1 = cm_malloc(NMAX * sizeof *f1);
+    quant_fB *fB = cm_malloc(NMAX * sizeof *fB);
+    uint32_t *cid = cm_malloc(NMAX * 4);
+    float *S = cm_malloc(4 * MQ8 * 4); /* 4 centroid rows, ld = m */
+    int32_t *aa = cm_malloc((size_t)NMAX * MQ8 * 4), *ab = cm_malloc((size_t)NMAX * MQ8 * 4);
+    int32_t sa[NMAX], sbb[NMAX];
+    quant_qset qs;
+    CHECK_OK(quant_qset_init(&qs, D, MQ8, NULL), NULL);
+    for (uint32_t bits = 1; bits <= 4; bits++) {
+        for (size_t i = 0; i < (size_t)NMAX * dim; i++) x[i] = (float)cm_rng_gauss(r);
+        for (uint32_t c = 0; c < 4; c++) {
+            float cc[4096];
+            for (uint32_t i = 0; i < dim; i++) cc[i] = 0.3f * (float)cm_rng_gauss(r);
+            quant_rotate(&rot, cc, cr + (size_t)c * D);
+        }
+        for (size_t t = 0; t < NMAX; t++) cid[t] = (uint32_t)cm_rng_below(r, 4);
+        quant_rotate_n(&rot, NMAX, x, dim, vr, D);
+        memcpy(vr, cr + (size_t)cid[0] * D, D * 4); /* token 0: zero residual */
+        CHECK_OK(quant_encode(D, bits, NMAX, vr, cr, cid, c1, f1, cB, fB, NULL), NULL);
+        /* Adversarial codes: tokens 1-2 all 0, 3-4 all max, 40.. random bytes. */
+        unsigned mask = (1u << bits) - 1u, full = mask | mask << 4;
+        memset(cB + 1 * cb, 0, 2 * cb);
+        memset(cB + 3 * cb, (int)full, 2 * cb);
+        for (size_t i = 40 * (size_t)cb; i < (size_t)NMAX * cb; i++)
+            cB[i] = (uint8_t)((unsigned)cm_rng_next(r) & full);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            uint32_t m = ms[mi];
+            for (size_t i = 0; i < (size_t)m * dim; i++) q[i] = (float)cm_rng_gauss(r);
+            if (m >= 3) {
+                memset(q + dim, 0, dim * 4); /* a zero token: delta = 0 */
+                for (uint32_t i = 0; i < dim; i++) q[2 * dim + i] = i == dim / 2 ? 50.0f : 1e-3f;
+            }
+            quant_qset_set(&qs, &rot, q, m);
+            CHECKF(q8_query_ok(&qs), "q8 query d=%u m=%u", dim, m);
+            for (uint32_t j = 0; j < 4 * m; j++) S[j] = (float)cm_rng_gauss(r);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                size_t n = ns[ni];
+                int ok_raw = 1, ok_def = 1, ok_doc = 1, ok_err = 1;
+                ref->ipB4_q8(qs.q8_t, qs.m_pad, m, D, cB, n, aa, sa);
+                k->ipB4_q8(qs.q8_t, qs.m_pad, m, D, cB, n, ab, sbb);
+                ok_raw &= n == 0 || (memcmp(aa, ab, n * m * 4) == 0 && memcmp(sa, sbb, n * 4) == 0);
+                /* the definition, per dim */
+                double tol[MQ8];
+                for (uint32_t j = 0; j < m; j++) tol[j] = 0;
+                for (size_t t = 0; t < n; t++) {
+                    const uint8_t *code = cB + t * cb;
+                    int32_t st = 0;
+                    for (uint32_t i = 0; i < D; i++) st += (int32_t)qm_codeB_get(code, bits, i);
+                    ok_def &= st == sa[t];
+                    float alpha = qm_f16_to_f32(fB[t].alpha), kappa = fB[t].kappa;
+                    double off = qm_codeB_offset(bits), su = 0;
+                    for (uint32_t i = 0; i < D; i++) su += fabs(qm_codeB_get(code, bits, i) - off);
+                    for (uint32_t j = 0; j < m; j++) {
+                        int64_t a = 0;
+                        double ipx = 0;
+                        for (uint32_t p = 0; p < D; p++) {
+                            uint32_t i = qm_q8_dim(p);
+                            unsigned qu = qs.q8_t[((size_t)(p / 4) * qs.m_pad + j) * 4 + p % 4];
+                            a += ((int64_t)qm_codeB_get(code, bits, i) - 8) * qu;
+                        }
+                        for (uint32_t i = 0; i < D; i++)
+                            ipx += (qm_codeB_get(code, bits, i) - off) * (double)qs.q[(size_t)j * D + i];
+                        ok_def &= a == aa[t * m + j];
+                        /* the q8 estimate against float64 of the float estimator */
+                        double cs = S[cid[t] * m + j], ex = cs + alpha + (double)kappa * ipx;
+                        float hsq = (8.0f - (float)off) * (float)qs.q8_sum[j];
+                        float ysum = (float)st - (float)off * (float)D;
+                        float ip = qm_q8_ip(qs.q8_delta[j], qs.q8_lo[j], hsq, aa[t * m + j], ysum);
+                        float e = (float)(cs + alpha) + kappa * ip;
+                        double mag = fabs(qs.q8_delta[j]) * (fabs((double)aa[t * m + j]) + fabs(hsq)) +
+                                     fabs(qs.q8_lo[j] * ysum);
+                        double bound = fabs(kappa) * (0.5 * qs.q8_delta[j] * su) * (1 + 1e-5) +
+                                       64 * 0x1p-24 * (fabs(cs) + fabs(alpha) + fabs(kappa) * mag) +
+                                       1e-30;
+                        ok_err &= fabs(e - ex) <= bound;
+                        tol[j] = bound > tol[j] ? bound : tol[j];
+                    }
+                }
+                for (int floor_init = 0; floor_init < 2; floor_init++) {
+                    float ma[MQ8], mb[MQ8], mf[MQ8];
+                    for (uint32_t j = 0; j < m; j++)
+                        ma[j] = mb[j] = mf[j] = floor_init ? (float)cm_rng_gauss(r) : -INFINITY;
+                    quant_estB_doc_max_q8(ref, &qs, bits, cB, fB, n, cid, S, m, ma);
+                    quant_estB_doc_max_q8(k, &qs, bits, cB, fB, n, cid, S, m, mb);
+                    quant_estB_doc_max_float(ref, &qs, bits, cB, fB, n, cid, S, m, mf);
+                    for (uint32_t j = 0; j < m; j++) {
+                        ok_doc &= memcmp(&ma[j], &mb[j], 4) == 0;
+                        /* maxima of values each within tol of float64: within 2 tol of
+                         * the float path's (itself within rounding of float64) */
+                        if (n == 0) ok_doc &= ma[j] == mf[j];
+                        else ok_err &= fabs((double)ma[j] - mf[j]) <= 2 * tol[j] + 1e-5 * (1 + fabs(mf[j]));
+                    }
+                }
+                CHECKF(ok_raw, "%s ipB4_q8 d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
+                CHECKF(ok_def, "scalar ipB4_q8 vs definition d=%u B=%u n=%zu m=%u", dim, bits, n, m);
+                CHECKF(ok_doc, "%s docB4_q8_max d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
+                CHECKF(ok_err, "q8 estimate error bound d=%u B=%u n=%zu m=%u", dim, bits, n, m);
+            }
+        }
+    }
+    quant_qset_free(&qs);
+    cm_free(x);
+    cm_free(vr);
+    cm_free(cr);
+    cm_free(q);
+    cm_free(c1);
+    cm_free(cB);
+    cm_free(f1);
+    cm_free(fB);
+    cm_free(cid);
+    cm_free(S);
+    cm_free(aa);
+    cm_free(ab);
+}
+
 int main(void)
 {
     const quant_kernels *ref = quant_kernels_for(CM_SIMD_SCALAR);
@@ -251,6 +414,7 @@ int main(void)
         }
         const quant_kernels *k = quant_kernels_for(levels[l]);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run(ref, k, dims[i], &r);
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_q8(ref, k, dims[i], &r);
         printf("%s: compared with scalar\n", k->name);
     }
     CHECK(quant_kernels_active() == quant_kernels_for(cm_simd_level_get()));

@@ -6,6 +6,7 @@
  * is the same code for every level: variants can only differ in their inner products,
  * and the tests compare exactly those. The epilogue pass re-reads the block from L1,
  * a few percent of the kernel time (bench/bench_quant.c). */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 
@@ -117,9 +118,10 @@ void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const
     }
 }
 
-void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
-                        const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
-                        const float *cscore, size_t ld, float *out_max)
+void quant_estB_doc_max_float(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
+                              const uint8_t *codesB, const quant_fB *fB, size_t n,
+                              const uint32_t *cid, const float *cscore, size_t ld,
+                              float *out_max)
 {
     kt = table(kt);
     uint32_t d = qs->dim_pad, m = qs->m, cb = qm_codeB_bytes(d, bits);
@@ -137,4 +139,21 @@ void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t 
             }
         }
     }
+}
+
+void quant_estB_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
+                           const uint8_t *codesB, const quant_fB *fB, size_t n,
+                           const uint32_t *cid, const float *cscore, size_t ld,
+                           float *out_max)
+{
+    assert(bits >= 1 && bits <= 4);
+    if (n == 0 || qs->m == 0) return;
+    table(kt)->docB4_q8_max(qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
+}
+
+void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
+                        const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
+                        const float *cscore, size_t ld, float *out_max)
+{
+    quant_estB_doc_max_float(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
 }

@@ -55,6 +55,19 @@ typedef struct quant_kernels {
     /* ip[t*m + j] = <T_t - (2^B-1)/2, q'_j>; q: [m][dim_pad] rotated query tokens. */
     void (*ipB_multi)(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bits,
                       const uint8_t *codes, size_t n, float *ip);
+    /* The integer core of the B <= 4 full-bit form on the 8-bit query (quant_math.h,
+     * qm_query8): for n nibble codes (dim_pad/2 bytes each) a[t*m + j] =
+     * sum_i (T_ti - 8) qu_ji and st[t] = sum_i T_ti; q8_t as in quant_qset. Exact
+     * integers, so every variant matches scalar bit for bit. */
+    void (*ipB4_q8)(const uint8_t *q8_t, uint32_t m_pad, uint32_t m, uint32_t dim_pad,
+                    const uint8_t *codes, size_t n, int32_t *a, int32_t *st);
+    /* The whole B <= 4 doc shape on the 8-bit query: for each token t and j < m,
+     * ip = qm_q8_ip(q8_delta[j], q8_lo[j], (8 - off) * q8_sum[j], a_tj, st_t - off * d_pad),
+     * e = (cscore[cid[t]*ld + j] + alpha_t) + kappa_t * ip, unfused, and
+     * out_max[j] = max(out_max[j], e). Every variant matches scalar bit for bit. */
+    void (*docB4_q8_max)(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+                         const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
+                         size_t ld, float *out_max);
 } quant_kernels;
 
 /* The table of one level (every level is compiled in on x86-64; whether the CPU can run
@@ -90,9 +103,23 @@ void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const
                             const quant_f1 *f1, size_t n, const uint32_t *cid,
                             const float *cscore, size_t ld, float *out_max);
 
-/* full shape, B-bit codes, max-accumulated into out_max[qs->m]. */
+/* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: for
+ * B <= 4 the integer kernels on the 8-bit query (quant_estB_doc_max_q8), 3-4x faster
+ * than the float dots and within (delta_j/2) |kappa| sum_i |u_i| of them (quant_math.h,
+ * qm_query8: a tenth of the estimator's own RMSE); for B > 4 the float dots
+ * (quant_estB_doc_max_float), since a byte code times a byte query overflows
+ * vpmaddubsw's 16-bit pair sums. */
 void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
                         const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
                         const float *cscore, size_t ld, float *out_max);
+void quant_estB_doc_max_float(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
+                              const uint8_t *codesB, const quant_fB *fB, size_t n,
+                              const uint32_t *cid, const float *cscore, size_t ld,
+                              float *out_max);
+/* bits must be 1..4. */
+void quant_estB_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
+                           const uint8_t *codesB, const quant_fB *fB, size_t n,
+                           const uint32_t *cid, const float *cscore, size_t ld,
+                           float *out_max);
 
 #endif

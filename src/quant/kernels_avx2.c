@@ -13,6 +13,7 @@
  * query tokens at a time sharing each load of the token (float sums in another order
  * than scalar: tested against the rounding bound of a d-term dot product). */
 #include <immintrin.h>
+#include <string.h>
 
 #include "quant/kernels_impl.h"
 #include "core/alloc.h"
@@ -248,5 +249,171 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-const quant_kernels quant_kernels_avx2 = {"avx2",       ip1_lut,      ip1_pop,
-                                          ip1_pop_multi, doc1_lut_max, ipB_multi};
+/* ---- B <= 4 on the 8-bit query (vpmaddubsw + vpmaddwd) ----
+ * As in kernels_avx512.c, query tokens are the lanes (8 per vector, 16 per chunk,
+ * NV <= 2) and a block of 8 document tokens shares each load of a query group row. AVX2
+ * has no byte dot product into 32 bits: vpmaddubsw multiplies the unsigned query bytes
+ * by the token's signed group (T - 8, broadcast) and adds pairs into 16 bits, which
+ * cannot saturate (|pair| <= 2 * 255 * 8 = 4080), so two groups' pair sums are added in
+ * 16 bits (<= 8160) before one vpmaddwd by ones widens them to the 32-bit lane sums that
+ * vpdpbusd gives; the integers, hence the results, equal scalar's. d/4 is even (d_pad is
+ * a multiple of 64), so groups go in pairs. 16 accumulators + 4 rows + ones exceed the
+ * 16 registers; the compiler spills the accumulators of a step's last tokens, which
+ * costs less than halving the block (measured in bench/bench_quant.c). */
+
+static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), e8 = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
+    uint32_t cb = d / 2;
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int8_t *ut = u + t * d;
+        if (t >= n) {
+            memset(ut, 0, d);
+            st[t] = 0;
+            continue;
+        }
+        __m256i s = z;
+        for (uint32_t c = 0; c < d / 64; c++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(codes + t * cb + 32 * c));
+            __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c), _mm256_sub_epi8(lo, e8));
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c + 32), _mm256_sub_epi8(hi, e8));
+            s = _mm256_add_epi64(s, _mm256_add_epi64(_mm256_sad_epu8(lo, z), _mm256_sad_epu8(hi, z)));
+        }
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        st[t] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+    }
+}
+
+static inline int32_t load_i32(const int8_t *p)
+{
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* acc[t][v] = the block's sums for query lanes j0 + 8 v + (0..7); NV vectors are all
+ * inside the row (j0 + 8 (NV - 1) < m <= m_pad, m_pad a multiple of 8). */
+static inline __attribute__((always_inline)) void
+q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j0,
+         __m256i acc[QUANT_Q8_BLOCK][2], const int NV)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < QUANT_Q8_BLOCK; t++)
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) acc[t][v] = _mm256_setzero_si256();
+    const uint8_t *row = qt + (size_t)j0 * 4;
+    size_t rs = (size_t)mp * 4;
+    for (uint32_t g = 0; g < d / 4; g += 2, row += 2 * rs) {
+        __m256i q0[2], q1[2];
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) {
+            q0[v] = _mm256_loadu_si256((const __m256i *)(const void *)(row + 32 * v));
+            q1[v] = _mm256_loadu_si256((const __m256i *)(const void *)(row + rs + 32 * v));
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < QUANT_Q8_BLOCK; t++) {
+            const int8_t *ut = u + (size_t)t * d + 4 * g;
+            __m256i b0 = _mm256_set1_epi32(load_i32(ut)), b1 = _mm256_set1_epi32(load_i32(ut + 4));
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < NV; v++) {
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q0[v], b0),
+                                             _mm256_maddubs_epi16(q1[v], b1));
+                acc[t][v] = _mm256_add_epi32(acc[t][v], _mm256_madd_epi16(p, ones));
+            }
+        }
+    }
+}
+
+static inline __m256i lane_mask(uint32_t left)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const uint8_t *codes,
+                    size_t n, int32_t *a, int32_t *st)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t sb[QUANT_Q8_BLOCK];
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        for (size_t t = 0; t < nb; t++) st[t0 + t] = sb[t];
+        for (uint32_t j0 = 0; j0 < m; j0 += 16) {
+            uint32_t left = m - j0;
+            int nv = left > 8 ? 2 : 1;
+            __m256i acc[QUANT_Q8_BLOCK][2];
+            if (nv == 2) q8_block(qt, mp, d, u, j0, acc, 2);
+            else q8_block(qt, mp, d, u, j0, acc, 1);
+            for (int v = 0; v < nv; v++) {
+                __m256i k = lane_mask(left - 8 * (uint32_t)v);
+                for (size_t t = 0; t < nb; t++)
+                    _mm256_maskstore_epi32((int *)(a + (t0 + t) * m + j0 + 8 * v), k, acc[t][v]);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+docB4_chunk(const quant_qset *qs, float off, const int8_t *u, const int32_t *sb, size_t nb,
+            const quant_fB *fB, const uint32_t *cid, const float *cscore, size_t ld,
+            float *out_max, uint32_t j0, const int NV)
+{
+    uint32_t d = qs->dim_pad, left = qs->m - j0;
+    __m256i acc[QUANT_Q8_BLOCK][2];
+    q8_block(qs->q8_t, qs->m_pad, d, u, j0, acc, NV);
+    __m256i mask[2];
+    __m256 dl[2], lo[2], hsq[2], mx[2];
+    const __m256 h8 = _mm256_set1_ps(8.0f - off);
+    _Pragma("GCC unroll 2")
+    for (int v = 0; v < NV; v++) {
+        size_t j = j0 + 8 * (size_t)v;
+        mask[v] = lane_mask(left - 8 * (uint32_t)v);
+        dl[v] = _mm256_load_ps(qs->q8_delta + j); /* inside m_pad: zero past m */
+        lo[v] = _mm256_load_ps(qs->q8_lo + j);
+        hsq[v] = _mm256_mul_ps(h8, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(const void *)(qs->q8_sum + j))));
+        mx[v] = _mm256_maskload_ps(out_max + j, mask[v]);
+    }
+    float od = off * (float)d;
+    for (size_t t = 0; t < nb; t++) {
+        __m256 ys = _mm256_set1_ps((float)sb[t] - od);
+        __m256 al = _mm256_set1_ps(qm_f16_to_f32(fB[t].alpha)), ka = _mm256_set1_ps(fB[t].kappa);
+        const float *cs = cscore + (size_t)cid[t] * ld + j0;
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) {
+            __m256 x = _mm256_add_ps(_mm256_cvtepi32_ps(acc[t][v]), hsq[v]);
+            __m256 ip = _mm256_add_ps(_mm256_mul_ps(dl[v], x), _mm256_mul_ps(lo[v], ys));
+            __m256 c = _mm256_maskload_ps(cs + 8 * v, mask[v]);
+            __m256 e = _mm256_add_ps(_mm256_add_ps(c, al), _mm256_mul_ps(ka, ip));
+            mx[v] = _mm256_max_ps(e, mx[v]);
+        }
+    }
+    _Pragma("GCC unroll 2")
+    for (int v = 0; v < NV; v++) _mm256_maskstore_ps(out_max + j0 + 8 * v, mask[v], mx[v]);
+}
+
+static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+                         const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
+                         size_t ld, float *out_max)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t sb[QUANT_Q8_BLOCK];
+    uint32_t d = qs->dim_pad, m = qs->m;
+    float off = qm_codeB_offset(bits);
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        for (uint32_t j0 = 0; j0 < m; j0 += 16) {
+            if (m - j0 > 8)
+                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 2);
+            else
+                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 1);
+        }
+    }
+}
+
+const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
+                                          ip1_pop_multi, doc1_lut_max, ipB_multi,
+                                          ipB4_q8,       docB4_q8_max};

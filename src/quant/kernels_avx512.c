@@ -11,6 +11,7 @@
  * ipB_multi: unpack to centred floats, then 16-wide FMA dots, eight query tokens at a
  * time sharing each load of the token (see its section). */
 #include <immintrin.h>
+#include <string.h>
 
 #include "quant/kernels_impl.h"
 #include "core/alloc.h"
@@ -320,5 +321,160 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
+/* ---- B <= 4 on the 8-bit query (VNNI) ----
+ * Query tokens are the lanes: 16 per vector, 32 per chunk (NV <= 2), and a block of
+ * QUANT_Q8_BLOCK = 8 document tokens shares each load of a query group row, so the
+ * inner step is 2 row loads and 16 vpdpbusd whose signed operand is one token's group,
+ * a 4-byte embedded broadcast from the unpacked block (16 accumulators + 2 rows fit the
+ * 32 registers). One vpdpbusd is 64 byte MACs; at d = 128, m = 32 a token costs 64 of
+ * them, against 256 float FMAs in ipB_multi. No horizontal sums: the accumulators are
+ * already the [t][j] results, and the estimate epilogue runs on them lane-wise in the
+ * scalar order. A block short of 8 tokens computes on zeroed rows and stores only its
+ * own. */
+
+/* The block's n (<= 8) codes into u[8][d] (qk_unpack4_s8 order); rows >= n zeroed. */
+static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), e8 = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
+    uint32_t cb = d / 2;
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int8_t *ut = u + t * d;
+        if (t >= n) {
+            memset(ut, 0, d);
+            st[t] = 0;
+            continue;
+        }
+        __m256i s = z;
+        for (uint32_t c = 0; c < d / 64; c++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(codes + t * cb + 32 * c));
+            __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c), _mm256_sub_epi8(lo, e8));
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c + 32), _mm256_sub_epi8(hi, e8));
+            s = _mm256_add_epi64(s, _mm256_add_epi64(_mm256_sad_epu8(lo, z), _mm256_sad_epu8(hi, z)));
+        }
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        st[t] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+    }
+}
+
+static inline int32_t load_i32(const int8_t *p)
+{
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* acc[t][v] = the block's sums for query lanes j0 + 16 v + (0..15). */
+static inline __attribute__((always_inline)) void
+q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j0,
+         const __mmask16 *mask, __m512i acc[QUANT_Q8_BLOCK][2], const int NV)
+{
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < QUANT_Q8_BLOCK; t++)
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) acc[t][v] = _mm512_setzero_si512();
+    const uint8_t *row = qt + (size_t)j0 * 4;
+    for (uint32_t g = 0; g < d / 4; g++, row += (size_t)mp * 4) {
+        __m512i q[2];
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) q[v] = _mm512_maskz_loadu_epi32(mask[v], row + 64 * v);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < QUANT_Q8_BLOCK; t++) {
+            __m512i b = _mm512_set1_epi32(load_i32(u + (size_t)t * d + 4 * g));
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < NV; v++) acc[t][v] = _mm512_dpbusd_epi32(acc[t][v], q[v], b);
+        }
+    }
+}
+
+static inline void q8_masks(uint32_t left, __mmask16 *mask)
+{
+    for (uint32_t v = 0; v < 2; v++) {
+        uint32_t l = left > 16 * v ? left - 16 * v : 0;
+        mask[v] = l >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << l) - 1u);
+    }
+}
+
+static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const uint8_t *codes,
+                    size_t n, int32_t *a, int32_t *st)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t sb[QUANT_Q8_BLOCK];
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        for (size_t t = 0; t < nb; t++) st[t0 + t] = sb[t];
+        for (uint32_t j0 = 0; j0 < m; j0 += 32) {
+            __mmask16 mask[2];
+            q8_masks(m - j0, mask);
+            __m512i acc[QUANT_Q8_BLOCK][2];
+            if (m - j0 > 16) q8_block(qt, mp, d, u, j0, mask, acc, 2);
+            else q8_block(qt, mp, d, u, j0, mask, acc, 1);
+            for (size_t t = 0; t < nb; t++)
+                for (int v = 0; v < 2 && mask[v]; v++)
+                    _mm512_mask_storeu_epi32(a + (t0 + t) * m + j0 + 16 * v, mask[v], acc[t][v]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+docB4_chunk(const quant_qset *qs, float off, const int8_t *u, const int32_t *sb, size_t nb,
+            const quant_fB *fB, const uint32_t *cid, const float *cscore, size_t ld,
+            float *out_max, uint32_t j0, const int NV)
+{
+    uint32_t d = qs->dim_pad;
+    __mmask16 mask[2];
+    q8_masks(qs->m - j0, mask);
+    __m512i acc[QUANT_Q8_BLOCK][2];
+    q8_block(qs->q8_t, qs->m_pad, d, u, j0, mask, acc, NV);
+    __m512 dl[2], lo[2], hsq[2], mx[2];
+    const __m512 h8 = _mm512_set1_ps(8.0f - off);
+    _Pragma("GCC unroll 2")
+    for (int v = 0; v < NV; v++) {
+        size_t j = j0 + 16 * (size_t)v;
+        dl[v] = _mm512_maskz_loadu_ps(mask[v], qs->q8_delta + j);
+        lo[v] = _mm512_maskz_loadu_ps(mask[v], qs->q8_lo + j);
+        hsq[v] = _mm512_mul_ps(h8, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask[v], qs->q8_sum + j)));
+        mx[v] = _mm512_maskz_loadu_ps(mask[v], out_max + j);
+    }
+    float od = off * (float)d;
+    for (size_t t = 0; t < nb; t++) {
+        __m512 ys = _mm512_set1_ps((float)sb[t] - od);
+        __m512 al = _mm512_set1_ps(qm_f16_to_f32(fB[t].alpha)), ka = _mm512_set1_ps(fB[t].kappa);
+        const float *cs = cscore + (size_t)cid[t] * ld + j0;
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) {
+            __m512 x = _mm512_add_ps(_mm512_cvtepi32_ps(acc[t][v]), hsq[v]);
+            __m512 ip = _mm512_add_ps(_mm512_mul_ps(dl[v], x), _mm512_mul_ps(lo[v], ys));
+            __m512 c = _mm512_maskz_loadu_ps(mask[v], cs + 16 * v);
+            __m512 e = _mm512_add_ps(_mm512_add_ps(c, al), _mm512_mul_ps(ka, ip));
+            mx[v] = _mm512_max_ps(e, mx[v]);
+        }
+    }
+    _Pragma("GCC unroll 2")
+    for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(out_max + j0 + 16 * v, mask[v], mx[v]);
+}
+
+static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+                         const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
+                         size_t ld, float *out_max)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t sb[QUANT_Q8_BLOCK];
+    uint32_t d = qs->dim_pad, m = qs->m;
+    float off = qm_codeB_offset(bits);
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        for (uint32_t j0 = 0; j0 < m; j0 += 32) {
+            if (m - j0 > 16)
+                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 2);
+            else
+                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 1);
+        }
+    }
+}
+
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
-                                            ip1_pop_multi, doc1_lut_max, ipB_multi};
+                                            ip1_pop_multi, doc1_lut_max, ipB_multi,
+                                            ipB4_q8,       docB4_q8_max};

@@ -66,5 +66,47 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-const quant_kernels quant_kernels_scalar = {"scalar", ip1_lut, ip1_pop, ip1_pop_multi,
-                                            doc1_lut_max, ipB_multi};
+/* ---- B <= 4 on the 8-bit query: the integer definition ---- */
+
+static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad,
+                    const uint8_t *codes, size_t n, int32_t *a, int32_t *st)
+{
+    int8_t u[QUANT_DIM_MAX];
+    uint32_t cb = qm_codeB_bytes(dim_pad, 4);
+    for (size_t t = 0; t < n; t++) {
+        st[t] = qk_unpack4_s8(codes + t * cb, dim_pad, u);
+        for (uint32_t j = 0; j < m; j++) {
+            int32_t s = 0;
+            for (uint32_t p = 0; p < dim_pad; p++)
+                s += (int32_t)u[p] * (int32_t)qt[((size_t)(p >> 2) * mp + j) * 4 + (p & 3u)];
+            a[t * m + j] = s;
+        }
+    }
+}
+
+static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+                         const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
+                         size_t ld, float *out_max)
+{
+    uint32_t d = qs->dim_pad, m = qs->m, cb = qm_codeB_bytes(d, bits);
+    float off = qm_codeB_offset(bits), od = off * (float)d, hsq[QUANT_QTOK_MAX];
+    for (uint32_t j = 0; j < m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
+    int32_t a[QUANT_QTOK_MAX], st;
+    for (size_t t = 0; t < n; t++) {
+        ipB4_q8(qs->q8_t, qs->m_pad, m, d, codes + t * cb, 1, a, &st);
+        float ysum = (float)st - od;
+        float alpha = qm_f16_to_f32(fB[t].alpha), kappa = fB[t].kappa;
+        const float *cs = cscore + (size_t)cid[t] * ld;
+        for (uint32_t j = 0; j < m; j++) {
+            float ip = qm_q8_ip(qs->q8_delta[j], qs->q8_lo[j], hsq[j], a[j], ysum);
+            float b = cs[j] + alpha;
+            float c = kappa * ip;
+            float e = b + c;
+            out_max[j] = e > out_max[j] ? e : out_max[j];
+        }
+    }
+}
+
+const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
+                                            ip1_pop_multi, doc1_lut_max, ipB_multi,
+                                            ipB4_q8,       docB4_q8_max};

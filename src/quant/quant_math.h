@@ -186,6 +186,71 @@ QM_HD static inline void qm_query4(const float *q, uint32_t dim_pad, uint64_t *p
     *sum_qu = s;
 }
 
+/* ---- 8-bit query for the B <= 4 full-bit kernels (docs/algorithms.md §1.7) ----
+ * Each rotated query token is quantised uniformly between its min and max to
+ * qu_i in 0..255: q'_i ~= lo + delta qu_i, delta = (max - min)/255, round to nearest, so
+ * |q~_i - q'_i| <= delta/2. The kernels then compute only integer sums: for a nibble
+ * code (B <= 4, T_i in 0..15) A = sum_i (T_i - 8) qu_i (one unsigned x signed byte
+ * product per dim: vpmaddubsw/vpdpbusd operands, |A| < 2^31 for every dim_pad) and
+ * ST = sum_i T_i, and with off = (2^B-1)/2
+ *     <T - off, q~> = delta (A + (8 - off) SQ) + lo (ST - off d_pad),  SQ = sum_i qu_i.
+ * Error: <T - off, q~> - <T - off, q'> = <u, q~ - q'>, at most (delta/2) sum_i |u_i| (the
+ * bound the tests check, times |kappa| in the estimate). For a unit query token after
+ * the random rotation, max - min ~ 5/sqrt(d), so delta/2 ~ 1e-3 at d = 128, and the
+ * rounding errors are zero-mean and independent of the code: their typical effect is
+ * kappa |u| delta/sqrt(12) ~ |r| delta/sqrt(12) (kappa |u| ~ |r|), about 3e-4 for
+ * |r| ~ 0.5, next to a B = 4 estimator RMSE of ~4e-3 (bench/bench_quant.c's error table
+ * measures both: the RMSE moves in the third digit).
+ *
+ * Layout (query-interleaved, like lut_t): a nibble code of 32 bytes (64 dims, d_pad is a
+ * multiple of 64) unpacks without a shuffle into its 32 low nibbles (dims 64c + 2k)
+ * followed by its 32 high nibbles (dims 64c + 2k + 1); position p of that unpacked
+ * order holds dim qm_q8_dim(p). The query is stored in the same order, 4 positions
+ * (one 32-bit lane of vpdpbusd) per group: q8_t[((p/4) * m_pad + j) * 4 + p % 4] = qu of
+ * query token j at dim qm_q8_dim(p). One group of a document token (4 bytes, broadcast)
+ * times the row of group p/4 (m_pad lanes) gives that group's sums for every query
+ * token: query tokens are the vector lanes, and no horizontal reduction is needed. */
+QM_HD static inline uint32_t qm_q8_dim(uint32_t p)
+{
+    return (p & ~63u) + 2u * (p & 31u) + ((p >> 5) & 1u);
+}
+
+/* Quantises rotated query token j (q: dim_pad floats) into column j of q8_t (layout
+ * above). */
+QM_HD static inline void qm_query8(const float *q, uint32_t dim_pad, uint32_t j, uint32_t m_pad,
+                                   uint8_t *q8_t, float *delta, float *lo, int32_t *sum_qu)
+{
+    float l = q[0], h = q[0];
+    for (uint32_t i = 1; i < dim_pad; i++) {
+        l = q[i] < l ? q[i] : l;
+        h = q[i] > h ? q[i] : h;
+    }
+    float d = (h - l) / 255.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (uint32_t p = 0; p < dim_pad; p++) {
+        float t = (q[qm_q8_dim(p)] - l) * inv + 0.5f;
+        int32_t v = (int32_t)t; /* t >= 0: truncation is floor */
+        v = v > 255 ? 255 : v;
+        s += v;
+        q8_t[((uint64_t)(p >> 2) * m_pad + j) * 4 + (p & 3u)] = (uint8_t)v;
+    }
+    *delta = d;
+    *lo = l;
+    *sum_qu = s;
+}
+
+/* <T - off, q~> from the integer sums (formula above); hsq = (8 - off) * SQ and
+ * ysum = ST - off * d_pad, both as float, are per query token and per document token.
+ * Separate statements, so no compiler fuses them into FMAs: SIMD variants perform the
+ * same roundings lane by lane and match this bit for bit. */
+QM_HD static inline float qm_q8_ip(float delta, float lo, float hsq, int32_t a, float ysum)
+{
+    float x = (float)a + hsq;
+    float y = delta * x;
+    float z = lo * ysum;
+    return y + z;
+}
+
 /* <b - 1/2, q~> from the popcount sums wsum = sum_i b_i qu_i and pop = sum_i b_i, where
  * q~ is the quantised query. Centring on q~ (not on the exact S_q) keeps the query
  * rounding error zero-mean over the code bits; its size is at most delta * d_pad / 4. */

@@ -330,8 +330,12 @@ chimera_status quant_qset_init(quant_qset *qs, uint32_t dim_pad, uint32_t m_cap,
     qs->delta = cm_aligned_alloc(64, mp * sizeof(float));
     qs->vlow = cm_aligned_alloc(64, mp * sizeof(float));
     qs->sum_qu = cm_aligned_alloc(64, mp * sizeof(int32_t));
+    qs->q8_t = cm_aligned_alloc(64, mp * dim_pad);
+    qs->q8_delta = cm_aligned_alloc(64, mp * sizeof(float));
+    qs->q8_lo = cm_aligned_alloc(64, mp * sizeof(float));
+    qs->q8_sum = cm_aligned_alloc(64, mp * sizeof(int32_t));
     if (!qs->q || !qs->lut || !qs->lut_t || !qs->planes || !qs->planes_t || !qs->delta || !qs->vlow ||
-        !qs->sum_qu) {
+        !qs->sum_qu || !qs->q8_t || !qs->q8_delta || !qs->q8_lo || !qs->q8_sum) {
         quant_qset_free(qs);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "query set: out of memory");
     }
@@ -348,6 +352,10 @@ void quant_qset_free(quant_qset *qs)
     cm_free(qs->delta);
     cm_free(qs->vlow);
     cm_free(qs->sum_qu);
+    cm_free(qs->q8_t);
+    cm_free(qs->q8_delta);
+    cm_free(qs->q8_lo);
+    cm_free(qs->q8_sum);
     memset(qs, 0, sizeof *qs);
 }
 
@@ -364,6 +372,10 @@ static void qset_finish(quant_qset *qs, uint32_t m)
     memset(qs->delta, 0, mp * sizeof(float));
     memset(qs->vlow, 0, mp * sizeof(float));
     memset(qs->sum_qu, 0, mp * sizeof(int32_t));
+    memset(qs->q8_t, 0, mp * d);
+    memset(qs->q8_delta, 0, mp * sizeof(float));
+    memset(qs->q8_lo, 0, mp * sizeof(float));
+    memset(qs->q8_sum, 0, mp * sizeof(int32_t));
     qs->m = m;
     for (uint32_t j = 0; j < m; j++) {
         const float *q = qs->q + (size_t)j * d;
@@ -371,6 +383,8 @@ static void qset_finish(quant_qset *qs, uint32_t m)
         qm_lut_interleave(qs->lut + (size_t)j * d * 4, d, j, (uint32_t)mp, qs->lut_t);
         qm_query4(q, d, qs->planes + (size_t)j * 4 * W, 1, &qs->delta[j], &qs->vlow[j],
                   &qs->sum_qu[j]);
+        qm_query8(q, d, j, (uint32_t)mp, qs->q8_t, &qs->q8_delta[j], &qs->q8_lo[j],
+                  &qs->q8_sum[j]);
         /* The interleaved copy: word w of plane p of token j at [(w*4 + p) * m_pad + j]. */
         for (uint32_t p = 0; p < 4; p++)
             for (uint32_t w = 0; w < W; w++)

@@ -54,7 +54,7 @@ void quant_codeB_msb(uint32_t dim_pad, uint32_t bits, size_t n, const uint8_t *c
 
 /* Per-query state for m <= m_cap query tokens. Buffers are 64-byte aligned; rows beyond m
  * (up to m_pad = m_cap rounded up to 8) are zero so SIMD kernels may read whole vectors.
- * Memory: about m_pad * dim_pad * 36 bytes, of which lut and lut_t take 16 each
+ * Memory: about m_pad * dim_pad * 37 bytes, of which lut and lut_t take 16 each
  * (lut_t: 64 KiB at dim_pad = 128, m_cap = 32, so it stays in L2 while a query's
  * documents are scored; 1.3 MiB at the caps dim_pad = 320, m_cap = 256). */
 typedef struct quant_qset {
@@ -67,6 +67,11 @@ typedef struct quant_qset {
     uint64_t *planes_t; /* [n_words][4][m_pad]: query-interleaved planes (doc kernels) */
     float *delta, *vlow;
     int32_t *sum_qu;
+    /* 8-bit query for the B <= 4 full-bit kernels (quant_math.h, qm_query8):
+     * q8_t [dim_pad/4][m_pad][4] bytes, zero for j >= m; per token delta, lo, sum. */
+    uint8_t *q8_t;
+    float *q8_delta, *q8_lo;
+    int32_t *q8_sum;
 } quant_qset;
 
 /* Allocates a query set. Returns CHIMERA_OK, CHIMERA_ERR_INVALID_ARG (m_cap 0 or above
