@@ -4,6 +4,14 @@
  * bias, miss rate of the eps0 = 1.9 bound) with the factors as stored (f16) and in
  * float64, which is the evidence for the factor storage choice.
  *
+ * The B-bit doc shapes are also reported per (document token x query token) pair and
+ * as a fraction of the core's peak multiply-add rate for the instruction each path is
+ * built on, measured here (peak_*: 12 independent chains of that one instruction, so
+ * the measured rate is the issue throughput): scalar mul+add and int32 imul+add,
+ * 256-bit vfmadd231ps (AVX2 float), 256-bit vpmaddubsw (AVX2 int8, 32 byte MACs; the
+ * adds that widen its pair sums go to other ports), 512-bit vfmadd231ps and 512-bit
+ * vpdpbusd (AVX-512 float and VNNI int8, 64 byte MACs).
+ *
  * Times are the thread's CPU time, best of 3 rounds (TIME).
  *
  * Usage: bench_quant [n_tokens_list] (default 1<<20). d = 128, m = 32 query tokens,
@@ -13,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "core/clock.h"
 #include "core/cpu.h"
@@ -29,6 +40,108 @@
 
 static volatile uint64_t sink;
 static volatile float fsink;
+static volatile int isrc = 3;
+static volatile float fsrc = 1.0f;
+
+/* ---- peak multiply-add rates (MACs per ns), one per instruction ---- */
+
+#define PEAK_ITERS 20000000L
+#define PEAK_CHAINS 12
+
+static double peak_scalar_float(void)
+{
+    float a[PEAK_CHAINS], b = fsrc * 0.999f, c = fsrc * 1e-9f;
+    for (int k = 0; k < PEAK_CHAINS; k++) a[k] = fsrc + (float)k;
+    double t0 = cm_thread_cpu_now();
+    for (long i = 0; i < PEAK_ITERS / 4; i++)
+        for (int k = 0; k < PEAK_CHAINS; k++) a[k] = a[k] * b + c;
+    double t = cm_thread_cpu_now() - t0;
+    for (int k = 0; k < PEAK_CHAINS; k++) fsink += a[k];
+    return (double)PEAK_ITERS / 4 * PEAK_CHAINS / t / 1e9;
+}
+
+static double peak_scalar_int(void)
+{
+    int32_t a[PEAK_CHAINS], b = isrc, c = isrc + 1;
+    for (int k = 0; k < PEAK_CHAINS; k++) a[k] = isrc + k;
+    double t0 = cm_thread_cpu_now();
+    for (long i = 0; i < PEAK_ITERS / 4; i++) {
+        _Pragma("GCC unroll 12")
+        for (int k = 0; k < PEAK_CHAINS; k++) {
+            a[k] = (int32_t)((uint32_t)a[k] * (uint32_t)b + (uint32_t)c);
+            __asm__ volatile("" : "+r"(a[k]));
+        }
+    }
+    double t = cm_thread_cpu_now() - t0;
+    for (int k = 0; k < PEAK_CHAINS; k++) sink += (uint64_t)a[k];
+    return (double)PEAK_ITERS / 4 * PEAK_CHAINS / t / 1e9;
+}
+
+#if defined(__x86_64__)
+/* 12 chains of one instruction; macs = multiply-adds per instruction. */
+#define PEAK_LOOP(VT, init, step, fold, macs)                                                  \
+    VT a_[PEAK_CHAINS];                                                                        \
+    for (int k = 0; k < PEAK_CHAINS; k++) a_[k] = init;                                        \
+    double t0_ = cm_thread_cpu_now();                                                          \
+    for (long i = 0; i < PEAK_ITERS; i++) {                                                    \
+        _Pragma("GCC unroll 12") for (int k = 0; k < PEAK_CHAINS; k++) a_[k] = step(a_[k]);    \
+    }                                                                                          \
+    double t_ = cm_thread_cpu_now() - t0_;                                                     \
+    for (int k = 0; k < PEAK_CHAINS; k++) fold(a_[k]);                                         \
+    return (double)PEAK_ITERS * PEAK_CHAINS * (macs) / t_ / 1e9;
+
+__attribute__((target("avx2,fma"))) static double peak_avx2_float(void)
+{
+    __m256 b = _mm256_set1_ps(fsrc * 0.999f), c = _mm256_set1_ps(fsrc * 1e-9f);
+#define STEP(x) _mm256_fmadd_ps(x, b, c)
+#define FOLD(x) fsink += _mm256_cvtss_f32(x)
+    PEAK_LOOP(__m256, _mm256_set1_ps(fsrc + (float)k), STEP, FOLD, 8)
+#undef STEP
+#undef FOLD
+}
+
+__attribute__((target("avx2"))) static double peak_avx2_int(void)
+{
+    __m256i b = _mm256_set1_epi8((char)isrc);
+#define STEP(x) _mm256_maddubs_epi16(x, b)
+#define FOLD(x) sink += (uint64_t)_mm256_extract_epi32(x, 0)
+    PEAK_LOOP(__m256i, _mm256_set1_epi8((char)(isrc + k)), STEP, FOLD, 32)
+#undef STEP
+#undef FOLD
+}
+
+__attribute__((target("avx512f"))) static double peak_avx512_float(void)
+{
+    __m512 b = _mm512_set1_ps(fsrc * 0.999f), c = _mm512_set1_ps(fsrc * 1e-9f);
+#define STEP(x) _mm512_fmadd_ps(x, b, c)
+#define FOLD(x) fsink += _mm512_reduce_add_ps(x)
+    PEAK_LOOP(__m512, _mm512_set1_ps(fsrc + (float)k), STEP, FOLD, 16)
+#undef STEP
+#undef FOLD
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static double peak_avx512_int(void)
+{
+    __m512i b = _mm512_set1_epi8((char)isrc), c = _mm512_set1_epi8((char)(isrc + 1));
+#define STEP(x) _mm512_dpbusd_epi32(x, b, c)
+#define FOLD(x) sink += (uint64_t)_mm512_reduce_add_epi32(x)
+    PEAK_LOOP(__m512i, _mm512_set1_epi32(isrc + k), STEP, FOLD, 64)
+#undef STEP
+#undef FOLD
+}
+#endif
+
+/* Peak MACs/ns of the float and the int8 instruction of `level`. */
+static void peaks(cm_simd_level level, double *pf, double *pi)
+{
+    switch (level) {
+#if defined(__x86_64__)
+    case CM_SIMD_AVX512: *pf = peak_avx512_float(); *pi = peak_avx512_int(); return;
+    case CM_SIMD_AVX2: *pf = peak_avx2_float(); *pi = peak_avx2_int(); return;
+#endif
+    default: *pf = peak_scalar_float(); *pi = peak_scalar_int(); return;
+    }
+}
 
 static double bandwidth(size_t bytes, double min_time)
 {
@@ -218,6 +331,58 @@ static void report(const char *kernel, const char *var, double sec, size_t token
         }                                                                                      \
     } while (0)
 
+/* The B = 4 doc shape per (document token x query token) pair, against the peak of the
+ * instruction it is built on. MACs per pair: D (one per dim). */
+static void pair_table(quant_qset *qs, const uint8_t *cB4, const quant_fB *fB,
+                       const uint32_t *cid, const float *S, size_t n_doc)
+{
+    printf("\nB=4 full-bit doc shape per (doc token x query token) pair, d=%d, m=%d:\n", D, M);
+    printf("%-7s %-26s %9s %9s %11s %9s\n", "variant", "form", "ns/pair", "GMAC/s",
+           "peak GMAC/s", "of peak");
+    const cm_simd_level levels[] = {CM_SIMD_SCALAR, CM_SIMD_AVX2, CM_SIMD_AVX512};
+    float mx[M];
+    int32_t *ia = cm_malloc((size_t)DOC_LEN * M * 4), ist[DOC_LEN];
+    float *ipb = cm_malloc((size_t)DOC_LEN * M * 4);
+    for (int l = 0; l < 3; l++) {
+        if (!cm_cpu_supports(levels[l])) continue;
+        const quant_kernels *k = quant_kernels_for(levels[l]);
+        double pf, pi, sec;
+        peaks(levels[l], &pf, &pi);
+        for (int j = 0; j < M; j++) mx[j] = -INFINITY;
+        struct {
+            const char *form;
+            int integer;
+            double sec;
+        } row[4];
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
+                 k->ipB_multi(qs->q, M, D, 4, cB4 + t * D / 2, DOC_LEN, ipb),
+             sec);
+        row[0].form = "float dot (raw)", row[0].integer = 0, row[0].sec = sec;
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_float(
+                 k, qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        row[1].form = "float dot + estimate", row[1].integer = 0, row[1].sec = sec;
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
+                 k->ipB4_q8(qs->q8_t, qs->m_pad, M, D, cB4 + t * D / 2, DOC_LEN, ia, ist),
+             sec);
+        row[2].form = "int8 query (raw)", row[2].integer = 1, row[2].sec = sec;
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_q8(
+                 k, qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        row[3].form = "int8 query + estimate", row[3].integer = 1, row[3].sec = sec;
+        for (int i = 0; i < 4; i++) {
+            double pairs = (double)n_doc * M, ns = row[i].sec / pairs * 1e9;
+            double gmac = pairs * D / row[i].sec / 1e9, peak = row[i].integer ? pi : pf;
+            printf("%-7s %-26s %9.3f %9.1f %11.1f %8.0f%%\n", k->name, row[i].form, ns, gmac, peak,
+                   100.0 * gmac / peak);
+        }
+    }
+    fsink += mx[0] + ipb[0];
+    sink += (uint64_t)ia[0];
+    cm_free(ia);
+    cm_free(ipb);
+}
+
 int main(int argc, char **argv)
 {
     size_t n_list = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)1 << 20;
@@ -303,16 +468,28 @@ int main(int argc, char **argv)
             TIME(k->ip1_pop(qs.planes, W, c1, nt, ws, pc), sec);
             report(name, k->name, sec, nt, nt * 8 * W, bw_dram);
         }
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_q8(
+                 k, &qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("B=4 doc x32 q, int8 query", k->name, sec, n_doc, n_doc * (D / 2 + 8 + 4), bw_dram);
         float *ipb = cm_malloc((size_t)DOC_LEN * M * 4);
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
                  k->ipB_multi(qs.q, M, D, 4, cB4 + t * D / 2, DOC_LEN, ipb),
              sec);
         report("raw ipB_multi x32 q, B=4", k->name, sec, n_doc, n_doc * D / 2, bw_dram);
+        int32_t *ia = cm_malloc((size_t)DOC_LEN * M * 4), ist[DOC_LEN];
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
+                 k->ipB4_q8(qs.q8_t, qs.m_pad, M, D, cB4 + t * D / 2, DOC_LEN, ia, ist),
+             sec);
+        report("raw ipB4_q8 x32 q, B=4", k->name, sec, n_doc, n_doc * D / 2, bw_dram);
+        sink += (uint64_t)ia[0];
+        cm_free(ia);
         fsink += mx[0] + out[n_list - 1] + ipb[0];
         cm_free(ipb);
     }
     printf("(GB/s: code + factor (+ centroid id) bytes read per second; doc shapes are "
            "compute-bound by design: 32 query tokens per token read)\n");
+    pair_table(&qs, cB4, fB, cid, S, n_doc);
     error_table();
     quant_qset_free(&qs);
     cm_free(c1);

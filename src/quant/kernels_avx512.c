@@ -369,10 +369,13 @@ static inline __attribute__((always_inline)) void
 q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j0,
          const __mmask16 *mask, __m512i acc[QUANT_Q8_BLOCK][2], const int NV)
 {
+    /* a local array (kept in registers), copied out once: accumulating into acc[]
+     * directly made the compiler store every update to the caller's memory */
+    __m512i c[QUANT_Q8_BLOCK][2];
     _Pragma("GCC unroll 8")
     for (int t = 0; t < QUANT_Q8_BLOCK; t++)
         _Pragma("GCC unroll 2")
-        for (int v = 0; v < NV; v++) acc[t][v] = _mm512_setzero_si512();
+        for (int v = 0; v < NV; v++) c[t][v] = _mm512_setzero_si512();
     const uint8_t *row = qt + (size_t)j0 * 4;
     for (uint32_t g = 0; g < d / 4; g++, row += (size_t)mp * 4) {
         __m512i q[2];
@@ -382,9 +385,13 @@ q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j
         for (int t = 0; t < QUANT_Q8_BLOCK; t++) {
             __m512i b = _mm512_set1_epi32(load_i32(u + (size_t)t * d + 4 * g));
             _Pragma("GCC unroll 2")
-            for (int v = 0; v < NV; v++) acc[t][v] = _mm512_dpbusd_epi32(acc[t][v], q[v], b);
+            for (int v = 0; v < NV; v++) c[t][v] = _mm512_dpbusd_epi32(c[t][v], q[v], b);
         }
     }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < QUANT_Q8_BLOCK; t++)
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < NV; v++) acc[t][v] = c[t][v];
 }
 
 static inline void q8_masks(uint32_t left, __mmask16 *mask)

@@ -75,11 +75,15 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad
     uint32_t cb = qm_codeB_bytes(dim_pad, 4);
     for (size_t t = 0; t < n; t++) {
         st[t] = qk_unpack4_s8(codes + t * cb, dim_pad, u);
-        for (uint32_t j = 0; j < m; j++) {
-            int32_t s = 0;
-            for (uint32_t p = 0; p < dim_pad; p++)
-                s += (int32_t)u[p] * (int32_t)qt[((size_t)(p >> 2) * mp + j) * 4 + (p & 3u)];
-            a[t * m + j] = s;
+        int32_t *at = a + t * m;
+        for (uint32_t j = 0; j < m; j++) at[j] = 0;
+        /* group by group, each row read contiguously (the layout's order) */
+        for (uint32_t g = 0; g < dim_pad / 4; g++) {
+            const uint8_t *row = qt + (size_t)g * mp * 4;
+            int32_t u0 = u[4 * g], u1 = u[4 * g + 1], u2 = u[4 * g + 2], u3 = u[4 * g + 3];
+            for (uint32_t j = 0; j < m; j++)
+                at[j] += u0 * row[4 * j] + u1 * row[4 * j + 1] + u2 * row[4 * j + 2] +
+                         u3 * row[4 * j + 3];
         }
     }
 }
