@@ -155,5 +155,6 @@ void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t 
                         const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
                         const float *cscore, size_t ld, float *out_max)
 {
-    quant_estB_doc_max_float(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
+    if (bits <= 4) quant_estB_doc_max_q8(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
+    else quant_estB_doc_max_float(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
 }
