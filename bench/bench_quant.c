@@ -343,10 +343,11 @@ static void report(const char *kernel, const char *var, double sec, size_t token
 
 /* The B = 4 doc shape per (document token x query token) pair, against the peak of the
  * instruction it is built on. MACs per pair: D (one per dim). */
-static void pair_table(quant_qset *qs, const uint8_t *cB4, const quant_fB *fB,
-                       const uint32_t *cid, const float *S, size_t n_doc)
+static void pair_table(quant_qset *qs, const uint8_t *cB4, const quant_fB *fB, const uint8_t *c1,
+                       const quant_f1 *f1, const uint32_t *cid, const float *S, size_t n_doc)
 {
-    printf("\nB=4 full-bit doc shape per (doc token x query token) pair, d=%d, m=%d:\n", D, M);
+    printf("\ndoc shapes per (doc token x query token) pair, d=%d, m=%d (1-bit LUT: adds, "
+           "not MACs, against the FMA peak):\n", D, M);
     printf("%-7s %-26s %9s %9s %11s %9s\n", "variant", "form", "ns/pair", "GMAC/s",
            "peak GMAC/s", "of peak");
     const cm_simd_level levels[] = {CM_SIMD_SCALAR, CM_SIMD_AVX2, CM_SIMD_AVX512};
@@ -363,24 +364,32 @@ static void pair_table(quant_qset *qs, const uint8_t *cB4, const quant_fB *fB,
             const char *form;
             int integer;
             double sec;
-        } row[4];
+        } row[6];
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
                  k->ipB_multi(qs->q, M, D, 4, cB4 + t * D / 2, DOC_LEN, ipb),
              sec);
-        row[0].form = "float dot (raw)", row[0].integer = 0, row[0].sec = sec;
+        row[0].form = "B=4 float dot (raw)", row[0].integer = 0, row[0].sec = sec;
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_float(
                  k, qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
              sec);
-        row[1].form = "float dot + estimate", row[1].integer = 0, row[1].sec = sec;
+        row[1].form = "B=4 float dot + estimate", row[1].integer = 0, row[1].sec = sec;
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
                  k->ipB4_q8(qs->q8_t, qs->m_pad, M, D, cB4 + t * D / 2, DOC_LEN, ia, ist),
              sec);
-        row[2].form = "int8 query (raw)", row[2].integer = 1, row[2].sec = sec;
+        row[2].form = "B=4 int8 query (raw)", row[2].integer = 1, row[2].sec = sec;
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_q8(
                  k, qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
              sec);
-        row[3].form = "int8 query + estimate", row[3].integer = 1, row[3].sec = sec;
-        for (int i = 0; i < 4; i++) {
+        row[3].form = "B=4 int8 query + estimate", row[3].integer = 1, row[3].sec = sec;
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max_lut(
+                 k, qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        row[4].form = "1-bit, float LUT + est.", row[4].integer = 0, row[4].sec = sec;
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max_q8(
+                 k, qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        row[5].form = "1-bit, int8 query + est.", row[5].integer = 1, row[5].sec = sec;
+        for (int i = 0; i < 6; i++) {
             double pairs = (double)n_doc * M, ns = row[i].sec / pairs * 1e9;
             double gmac = pairs * D / row[i].sec / 1e9, peak = row[i].integer ? pi : pf;
             printf("%-7s %-26s %9.3f %9.1f %11.1f %8.0f%%\n", k->name, row[i].form, ns, gmac, peak,
@@ -461,11 +470,15 @@ int main(int argc, char **argv)
                  k, &qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
              sec);
         report("1-bit doc x32 q, interleaved LUT", k->name, sec, n_doc, n_doc * (b1 + 4), bw_dram);
-        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max(
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_est1_doc_max_q8(
+                 k, &qs, c1 + t * D / 8, f1 + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("1-bit doc x32 q, int8 query", k->name, sec, n_doc, n_doc * (b1 + 4), bw_dram);
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_float(
                  k, &qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
              sec);
         report("B=4 doc x32 q, float dot", k->name, sec, n_doc, n_doc * (D / 2 + 8 + 4), bw_dram);
-        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max(
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_float(
                  k, &qs, 8, cB8 + t * D, fB + t, DOC_LEN, cid + t, S, M, mx),
              sec);
         report("B=8 doc x32 q, float dot", k->name, sec, n_doc, n_doc * (D + 8 + 4), bw_dram);
@@ -499,7 +512,7 @@ int main(int argc, char **argv)
     }
     printf("(GB/s: code + factor (+ centroid id) bytes read per second; doc shapes are "
            "compute-bound by design: 32 query tokens per token read)\n");
-    pair_table(&qs, cB4, fB, cid, S, n_doc);
+    pair_table(&qs, cB4, fB, c1, f1, cid, S, n_doc);
     error_table();
     quant_qset_free(&qs);
     cm_free(c1);

@@ -17,7 +17,8 @@
  * lane by lane), scalar must equal the integer definition written out per dim, the
  * query bytes must be within delta/2 of the rotated query, and every estimate must be
  * within the documented quantisation bound (delta_j/2) |kappa| sum_i |u_i| (plus a few
- * roundings) of a float64 evaluation of the float estimator; inputs add all-0 and
+ * roundings) of a float64 evaluation of the float estimator; the 1-bit doc shape on
+ * the 8-bit query likewise (|u_i| = 1/2); inputs add all-0 and
  * all-max codes, constant and one-spike query tokens, m = 1..70 (several 32-lane
  * chunks) and every token count around the 8-token block. A level the CPU lacks prints
  * "skipped: <level> not supported by this CPU". */
@@ -186,8 +187,8 @@ static void run(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, 
                 }
                 float ma[MQ], mb[MQ], ba[MQ], bb[MQ];
                 for (uint32_t j = 0; j < m; j++) ma[j] = mb[j] = ba[j] = bb[j] = -INFINITY;
-                quant_est1_doc_max(ref, &qs, c1, f1, n, cid, S, m, ma);
-                quant_est1_doc_max(k, &qs, c1, f1, n, cid, S, m, mb);
+                quant_est1_doc_max_lut(ref, &qs, c1, f1, n, cid, S, m, ma);
+                quant_est1_doc_max_lut(k, &qs, c1, f1, n, cid, S, m, mb);
                 quant_estB_doc_max_float(ref, &qs, bits, cB, fB, n, cid, S, m, ba);
                 quant_estB_doc_max_float(k, &qs, bits, cB, fB, n, cid, S, m, bb);
                 ok_doc &= doc_forms(ref, k, &qs, c1, f1, n, cid4, S4, r);
@@ -261,16 +262,12 @@ static int q8_query_ok(const quant_qset *qs)
                 ok &= qu == 0;
                 continue;
             }
-            double x = qs->q[(size_t)j * D + qm_q8_dim(p)];
+            double x = qs->q[(size_t)j * D + p];
             double back = qs->q8_lo[j] + (double)qs->q8_delta[j] * qu;
             ok &= fabs(back - x) <= 0.5 * qs->q8_delta[j] * (1 + 1e-5) + 1e-6 * fabs(x) + 1e-30;
         }
         ok &= s == qs->q8_sum[j];
     }
-    /* qm_q8_dim is a permutation of each 64-dim chunk */
-    uint8_t seen[QUANT_DIM_MAX] = {0};
-    for (uint32_t p = 0; p < D; p++) seen[qm_q8_dim(p)]++;
-    for (uint32_t i = 0; i < D; i++) ok &= seen[i] == 1;
     return ok;
 }
 
@@ -340,9 +337,8 @@ static void run_q8(const quant_kernels *ref, const quant_kernels *k, uint32_t di
                     for (uint32_t j = 0; j < m; j++) {
                         int64_t a = 0;
                         double ipx = 0;
-                        for (uint32_t p = 0; p < D; p++) {
-                            uint32_t i = qm_q8_dim(p);
-                            unsigned qu = qs.q8_t[((size_t)(p / 4) * qs.m_pad + j) * 4 + p % 4];
+                        for (uint32_t i = 0; i < D; i++) {
+                            unsigned qu = qs.q8_t[((size_t)(i / 4) * qs.m_pad + j) * 4 + i % 4];
                             a += ((int64_t)qm_codeB_get(code, bits, i) - 8) * qu;
                         }
                         for (uint32_t i = 0; i < D; i++)
@@ -378,6 +374,55 @@ static void run_q8(const quant_kernels *ref, const quant_kernels *k, uint32_t di
                         else ok_err &= fabs((double)ma[j] - mf[j]) <= 2 * tol[j] + 1e-5 * (1 + fabs(mf[j]));
                     }
                 }
+                /* the 1-bit doc shape on the 8-bit query: bit for bit across levels,
+                 * and within (delta_j/2) |kappa| d/2 (|u_i| = 1/2) of float64 */
+                int ok_1 = 1, ok_1err = 1;
+                double tol1[MQ8];
+                for (uint32_t j = 0; j < m; j++) tol1[j] = 0;
+                for (size_t t = 0; t < n; t++) {
+                    const uint8_t *code = c1 + t * (D / 8);
+                    float alpha = qm_f16_to_f32(f1[t].alpha), kappa = qm_f16_to_f32(f1[t].kappa);
+                    for (uint32_t j = 0; j < m; j++) {
+                        double ipx = 0;
+                        for (uint32_t i = 0; i < D; i++)
+                            ipx += (qm_code1_bit(code, i) - 0.5) * (double)qs.q[(size_t)j * D + i];
+                        double cs = S[cid[t] * m + j];
+                        double bound = fabs(kappa) * 0.25 * qs.q8_delta[j] * D * (1 + 1e-5) +
+                                       64 * 0x1p-24 * (fabs(cs) + fabs(alpha) + fabs(kappa) *
+                                       (fabs(ipx) + qs.q8_delta[j] * 2.0 * qs.q8_sum[j] +
+                                        fabs(qs.q8_lo[j]) * D)) + 1e-30;
+                        double prev = tol1[j];
+                        tol1[j] = bound > prev ? bound : prev;
+                    }
+                }
+                for (int floor_init = 0; floor_init < 2; floor_init++) {
+                    float ma[MQ8], mb[MQ8];
+                    double mx[MQ8];
+                    for (uint32_t j = 0; j < m; j++) {
+                        ma[j] = mb[j] = floor_init ? (float)cm_rng_gauss(r) : -INFINITY;
+                        mx[j] = ma[j];
+                    }
+                    quant_est1_doc_max_q8(ref, &qs, c1, f1, n, cid, S, m, ma);
+                    quant_est1_doc_max_q8(k, &qs, c1, f1, n, cid, S, m, mb);
+                    for (size_t t = 0; t < n; t++) {
+                        const uint8_t *code = c1 + t * (D / 8);
+                        float alpha = qm_f16_to_f32(f1[t].alpha), kappa = qm_f16_to_f32(f1[t].kappa);
+                        for (uint32_t j = 0; j < m; j++) {
+                            double ipx = 0;
+                            for (uint32_t i = 0; i < D; i++)
+                                ipx += (qm_code1_bit(code, i) - 0.5) * (double)qs.q[(size_t)j * D + i];
+                            double ex = (double)S[cid[t] * m + j] + alpha + (double)kappa * ipx;
+                            mx[j] = ex > mx[j] ? ex : mx[j];
+                        }
+                    }
+                    for (uint32_t j = 0; j < m; j++) {
+                        ok_1 &= memcmp(&ma[j], &mb[j], 4) == 0;
+                        if (n == 0) ok_1 &= ma[j] == mx[j];
+                        else ok_1err &= fabs((double)ma[j] - mx[j]) <= tol1[j];
+                    }
+                }
+                CHECKF(ok_1, "%s doc1_q8_max d=%u n=%zu m=%u", k->name, dim, n, m);
+                CHECKF(ok_1err, "1-bit q8 estimate error bound d=%u n=%zu m=%u", dim, n, m);
                 CHECKF(ok_raw, "%s ipB4_q8 d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);
                 CHECKF(ok_def, "scalar ipB4_q8 vs definition d=%u B=%u n=%zu m=%u", dim, bits, n, m);
                 CHECKF(ok_doc, "%s docB4_q8_max d=%u B=%u n=%zu m=%u", k->name, dim, bits, n, m);

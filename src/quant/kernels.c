@@ -91,7 +91,18 @@ void quant_est1_doc_max(const quant_kernels *kt, const quant_qset *qs, const uin
                         const quant_f1 *f1, size_t n, const uint32_t *cid, const float *cscore,
                         size_t ld, float *out_max)
 {
-    quant_est1_doc_max_lut(kt, qs, codes1, f1, n, cid, cscore, ld, out_max);
+    if (table(kt)->doc1_q8_default)
+        quant_est1_doc_max_q8(kt, qs, codes1, f1, n, cid, cscore, ld, out_max);
+    else
+        quant_est1_doc_max_lut(kt, qs, codes1, f1, n, cid, cscore, ld, out_max);
+}
+
+void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                           const quant_f1 *f1, size_t n, const uint32_t *cid,
+                           const float *cscore, size_t ld, float *out_max)
+{
+    if (n == 0 || qs->m == 0) return;
+    table(kt)->doc1_q8_max(qs, codes1, f1, n, cid, cscore, ld, out_max);
 }
 
 void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,

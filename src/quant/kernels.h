@@ -68,6 +68,16 @@ typedef struct quant_kernels {
     void (*docB4_q8_max)(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max);
+    /* The 1-bit doc shape on the 8-bit query: as docB4_q8_max with the 1-bit plane's
+     * sums (a = -A, hsq = -SQ/2, st = popcount, off = 1/2; quant_math.h) and the f16
+     * factors of quant_f1. Every variant matches scalar bit for bit. */
+    void (*doc1_q8_max)(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
+                        const uint32_t *cid, const float *cscore, size_t ld, float *out_max);
+    /* Nonzero where doc1_q8_max is this level's faster 1-bit doc form, so that
+     * quant_est1_doc_max takes it: AVX-512 (VNNI, 1.7x the LUT form at d = 128, m = 32);
+     * scalar and AVX2 keep the LUT form, which their byte products do not beat
+     * (bench/bench_quant.c). */
+    int doc1_q8_default;
 } quant_kernels;
 
 /* The table of one level (every level is compiled in on x86-64; whether the CPU can run
@@ -89,7 +99,9 @@ void quant_est1_list_lut(const quant_kernels *kt, const quant_qset *qs, uint32_t
                          const uint8_t *codes1, const quant_f1 *f1, size_t n, float qc,
                          float *est);
 
-/* doc shape, 1-bit, max-accumulated into out_max[qs->m]. Default form: the
+/* doc shape, 1-bit, max-accumulated into out_max[qs->m]. Default form: the table's
+ * (doc1_q8_default): the 8-bit query (quant_est1_doc_max_q8) with AVX-512, whose error
+ * (quant_math.h, qm_query8) is under 1% of the 1-bit estimator's, else the
  * query-interleaved float LUT (quant_est1_doc_max_lut), exact in the query and several
  * times faster than the popcount form on the 4-bit query (quant_est1_doc_max_pop), which
  * is kept for comparison (bench/bench_quant.c). */
@@ -102,6 +114,10 @@ void quant_est1_doc_max_lut(const quant_kernels *kt, const quant_qset *qs, const
 void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
                             const quant_f1 *f1, size_t n, const uint32_t *cid,
                             const float *cscore, size_t ld, float *out_max);
+/* The 1-bit doc shape on the 8-bit query (quant_math.h, qm_query8). */
+void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
+                           const quant_f1 *f1, size_t n, const uint32_t *cid,
+                           const float *cscore, size_t ld, float *out_max);
 
 /* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: for
  * B <= 4 the integer kernels on the 8-bit query (quant_estB_doc_max_q8): at d = 128,

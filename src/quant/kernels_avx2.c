@@ -249,15 +249,16 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-/* ---- B <= 4 on the 8-bit query (vpmaddubsw + vpmaddwd) ----
+/* ---- the 8-bit query (vpmaddubsw + vpmaddwd) ----
  * As in kernels_avx512.c, query tokens are the lanes (8 per vector, 16 per chunk,
  * NV <= 2) and a block of 8 document tokens shares each load of a query group row. AVX2
  * has no byte dot product into 32 bits: vpmaddubsw multiplies the unsigned query bytes
- * by the token's signed group (T - 8, broadcast) and adds pairs into 16 bits, which
- * cannot saturate (|pair| <= 2 * 255 * 8 = 4080), so two groups' pair sums are added in
- * 16 bits (<= 8160) before one vpmaddwd by ones widens them to the 32-bit lane sums that
+ * by the token's signed group (broadcast) and adds pairs into 16 bits, which cannot
+ * saturate (|pair| <= 2 * 255 * 8 = 4080), so two groups' pair sums are added in 16
+ * bits (<= 8160) before one vpmaddwd by ones widens them to the 32-bit lane sums that
  * vpdpbusd gives; the integers, hence the results, equal scalar's. d/4 is even (d_pad is
- * a multiple of 64), so groups go in pairs. */
+ * a multiple of 64), so groups go in pairs. 1-bit planes unpack 32 dims per
+ * pshufb + and + pcmpeqb (a set bit becomes the byte -1). */
 
 static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
 {
@@ -274,12 +275,41 @@ static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
         for (uint32_t c = 0; c < d / 64; c++) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(codes + t * cb + 32 * c));
             __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c), _mm256_sub_epi8(lo, e8));
-            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c + 32), _mm256_sub_epi8(hi, e8));
             s = _mm256_add_epi64(s, _mm256_add_epi64(_mm256_sad_epu8(lo, z), _mm256_sad_epu8(hi, z)));
+            /* per 128-bit lane: a = dims of bytes 0-7 (16-23), b = bytes 8-15 (24-31) */
+            __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
+            __m256i d0 = _mm256_permute2x128_si256(a, b, 0x20), d1 = _mm256_permute2x128_si256(a, b, 0x31);
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c), _mm256_sub_epi8(d0, e8));
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c + 32), _mm256_sub_epi8(d1, e8));
         }
         __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         st[t] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+    }
+}
+
+static void unpack1_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
+{
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                            2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    uint32_t cb = d / 8;
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int8_t *ut = u + t * d;
+        if (t >= n) {
+            memset(ut, 0, d);
+            st[t] = 0;
+            continue;
+        }
+        int32_t pc = 0;
+        for (uint32_t w = 0; w < d / 32; w++) {
+            uint32_t x;
+            memcpy(&x, codes + t * cb + 4 * w, sizeof x);
+            pc += (int32_t)__builtin_popcount(x);
+            __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), spread);
+            _mm256_store_si256((__m256i *)(void *)(ut + 32 * w),
+                               _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit));
+        }
+        st[t] = pc;
     }
 }
 
@@ -298,8 +328,8 @@ q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j
 {
     const __m256i ones = _mm256_set1_epi16(1);
     size_t rs = (size_t)mp * 4;
-    /* Half a block per pass: 8 accumulators, 4 rows, ones and the broadcasts fit the 16
-     * registers (a whole block per pass spilled, and ran 1.3x slower). */
+    /* Half a block per pass: 8 accumulators (kept in registers, copied out once), 4 rows,
+     * ones and the broadcasts fit the 16 registers. */
     for (int h = 0; h < QUANT_Q8_BLOCK; h += 4) {
         __m256i c[4][2];
         _Pragma("GCC unroll 4")
@@ -363,42 +393,55 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, cons
     }
 }
 
+/* One block's estimates for query lanes [j0, j0 + 8 NV): the scalar q8_est_max lane by
+ * lane (see kernels_avx512.c's q8_chunk). */
 static inline __attribute__((always_inline)) void
-docB4_chunk(const quant_qset *qs, float off, const int8_t *u, const int32_t *sb, size_t nb,
-            const quant_fB *fB, const uint32_t *cid, const float *cscore, size_t ld,
-            float *out_max, uint32_t j0, const int NV)
+q8_chunk(const quant_qset *qs, const int8_t *u, size_t nb, const float *al, const float *ka,
+         const float *ys, const float *hsq, const int neg, const uint32_t *cid,
+         const float *cscore, size_t ld, float *out_max, uint32_t j0, const int NV)
 {
-    uint32_t d = qs->dim_pad, left = qs->m - j0;
+    uint32_t left = qs->m - j0;
     __m256i acc[QUANT_Q8_BLOCK][2];
-    q8_block(qs->q8_t, qs->m_pad, d, u, j0, acc, NV);
+    q8_block(qs->q8_t, qs->m_pad, qs->dim_pad, u, j0, acc, NV);
     __m256i mask[2];
-    __m256 dl[2], lo[2], hsq[2], mx[2];
-    const __m256 h8 = _mm256_set1_ps(8.0f - off);
+    __m256 dl[2], lo[2], hs[2], mx[2];
     _Pragma("GCC unroll 2")
     for (int v = 0; v < NV; v++) {
         size_t j = j0 + 8 * (size_t)v;
         mask[v] = lane_mask(left - 8 * (uint32_t)v);
-        dl[v] = _mm256_load_ps(qs->q8_delta + j); /* inside m_pad: zero past m */
-        lo[v] = _mm256_load_ps(qs->q8_lo + j);
-        hsq[v] = _mm256_mul_ps(h8, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(const void *)(qs->q8_sum + j))));
+        dl[v] = _mm256_maskload_ps(qs->q8_delta + j, mask[v]);
+        lo[v] = _mm256_maskload_ps(qs->q8_lo + j, mask[v]);
+        hs[v] = _mm256_maskload_ps(hsq + j, mask[v]);
         mx[v] = _mm256_maskload_ps(out_max + j, mask[v]);
     }
-    float od = off * (float)d;
     for (size_t t = 0; t < nb; t++) {
-        __m256 ys = _mm256_set1_ps((float)sb[t] - od);
-        __m256 al = _mm256_set1_ps(qm_f16_to_f32(fB[t].alpha)), ka = _mm256_set1_ps(fB[t].kappa);
+        __m256 y = _mm256_set1_ps(ys[t]), a = _mm256_set1_ps(al[t]), k = _mm256_set1_ps(ka[t]);
         const float *cs = cscore + (size_t)cid[t] * ld + j0;
         _Pragma("GCC unroll 2")
         for (int v = 0; v < NV; v++) {
-            __m256 x = _mm256_add_ps(_mm256_cvtepi32_ps(acc[t][v]), hsq[v]);
-            __m256 ip = _mm256_add_ps(_mm256_mul_ps(dl[v], x), _mm256_mul_ps(lo[v], ys));
+            __m256i av = neg ? _mm256_sub_epi32(_mm256_setzero_si256(), acc[t][v]) : acc[t][v];
+            __m256 x = _mm256_add_ps(_mm256_cvtepi32_ps(av), hs[v]);
+            __m256 ip = _mm256_add_ps(_mm256_mul_ps(dl[v], x), _mm256_mul_ps(lo[v], y));
             __m256 c = _mm256_maskload_ps(cs + 8 * v, mask[v]);
-            __m256 e = _mm256_add_ps(_mm256_add_ps(c, al), _mm256_mul_ps(ka, ip));
+            __m256 e = _mm256_add_ps(_mm256_add_ps(c, a), _mm256_mul_ps(k, ip));
             mx[v] = _mm256_max_ps(e, mx[v]);
         }
     }
     _Pragma("GCC unroll 2")
     for (int v = 0; v < NV; v++) _mm256_maskstore_ps(out_max + j0 + 8 * v, mask[v], mx[v]);
+}
+
+static inline void q8_chunks(const quant_qset *qs, const int8_t *u, size_t nb, const float *al,
+                             const float *ka, const float *ys, const float *hsq, int neg,
+                             const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+{
+    for (uint32_t j0 = 0; j0 < qs->m; j0 += 16) {
+        int two = qs->m - j0 > 8;
+        if (neg && two) q8_chunk(qs, u, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 2);
+        else if (neg) q8_chunk(qs, u, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 1);
+        else if (two) q8_chunk(qs, u, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 2);
+        else q8_chunk(qs, u, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 1);
+    }
 }
 
 static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
@@ -407,20 +450,44 @@ static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *cod
 {
     _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
     int32_t sb[QUANT_Q8_BLOCK];
-    uint32_t d = qs->dim_pad, m = qs->m;
-    float off = qm_codeB_offset(bits);
+    float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
+    uint32_t d = qs->dim_pad;
+    float off = qm_codeB_offset(bits), od = off * (float)d;
+    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
-        for (uint32_t j0 = 0; j0 < m; j0 += 16) {
-            if (m - j0 > 8)
-                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 2);
-            else
-                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 1);
+        for (size_t t = 0; t < nb; t++) {
+            al[t] = qm_f16_to_f32(fB[t0 + t].alpha);
+            ka[t] = fB[t0 + t].kappa;
+            ys[t] = (float)sb[t] - od;
         }
+        q8_chunks(qs, u, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
+    }
+}
+
+static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
+                        const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t sb[QUANT_Q8_BLOCK];
+    float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
+    uint32_t d = qs->dim_pad;
+    float od = 0.5f * (float)d;
+    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = -0.5f * (float)qs->q8_sum[j];
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        unpack1_block(codes + t0 * (d / 8), d, nb, u, sb);
+        for (size_t t = 0; t < nb; t++) {
+            al[t] = qm_f16_to_f32(f1[t0 + t].alpha);
+            ka[t] = qm_f16_to_f32(f1[t0 + t].kappa);
+            ys[t] = (float)sb[t] - od;
+        }
+        q8_chunks(qs, u, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
     }
 }
 
 const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
-                                          ipB4_q8,       docB4_q8_max};
+                                          ipB4_q8,       docB4_q8_max,
+                                          doc1_q8_max,   0};

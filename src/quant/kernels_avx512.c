@@ -321,18 +321,19 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-/* ---- B <= 4 on the 8-bit query (VNNI) ----
+/* ---- the 8-bit query (VNNI) ----
  * Query tokens are the lanes: 16 per vector, 32 per chunk (NV <= 2), and a block of
  * QUANT_Q8_BLOCK = 8 document tokens shares each load of a query group row, so the
  * inner step is 2 row loads and 16 vpdpbusd whose signed operand is one token's group,
- * a 4-byte embedded broadcast from the unpacked block (16 accumulators + 2 rows fit the
- * 32 registers). One vpdpbusd is 64 byte MACs; at d = 128, m = 32 a token costs 64 of
- * them, against 256 float FMAs in ipB_multi. No horizontal sums: the accumulators are
- * already the [t][j] results, and the estimate epilogue runs on them lane-wise in the
- * scalar order. A block short of 8 tokens computes on zeroed rows and stores only its
- * own. */
+ * a 4-byte broadcast from the unpacked block (16 accumulators + 2 rows fit the 32
+ * registers). One vpdpbusd is 64 byte MACs; at d = 128, m = 32 a token costs 64 of them,
+ * against 256 float FMAs in ipB_multi. No horizontal sums: the accumulators are already
+ * the [t][j] results, and the estimate epilogue runs on them lane-wise in the scalar
+ * order. A block short of 8 tokens computes on zeroed rows and stores only its own.
+ * Nibble codes unpack with an and, a shift and a byte interleave; 1-bit planes with one
+ * vpmovm2b per 64 dims (a set bit becomes the byte -1). */
 
-/* The block's n (<= 8) codes into u[8][d] (qk_unpack4_s8 order); rows >= n zeroed. */
+/* The block's n (<= 8) nibble codes into u[8][d] (qk_unpack4_s8); rows >= n zeroed. */
 static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
 {
     const __m256i m4 = _mm256_set1_epi8(15), e8 = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
@@ -348,12 +349,36 @@ static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
         for (uint32_t c = 0; c < d / 64; c++) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(codes + t * cb + 32 * c));
             __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c), _mm256_sub_epi8(lo, e8));
-            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c + 32), _mm256_sub_epi8(hi, e8));
             s = _mm256_add_epi64(s, _mm256_add_epi64(_mm256_sad_epu8(lo, z), _mm256_sad_epu8(hi, z)));
+            /* per 128-bit lane: a = dims of bytes 0-7 (16-23), b = bytes 8-15 (24-31) */
+            __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
+            __m256i d0 = _mm256_permute2x128_si256(a, b, 0x20), d1 = _mm256_permute2x128_si256(a, b, 0x31);
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c), _mm256_sub_epi8(d0, e8));
+            _mm256_store_si256((__m256i *)(void *)(ut + 64 * c + 32), _mm256_sub_epi8(d1, e8));
         }
         __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         st[t] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+    }
+}
+
+/* The block's n (<= 8) 1-bit planes into u[8][d] (qk_unpack1_s8); rows >= n zeroed. */
+static void unpack1_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
+{
+    uint32_t cb = d / 8;
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int8_t *ut = u + t * d;
+        if (t >= n) {
+            memset(ut, 0, d);
+            st[t] = 0;
+            continue;
+        }
+        int32_t pc = 0;
+        for (uint32_t w = 0; w < d / 64; w++) {
+            uint64_t x = qk_load64(codes + t * cb + 8 * w);
+            pc += (int32_t)__builtin_popcountll(x);
+            _mm512_store_si512((void *)(ut + 64 * w), _mm512_movm_epi8((__mmask64)x));
+        }
+        st[t] = pc;
     }
 }
 
@@ -370,7 +395,7 @@ q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j
          const __mmask16 *mask, __m512i acc[QUANT_Q8_BLOCK][2], const int NV)
 {
     /* a local array (kept in registers), copied out once: accumulating into acc[]
-     * directly made the compiler store every update to the caller's memory */
+     * directly made the compiler store every update to the caller's memory (2.5x) */
     __m512i c[QUANT_Q8_BLOCK][2];
     _Pragma("GCC unroll 8")
     for (int t = 0; t < QUANT_Q8_BLOCK; t++)
@@ -424,42 +449,55 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, cons
     }
 }
 
+/* One block's estimates for query lanes [j0, j0 + 16 NV), max-accumulated: the scalar
+ * q8_est_max lane by lane. al, ka, ys: the tokens' alpha, kappa and ysum; hsq: per query
+ * token; neg: the 1-bit form (a = -A). */
 static inline __attribute__((always_inline)) void
-docB4_chunk(const quant_qset *qs, float off, const int8_t *u, const int32_t *sb, size_t nb,
-            const quant_fB *fB, const uint32_t *cid, const float *cscore, size_t ld,
-            float *out_max, uint32_t j0, const int NV)
+q8_chunk(const quant_qset *qs, const int8_t *u, size_t nb, const float *al, const float *ka,
+         const float *ys, const float *hsq, const int neg, const uint32_t *cid,
+         const float *cscore, size_t ld, float *out_max, uint32_t j0, const int NV)
 {
-    uint32_t d = qs->dim_pad;
     __mmask16 mask[2];
     q8_masks(qs->m - j0, mask);
     __m512i acc[QUANT_Q8_BLOCK][2];
-    q8_block(qs->q8_t, qs->m_pad, d, u, j0, mask, acc, NV);
-    __m512 dl[2], lo[2], hsq[2], mx[2];
-    const __m512 h8 = _mm512_set1_ps(8.0f - off);
+    q8_block(qs->q8_t, qs->m_pad, qs->dim_pad, u, j0, mask, acc, NV);
+    __m512 dl[2], lo[2], hs[2], mx[2];
     _Pragma("GCC unroll 2")
     for (int v = 0; v < NV; v++) {
         size_t j = j0 + 16 * (size_t)v;
         dl[v] = _mm512_maskz_loadu_ps(mask[v], qs->q8_delta + j);
         lo[v] = _mm512_maskz_loadu_ps(mask[v], qs->q8_lo + j);
-        hsq[v] = _mm512_mul_ps(h8, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask[v], qs->q8_sum + j)));
+        hs[v] = _mm512_maskz_loadu_ps(mask[v], hsq + j);
         mx[v] = _mm512_maskz_loadu_ps(mask[v], out_max + j);
     }
-    float od = off * (float)d;
     for (size_t t = 0; t < nb; t++) {
-        __m512 ys = _mm512_set1_ps((float)sb[t] - od);
-        __m512 al = _mm512_set1_ps(qm_f16_to_f32(fB[t].alpha)), ka = _mm512_set1_ps(fB[t].kappa);
+        __m512 y = _mm512_set1_ps(ys[t]), a = _mm512_set1_ps(al[t]), k = _mm512_set1_ps(ka[t]);
         const float *cs = cscore + (size_t)cid[t] * ld + j0;
         _Pragma("GCC unroll 2")
         for (int v = 0; v < NV; v++) {
-            __m512 x = _mm512_add_ps(_mm512_cvtepi32_ps(acc[t][v]), hsq[v]);
-            __m512 ip = _mm512_add_ps(_mm512_mul_ps(dl[v], x), _mm512_mul_ps(lo[v], ys));
+            __m512i av = neg ? _mm512_sub_epi32(_mm512_setzero_si512(), acc[t][v]) : acc[t][v];
+            __m512 x = _mm512_add_ps(_mm512_cvtepi32_ps(av), hs[v]);
+            __m512 ip = _mm512_add_ps(_mm512_mul_ps(dl[v], x), _mm512_mul_ps(lo[v], y));
             __m512 c = _mm512_maskz_loadu_ps(mask[v], cs + 16 * v);
-            __m512 e = _mm512_add_ps(_mm512_add_ps(c, al), _mm512_mul_ps(ka, ip));
+            __m512 e = _mm512_add_ps(_mm512_add_ps(c, a), _mm512_mul_ps(k, ip));
             mx[v] = _mm512_max_ps(e, mx[v]);
         }
     }
     _Pragma("GCC unroll 2")
     for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(out_max + j0 + 16 * v, mask[v], mx[v]);
+}
+
+static inline void q8_chunks(const quant_qset *qs, const int8_t *u, size_t nb, const float *al,
+                             const float *ka, const float *ys, const float *hsq, int neg,
+                             const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+{
+    for (uint32_t j0 = 0; j0 < qs->m; j0 += 32) {
+        int two = qs->m - j0 > 16;
+        if (neg && two) q8_chunk(qs, u, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 2);
+        else if (neg) q8_chunk(qs, u, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 1);
+        else if (two) q8_chunk(qs, u, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 2);
+        else q8_chunk(qs, u, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 1);
+    }
 }
 
 static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
@@ -468,20 +506,44 @@ static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *cod
 {
     _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
     int32_t sb[QUANT_Q8_BLOCK];
-    uint32_t d = qs->dim_pad, m = qs->m;
-    float off = qm_codeB_offset(bits);
+    float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
+    uint32_t d = qs->dim_pad;
+    float off = qm_codeB_offset(bits), od = off * (float)d;
+    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
-        for (uint32_t j0 = 0; j0 < m; j0 += 32) {
-            if (m - j0 > 16)
-                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 2);
-            else
-                docB4_chunk(qs, off, u, sb, nb, fB + t0, cid + t0, cscore, ld, out_max, j0, 1);
+        for (size_t t = 0; t < nb; t++) {
+            al[t] = qm_f16_to_f32(fB[t0 + t].alpha);
+            ka[t] = fB[t0 + t].kappa;
+            ys[t] = (float)sb[t] - od;
         }
+        q8_chunks(qs, u, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
+    }
+}
+
+static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
+                        const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t sb[QUANT_Q8_BLOCK];
+    float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
+    uint32_t d = qs->dim_pad;
+    float od = 0.5f * (float)d;
+    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = -0.5f * (float)qs->q8_sum[j];
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        unpack1_block(codes + t0 * (d / 8), d, nb, u, sb);
+        for (size_t t = 0; t < nb; t++) {
+            al[t] = qm_f16_to_f32(f1[t0 + t].alpha);
+            ka[t] = qm_f16_to_f32(f1[t0 + t].kappa);
+            ys[t] = (float)sb[t] - od;
+        }
+        q8_chunks(qs, u, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
     }
 }
 
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
-                                            ipB4_q8,       docB4_q8_max};
+                                            ipB4_q8,       docB4_q8_max,
+                                            doc1_q8_max,   1};

@@ -69,22 +69,33 @@ static inline void qk_unpackB(const uint8_t *code, uint32_t bits, uint32_t d, fl
     for (uint32_t i = 0; i < d; i++) u[i] = (float)qm_codeB_get(code, bits, i) - off;
 }
 
-/* Tokens per block of the 8-bit-query B <= 4 kernels: the block's unpacked codes sit in
- * a stack buffer and every query group loaded is used for all of them. */
+/* Tokens per block of the 8-bit-query kernels: the block's codes, unpacked to one signed
+ * byte per dim, sit in a stack buffer and every query group row loaded is used for all
+ * of them. */
 #define QUANT_Q8_BLOCK 8
 
-/* A nibble code in the unpacked order of the 8-bit-query kernels (quant_math.h,
- * qm_query8): u[p] = T_{qm_q8_dim(p)} - 8 as a signed byte. Returns sum_i T_i. */
+/* A nibble code as the 8-bit-query kernels read it (quant_math.h, qm_query8):
+ * u[i] = T_i - 8 as a signed byte. Returns sum_i T_i. */
 static inline int32_t qk_unpack4_s8(const uint8_t *code, uint32_t dim_pad, int8_t *u)
 {
     int32_t st = 0;
-    for (uint32_t c = 0; c < dim_pad / 64; c++)
-        for (uint32_t k = 0; k < 32; k++) {
-            unsigned b = code[32 * c + k], lo = b & 15u, hi = b >> 4;
-            u[64 * c + k] = (int8_t)((int)lo - 8);
-            u[64 * c + 32 + k] = (int8_t)((int)hi - 8);
-            st += (int32_t)(lo + hi);
-        }
+    for (uint32_t i = 0; i < dim_pad; i++) {
+        unsigned t = qm_codeB_get(code, 4, i);
+        u[i] = (int8_t)((int)t - 8);
+        st += (int32_t)t;
+    }
+    return st;
+}
+
+/* A 1-bit plane likewise: u[i] = -b_i. Returns sum_i b_i. */
+static inline int32_t qk_unpack1_s8(const uint8_t *code, uint32_t dim_pad, int8_t *u)
+{
+    int32_t st = 0;
+    for (uint32_t i = 0; i < dim_pad; i++) {
+        unsigned b = qm_code1_bit(code, i);
+        u[i] = (int8_t)-(int)b;
+        st += (int32_t)b;
+    }
     return st;
 }
 

@@ -66,7 +66,21 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
     }
 }
 
-/* ---- B <= 4 on the 8-bit query: the integer definition ---- */
+/* ---- the 8-bit query: the integer definitions ---- */
+
+/* a[j] = sum_i u[i] qu_ji for j < m, group by group (each row read contiguously). */
+static void q8_dots(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad, const int8_t *u,
+                    int32_t *a)
+{
+    for (uint32_t j = 0; j < m; j++) a[j] = 0;
+    for (uint32_t g = 0; g < dim_pad / 4; g++) {
+        const uint8_t *row = qt + (size_t)g * mp * 4;
+        int32_t u0 = u[4 * g], u1 = u[4 * g + 1], u2 = u[4 * g + 2], u3 = u[4 * g + 3];
+        for (uint32_t j = 0; j < m; j++)
+            a[j] += u0 * row[4 * j] + u1 * row[4 * j + 1] + u2 * row[4 * j + 2] +
+                    u3 * row[4 * j + 3];
+    }
+}
 
 static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad,
                     const uint8_t *codes, size_t n, int32_t *a, int32_t *st)
@@ -75,16 +89,21 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad
     uint32_t cb = qm_codeB_bytes(dim_pad, 4);
     for (size_t t = 0; t < n; t++) {
         st[t] = qk_unpack4_s8(codes + t * cb, dim_pad, u);
-        int32_t *at = a + t * m;
-        for (uint32_t j = 0; j < m; j++) at[j] = 0;
-        /* group by group, each row read contiguously (the layout's order) */
-        for (uint32_t g = 0; g < dim_pad / 4; g++) {
-            const uint8_t *row = qt + (size_t)g * mp * 4;
-            int32_t u0 = u[4 * g], u1 = u[4 * g + 1], u2 = u[4 * g + 2], u3 = u[4 * g + 3];
-            for (uint32_t j = 0; j < m; j++)
-                at[j] += u0 * row[4 * j] + u1 * row[4 * j + 1] + u2 * row[4 * j + 2] +
-                         u3 * row[4 * j + 3];
-        }
+        q8_dots(qt, mp, m, dim_pad, u, a + t * m);
+    }
+}
+
+/* The shared epilogue of one token: e_j = (cs[j] + alpha) + kappa * ip_j, maxima. */
+static void q8_est_max(const quant_qset *qs, const int32_t *a, int neg, const float *hsq,
+                       float ysum, float alpha, float kappa, const float *cs, float *out_max)
+{
+    for (uint32_t j = 0; j < qs->m; j++) {
+        int32_t aj = neg ? -a[j] : a[j];
+        float ip = qm_q8_ip(qs->q8_delta[j], qs->q8_lo[j], hsq[j], aj, ysum);
+        float b = cs[j] + alpha;
+        float c = kappa * ip;
+        float e = b + c;
+        out_max[j] = e > out_max[j] ? e : out_max[j];
     }
 }
 
@@ -95,22 +114,33 @@ static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *cod
     uint32_t d = qs->dim_pad, m = qs->m, cb = qm_codeB_bytes(d, bits);
     float off = qm_codeB_offset(bits), od = off * (float)d, hsq[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
-    int32_t a[QUANT_QTOK_MAX], st;
+    int8_t u[QUANT_DIM_MAX];
+    int32_t a[QUANT_QTOK_MAX];
     for (size_t t = 0; t < n; t++) {
-        ipB4_q8(qs->q8_t, qs->m_pad, m, d, codes + t * cb, 1, a, &st);
-        float ysum = (float)st - od;
-        float alpha = qm_f16_to_f32(fB[t].alpha), kappa = fB[t].kappa;
-        const float *cs = cscore + (size_t)cid[t] * ld;
-        for (uint32_t j = 0; j < m; j++) {
-            float ip = qm_q8_ip(qs->q8_delta[j], qs->q8_lo[j], hsq[j], a[j], ysum);
-            float b = cs[j] + alpha;
-            float c = kappa * ip;
-            float e = b + c;
-            out_max[j] = e > out_max[j] ? e : out_max[j];
-        }
+        int32_t st = qk_unpack4_s8(codes + t * cb, d, u);
+        q8_dots(qs->q8_t, qs->m_pad, m, d, u, a);
+        q8_est_max(qs, a, 0, hsq, (float)st - od, qm_f16_to_f32(fB[t].alpha), fB[t].kappa,
+                   cscore + (size_t)cid[t] * ld, out_max);
+    }
+}
+
+static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
+                        const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+{
+    uint32_t d = qs->dim_pad, m = qs->m, cb = qm_code1_bytes(d);
+    float od = 0.5f * (float)d, hsq[QUANT_QTOK_MAX];
+    for (uint32_t j = 0; j < m; j++) hsq[j] = -0.5f * (float)qs->q8_sum[j];
+    int8_t u[QUANT_DIM_MAX];
+    int32_t a[QUANT_QTOK_MAX];
+    for (size_t t = 0; t < n; t++) {
+        int32_t st = qk_unpack1_s8(codes + t * cb, d, u);
+        q8_dots(qs->q8_t, qs->m_pad, m, d, u, a);
+        q8_est_max(qs, a, 1, hsq, (float)st - od, qm_f16_to_f32(f1[t].alpha),
+                   qm_f16_to_f32(f1[t].kappa), cscore + (size_t)cid[t] * ld, out_max);
     }
 }
 
 const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
-                                            ipB4_q8,       docB4_q8_max};
+                                            ipB4_q8,       docB4_q8_max,
+                                            doc1_q8_max,   0};

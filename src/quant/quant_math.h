@@ -186,39 +186,35 @@ QM_HD static inline void qm_query4(const float *q, uint32_t dim_pad, uint64_t *p
     *sum_qu = s;
 }
 
-/* ---- 8-bit query for the B <= 4 full-bit kernels (docs/algorithms.md §1.7) ----
+/* ---- 8-bit query for the integer doc-shape kernels (docs/algorithms.md §1.7) ----
  * Each rotated query token is quantised uniformly between its min and max to
  * qu_i in 0..255: q'_i ~= lo + delta qu_i, delta = (max - min)/255, round to nearest, so
- * |q~_i - q'_i| <= delta/2. The kernels then compute only integer sums: for a nibble
- * code (B <= 4, T_i in 0..15) A = sum_i (T_i - 8) qu_i (one unsigned x signed byte
- * product per dim: vpmaddubsw/vpdpbusd operands, |A| < 2^31 for every dim_pad) and
- * ST = sum_i T_i, and with off = (2^B-1)/2
- *     <T - off, q~> = delta (A + (8 - off) SQ) + lo (ST - off d_pad),  SQ = sum_i qu_i.
- * Error: <T - off, q~> - <T - off, q'> = <u, q~ - q'>, at most (delta/2) sum_i |u_i| (the
- * bound the tests check, times |kappa| in the estimate). For a unit query token after
- * the random rotation, max - min ~ 5/sqrt(d), so delta/2 ~ 1e-3 at d = 128, and the
+ * |q~_i - q'_i| <= delta/2. The kernels then compute only integer sums of one signed
+ * byte per dim of the document token times the unsigned query byte (vpmaddubsw and
+ * vpdpbusd operands; |sum| < 2^31 for every dim_pad):
+ *   nibble code (B <= 4, T_i in 0..15): A = sum_i (T_i - 8) qu_i and ST = sum_i T_i;
+ *     with off = (2^B-1)/2, <T - off, q~> = delta (A + (8 - off) SQ) + lo (ST - off d_pad);
+ *   1-bit plane (b_i in 0..1): A = sum_i (-b_i) qu_i and ST = sum_i b_i;
+ *     <b - 1/2, q~> = delta (-A - SQ/2) + lo (ST - d_pad/2);
+ * where SQ = sum_i qu_i.
+ * Error: the estimate's inner product moves by <u, q~ - q'>, at most (delta/2) sum_i |u_i|
+ * (the bound the tests check, times |kappa| in the estimate). For a unit query token
+ * after the random rotation, max - min ~ 5/sqrt(d), so delta/2 ~ 1e-3 at d = 128, and the
  * rounding errors are zero-mean and independent of the code: their typical effect is
- * kappa |u| delta/sqrt(12) ~ |r| delta/sqrt(12) (kappa |u| ~ |r|), about 3e-4 for
- * |r| ~ 0.5, next to a B = 4 estimator RMSE of 6.3e-3; being independent of it, it adds
- * in quadrature (bench/bench_quant.c's error table: RMSE 6.270e-3 -> 6.275e-3, the
- * eps0 bound's miss rate 0.0492 -> 0.0495). On Chamfer scores of the demo corpus the
- * q8 - float difference is 0.0015 RMS against 0.032 for float - exact (bench/RESULTS.md),
- * so rankings move only where the estimator's own noise already decides them. For
- * B >= 5 the estimator's RMSE (3.9e-4 at B = 8) is as small as this error, so those
- * codes keep the float query.
+ * kappa |u| delta/sqrt(12) ~ |r| delta/sqrt(12) (kappa |u| ~ |r| / cos), about 3e-4 for
+ * |r| ~ 0.5, next to a B = 4 estimator RMSE of 6.3e-3 and a 1-bit one of 4.7e-2; being
+ * independent of them, it adds in quadrature (bench/bench_quant.c's error table: B = 4
+ * RMSE 6.270e-3 -> 6.275e-3, the eps0 bound's miss rate 0.0492 -> 0.0495). On Chamfer
+ * scores of the demo corpus the q8 - float difference is 0.0015 RMS against 0.032 for
+ * float - exact (bench/RESULTS.md), so rankings move only where the estimator's own
+ * noise already decides them. For B >= 5 the estimator's RMSE (3.9e-4 at B = 8) is as
+ * small as this error, so those codes keep the float query.
  *
- * Layout (query-interleaved, like lut_t): a nibble code of 32 bytes (64 dims, d_pad is a
- * multiple of 64) unpacks without a shuffle into its 32 low nibbles (dims 64c + 2k)
- * followed by its 32 high nibbles (dims 64c + 2k + 1); position p of that unpacked
- * order holds dim qm_q8_dim(p). The query is stored in the same order, 4 positions
- * (one 32-bit lane of vpdpbusd) per group: q8_t[((p/4) * m_pad + j) * 4 + p % 4] = qu of
- * query token j at dim qm_q8_dim(p). One group of a document token (4 bytes, broadcast)
- * times the row of group p/4 (m_pad lanes) gives that group's sums for every query
- * token: query tokens are the vector lanes, and no horizontal reduction is needed. */
-QM_HD static inline uint32_t qm_q8_dim(uint32_t p)
-{
-    return (p & ~63u) + 2u * (p & 31u) + ((p >> 5) & 1u);
-}
+ * Layout (query-interleaved, like lut_t): 4 dims (one 32-bit lane of vpdpbusd) per
+ * group, q8_t[((i/4) * m_pad + j) * 4 + i % 4] = qu_i of query token j. One group of a
+ * document token (4 signed bytes, broadcast) times the row of its group (m_pad lanes)
+ * gives that group's sums for every query token at once: query tokens are the vector
+ * lanes, and no horizontal reduction is needed. */
 
 /* Quantises rotated query token j (q: dim_pad floats) into column j of q8_t (layout
  * above). */
@@ -232,20 +228,21 @@ QM_HD static inline void qm_query8(const float *q, uint32_t dim_pad, uint32_t j,
     }
     float d = (h - l) / 255.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
     int32_t s = 0;
-    for (uint32_t p = 0; p < dim_pad; p++) {
-        float t = (q[qm_q8_dim(p)] - l) * inv + 0.5f;
+    for (uint32_t i = 0; i < dim_pad; i++) {
+        float t = (q[i] - l) * inv + 0.5f;
         int32_t v = (int32_t)t; /* t >= 0: truncation is floor */
         v = v > 255 ? 255 : v;
         s += v;
-        q8_t[((uint64_t)(p >> 2) * m_pad + j) * 4 + (p & 3u)] = (uint8_t)v;
+        q8_t[((uint64_t)(i >> 2) * m_pad + j) * 4 + (i & 3u)] = (uint8_t)v;
     }
     *delta = d;
     *lo = l;
     *sum_qu = s;
 }
 
-/* <T - off, q~> from the integer sums (formula above); hsq = (8 - off) * SQ and
- * ysum = ST - off * d_pad, both as float, are per query token and per document token.
+/* <T - off, q~> from the integer sums (formulas above): a = A and hsq = (8 - off) SQ for
+ * nibble codes, a = -A and hsq = -SQ/2 for the 1-bit plane (per query token), and
+ * ysum = ST - off d_pad (per document token), all as float.
  * Separate statements, so no compiler fuses them into FMAs: SIMD variants perform the
  * same roundings lane by lane and match this bit for bit. */
 QM_HD static inline float qm_q8_ip(float delta, float lo, float hsq, int32_t a, float ysum)
