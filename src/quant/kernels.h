@@ -19,11 +19,18 @@
  * (quant_math.h) is applied by the shared code in kernels.c, so the variants differ only
  * in the inner products.
  *
+ * The doc-shape kernels (doc1_lut_max, docB4_q8_max, doc1_q8_max) also apply the
+ * factors themselves, lane by lane in the scalar order, so they too match scalar bit
+ * for bit.
+ *
  * Default 1-bit list form: the popcount form on the 4-bit query (quant_est1_list); the
  * float-LUT form (quant_est1_list_lut) is exact in the query but slower on CPUs (see
- * bench/bench_quant.c); the GPU backend uses the LUT form. Default 1-bit doc form: the
- * query-interleaved float LUT (one table row per group and nibble holds all m query
- * tokens, so one token costs d/4 contiguous vector adds per 8 query tokens). */
+ * bench/bench_quant.c); the GPU backend uses the LUT form. Default 1-bit doc form: with
+ * AVX-512 VNNI the integer form on the 8-bit query (byte dot products, query tokens in
+ * the lanes), elsewhere the query-interleaved float LUT (one table row per group and
+ * nibble holds all m query tokens, so one token costs d/4 contiguous vector adds per 8
+ * query tokens). Default full-bit form (B <= 4): the integer form on the 8-bit query at
+ * every level (quant_estB_doc_max). */
 #ifndef CHIMERA_QUANT_KERNELS_H
 #define CHIMERA_QUANT_KERNELS_H
 
