@@ -81,7 +81,7 @@ typedef struct quant_kernels {
     void (*doc1_q8_max)(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
                         const uint32_t *cid, const float *cscore, size_t ld, float *out_max);
     /* Nonzero where doc1_q8_max is this level's faster 1-bit doc form, so that
-     * quant_est1_doc_max takes it: AVX-512 (VNNI, 1.7x the LUT form at d = 128, m = 32);
+     * quant_est1_doc_max takes it: AVX-512 (VNNI, 1.6x the LUT form at d = 128, m = 32);
      * scalar and AVX2 keep the LUT form, which their byte products do not beat
      * (bench/bench_quant.c). */
     int doc1_q8_default;
@@ -128,8 +128,8 @@ void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const 
 
 /* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: for
  * B <= 4 the integer kernels on the 8-bit query (quant_estB_doc_max_q8): at d = 128,
- * m = 32, 5.4x faster than the float dots with AVX-512 VNNI, 3.3x with AVX2 and 1.3x in
- * scalar code (bench/bench_quant.c), and within (delta_j/2) |kappa| sum_i |u_i| of them
+ * m = 32, 5.0x faster than the float dots with AVX-512 VNNI, 3.2x with AVX2 and 1.3x in
+ * scalar code (bench/bench_quant.c, bench/RESULTS.md §2.2), and within (delta_j/2) |kappa| sum_i |u_i| of them
  * (quant_math.h, qm_query8: RMS about 1/25 of the estimator's own error). For B > 4 the
  * float dots (quant_estB_doc_max_float): a byte code times a byte query overflows
  * vpmaddubsw's 16-bit pair sums, and the 8-bit query's error would be as large as the
