@@ -11,7 +11,9 @@
  * doc1_lut_max: the 1-bit doc shape on the query-interleaved LUT (see its section).
  * ipB_multi: the token is unpacked once to centred floats, then 8-wide FMA dots, eight
  * query tokens at a time sharing each load of the token (float sums in another order
- * than scalar: tested against the rounding bound of a d-term dot product). */
+ * than scalar: tested against the rounding bound of a d-term dot product).
+ * ipB4_q8, docB4_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
+ * query with vpmaddubsw + vpmaddwd, 8 query tokens per vector (see their section). */
 #include <immintrin.h>
 #include <string.h>
 

@@ -9,7 +9,9 @@
  * doc1_lut_max: the 1-bit doc shape on the query-interleaved LUT, 16 query tokens per
  * vector (see its section).
  * ipB_multi: unpack to centred floats, then 16-wide FMA dots, eight query tokens at a
- * time sharing each load of the token (see its section). */
+ * time sharing each load of the token (see its section).
+ * ipB4_q8, docB4_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
+ * query with VNNI vpdpbusd, 16 query tokens per vector (see their section). */
 #include <immintrin.h>
 #include <string.h>
 

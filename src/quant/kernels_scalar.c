@@ -1,7 +1,8 @@
 /* Scalar reference kernels (RaBitQ inner products, docs/algorithms.md §1.7): the definition
  * that the SIMD variants are tested against. Straight loops in the summation order the
  * variants reproduce: the LUT sum runs over groups in order, per token (and per query
- * token in the doc form), and the estimate is (qc + alpha) + kappa * ip, unfused. */
+ * token in the doc form), and the estimate is (qc + alpha) + kappa * ip, unfused. The
+ * 8-bit-query kernels are integer sums (any order) and the same unfused epilogue. */
 #include "quant/kernels_impl.h"
 #include "core/alloc.h"
 
