@@ -129,8 +129,9 @@ void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const 
 /* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: for
  * B <= 4 the integer kernels on the 8-bit query (quant_estB_doc_max_q8): at d = 128,
  * m = 32, 5.0x faster than the float dots with AVX-512 VNNI, 3.2x with AVX2 and 1.3x in
- * scalar code (bench/bench_quant.c, bench/RESULTS.md §2.2), and within (delta_j/2) |kappa| sum_i |u_i| of them
- * (quant_math.h, qm_query8: RMS about 1/25 of the estimator's own error). For B > 4 the
+ * scalar code (bench/bench_quant.c, bench/RESULTS.md section 2.2), and within
+ * (delta_j/2) |kappa| sum_i |u_i| of them (quant_math.h, qm_query8: RMS about 1/25 of
+ * the estimator's own error). For B > 4 the
  * float dots (quant_estB_doc_max_float): a byte code times a byte query overflows
  * vpmaddubsw's 16-bit pair sums, and the 8-bit query's error would be as large as the
  * B = 8 estimator's. */

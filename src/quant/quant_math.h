@@ -186,7 +186,7 @@ QM_HD static inline void qm_query4(const float *q, uint32_t dim_pad, uint64_t *p
     *sum_qu = s;
 }
 
-/* ---- 8-bit query for the integer doc-shape kernels (bench/RESULTS.md §2.2) ----
+/* ---- 8-bit query for the integer doc-shape kernels (bench/RESULTS.md section 2.2) ----
  * Each rotated query token is quantised uniformly between its min and max to
  * qu_i in 0..255: q'_i ~= lo + delta qu_i, delta = (max - min)/255, round to nearest, so
  * |q~_i - q'_i| <= delta/2. The kernels then compute only integer sums of one signed
