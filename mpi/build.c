@@ -145,21 +145,7 @@ int mpi_cmd_build(int argc, char **argv)
         if (rank == 0) fprintf(stderr, "chimera-mpi build: --train must be gather or allreduce\n");
         return 2;
     }
-    if (chimera_rerank_parse(rerank_s, &bo.rerank) != CHIMERA_OK) {
-        if (rank == 0) fprintf(stderr, "chimera-mpi build: --rerank must be none, f16, bf16 or f32\n");
-        return 2;
-    }
-    if (strcmp(clusters, "auto") != 0) {
-        char *end;
-        long k = strtol(clusters, &end, 10);
-        if (*end || k <= 0 || k > (1 << 24)) {
-            if (rank == 0)
-                fprintf(stderr, "chimera-mpi build: --clusters '%s' is not a positive count or auto\n",
-                        clusters);
-            return 2;
-        }
-        bo.n_clusters = (uint32_t)k;
-    }
+    if (cli_build_choices("build", clusters, rerank_s, &bo)) return 2;
     double t0 = MPI_Wtime();
     chimera_error err = {0};
     chimera_corpus *c = NULL, *part = NULL;

@@ -26,6 +26,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &mpi_world.threads);
     MPI_Comm_rank(MPI_COMM_WORLD, &mpi_world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &mpi_world.size);
+    cli_quiet = mpi_world.rank != 0; /* rank 0 speaks for all */
     mpi_pick_device();
     cli_sigbus_guard();
     int rc = 2;

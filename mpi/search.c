@@ -133,22 +133,11 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
         uint64_t b = (uint64_t)n * k * 12;
         if (rank == 0) mpi_world.bytes_recv += b * (uint64_t)(size - 1);
         else mpi_world.bytes_sent += b;
-        if (rank == 0) {
-            /* regroup to [query][rank][k] and merge */
-            int64_t *gi = malloc((size_t)size * k * sizeof *gi);
-            float *gs = malloc((size_t)size * k * sizeof *gs);
-            if (!gi || !gs) ok = 0;
-            for (int64_t i = 0; ok && i < n; i++) {
-                for (int r = 0; r < size; r++) {
-                    memcpy(gi + (size_t)r * k, all_ids + ((size_t)r * n + i) * k, k * sizeof *gi);
-                    memcpy(gs + (size_t)r * k, all_sc + ((size_t)r * n + i) * k, k * sizeof *gs);
-                }
-                shards_merge(size, k, gi, gs, ids + (size_t)i * k, scores + (size_t)i * k);
-            }
-            free(gi), free(gs);
-            run->t_merge += MPI_Wtime() - tm;
-            if (!ok) fprintf(stderr, "chimera-mpi search: out of memory\n");
+        if (rank == 0 && shards_merge_all(size, n, k, all_ids, all_sc, ids, scores) != 0) {
+            ok = 0;
+            fprintf(stderr, "chimera-mpi search: out of memory\n");
         }
+        if (rank == 0) run->t_merge += MPI_Wtime() - tm;
     } else {
         ok = 0;
     }

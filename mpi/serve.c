@@ -261,19 +261,11 @@ static int do_search(const cmd_hdr *h, const float *tok0, const int64_t *qlens0,
         MPI_Igather(mine_sc, (int)(n * k), MPI_FLOAT, all_sc, (int)(n * k), MPI_FLOAT, 0,
                     MPI_COMM_WORLD, &req[1]);
         ok = wait_req(&req[0], err, "a search") && wait_req(&req[1], err, "a search");
-        if (ok && root) {
-            int64_t *gi = malloc((size_t)size * k * sizeof *gi);
-            float *gs = malloc((size_t)size * k * sizeof *gs);
-            ok = gi && gs && all_ids && all_sc;
-            for (int64_t i = 0; ok && i < n; i++) {
-                for (int r = 0; r < size; r++) {
-                    memcpy(gi + (size_t)r * k, all_ids + ((size_t)r * n + i) * k, k * sizeof *gi);
-                    memcpy(gs + (size_t)r * k, all_sc + ((size_t)r * n + i) * k, k * sizeof *gs);
-                }
-                shards_merge(size, k, gi, gs, ids + (size_t)i * k, scores + (size_t)i * k);
-            }
-            free(gi), free(gs);
-            if (!ok && !atomic_load(&S.broken)) err->code = CHIMERA_ERR_NOMEM, strcpy(err->msg, "out of memory");
+        if (ok && root && (!all_ids || !all_sc ||
+                           shards_merge_all(size, n, k, all_ids, all_sc, ids, scores) != 0)) {
+            ok = 0;
+            err->code = CHIMERA_ERR_NOMEM;
+            strcpy(err->msg, "out of memory");
         }
     } else {
         ok = 0;

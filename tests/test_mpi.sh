@@ -94,8 +94,8 @@ python3 - "$Q" "$T/many.npy" <<'PY'
 import sys, numpy as np
 q = np.load(sys.argv[1]); np.save(sys.argv[2], np.concatenate([q] * 20))
 PY
-rank_pid() { # the pid of rank $1 of the running chimera-mpi job
-  for p in $(pgrep -f "chimera-mpi search"); do
+rank_pid() { # RANK [COMMAND]: the pid of that rank of the running chimera-mpi job
+  for p in $(pgrep -f "chimera-mpi ${2:-search}"); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return; }
   done
 }
@@ -197,12 +197,12 @@ check(st == 422, "metadata on a sharded add: %s" % st)
 sys.exit(1 if failed else 0)
 PY
   # SIGTERM to rank 0: it finishes, tells the shard ranks to stop, everyone exits 0
-  r0=$(for p in $(pgrep -f "chimera-mpi serve"); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && echo "$p"; done)
+  r0=$(rank_pid 0 serve)
   [ -n "$r0" ] && kill -TERM $r0
   wait $job && ok || bad "serve did not stop cleanly on SIGTERM: $(cat "$T/serve.err")"
   # a stalled shard rank: requests fail 503 within --shard-timeout, naming the cause
   serve_start "$T/MG" --shard-timeout 3
-  r1=$(for p in $(pgrep -f "chimera-mpi serve"); do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && echo "$p"; done)
+  r1=$(rank_pid 1 serve)
   [ -n "$r1" ] && kill -STOP $r1
   python3 - "$port" <<'PY' && ok || bad "a stalled shard rank did not fail requests within the timeout"
 import json, sys, time, urllib.request

@@ -1,5 +1,6 @@
 /* Option parsing, progress line and timing for the CLI (see cli.h). */
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +12,24 @@
 #include "cli.h"
 
 const char *cli_program = "chimera";
+int cli_quiet = 0;
+
+/* stderr, unless this process is one of several saying the same (cli_quiet) */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    if (cli_quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
 
 static void usage(const char *cmd, const char *synopsis, const cli_opt *opts, int n)
 {
-    fprintf(stderr, "usage: %s %s %s\n", cli_program, cmd, synopsis);
+    say("usage: %s %s %s\n", cli_program, cmd, synopsis);
     for (int i = 0; i < n; i++)
-        fprintf(stderr, "  %-16s %s%s\n", opts[i].name, opts[i].help,
+        say("  %-16s %s%s\n", opts[i].name, opts[i].help,
                 opts[i].required ? " (required)" : "");
 }
 
@@ -41,7 +54,7 @@ static int set_value(const char *cmd, cli_opt *o, const char *v)
     case OPT_THREADS: {
         long long x = strtoll(v, &end, 10);
         if (errno || *end || end == v || x < 0 || x > CHIMERA_MAX_THREADS) {
-            fprintf(stderr, "%s %s: %s: '%s' is not a thread count (0 for one per CPU, "
+            say("%s %s: %s: '%s' is not a thread count (0 for one per CPU, "
                             "at most %d)\n", cli_program, cmd, o->name, v, CHIMERA_MAX_THREADS);
             return -1;
         }
@@ -56,7 +69,7 @@ static int set_value(const char *cmd, cli_opt *o, const char *v)
     }
     case OPT_FLAG: return 0;
     }
-    fprintf(stderr, "%s %s: %s: '%s' is not a valid value\n", cli_program, cmd, o->name, v);
+    say("%s %s: %s: '%s' is not a valid value\n", cli_program, cmd, o->name, v);
     return -1;
 }
 
@@ -72,7 +85,7 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
         }
         if (a[0] != '-' || a[1] == '\0') {
             if (np == n_pos) {
-                fprintf(stderr, "%s %s: unexpected argument '%s'\n", cli_program, cmd, a);
+                say("%s %s: unexpected argument '%s'\n", cli_program, cmd, a);
                 usage(cmd, synopsis, opts, n_opts);
                 return -1;
             }
@@ -85,7 +98,7 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
         for (int j = 0; j < n_opts; j++)
             if (strlen(opts[j].name) == len && strncmp(opts[j].name, a, len) == 0) o = &opts[j];
         if (!o) {
-            fprintf(stderr, "%s %s: unknown option '%.*s'\n", cli_program, cmd, (int)len, a);
+            say("%s %s: unknown option '%.*s'\n", cli_program, cmd, (int)len, a);
             usage(cmd, synopsis, opts, n_opts);
             return -1;
         }
@@ -96,14 +109,14 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) {
-            fprintf(stderr, "%s %s: %s needs a value\n", cli_program, cmd, o->name);
+            say("%s %s: %s needs a value\n", cli_program, cmd, o->name);
             return -1;
         }
         if (set_value(cmd, o, v) != 0) return -1;
     }
     for (int j = 0; j < n_opts; j++)
         if (opts[j].required && !opts[j].seen) {
-            fprintf(stderr, "%s %s: %s is required\n", cli_program, cmd, opts[j].name);
+            say("%s %s: %s is required\n", cli_program, cmd, opts[j].name);
             usage(cmd, synopsis, opts, n_opts);
             return -1;
         }
@@ -124,7 +137,7 @@ void cli_progress(void *user, const char *phase, double fraction)
     if (fraction <= 0.0) start = cli_now();
     double el = cli_now() - start;
     int width = 30, fill = (int)(fraction * width + 0.5);
-    fprintf(stderr, "\r  %-14s [%.*s%*s] %5.1f%%  %6.1fs", phase, fill,
+    say("\r  %-14s [%.*s%*s] %5.1f%%  %6.1fs", phase, fill,
             "##############################", width - fill, "", 100.0 * fraction, el);
     if (fraction >= 1.0) fputc('\n', stderr);
     fflush(stderr);
@@ -147,14 +160,34 @@ double cli_peak_rss_mib(void)
 
 int cli_fail(const char *cmd, const chimera_error *err)
 {
-    fprintf(stderr, "%s %s: %s\n", cli_program, cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
+    say("%s %s: %s\n", cli_program, cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
     return 1;
+}
+
+int cli_build_choices(const char *cmd, const char *clusters, const char *rerank,
+                      chimera_build_opts *bo)
+{
+    if (chimera_rerank_parse(rerank, &bo->rerank) != CHIMERA_OK) {
+        say("%s %s: --rerank must be none, f16, bf16 or f32\n", cli_program, cmd);
+        return 2;
+    }
+    if (strcmp(clusters, "auto") != 0) {
+        char *end;
+        long k = strtol(clusters, &end, 10);
+        if (*end || end == clusters || k <= 0 || k > (1 << 24)) {
+            say("%s %s: --clusters '%s' is not a positive count or auto\n", cli_program, cmd,
+                clusters);
+            return 2;
+        }
+        bo->n_clusters = (uint32_t)k;
+    }
+    return 0;
 }
 
 int cli_backend(const char *cmd, const char *name, chimera_backend *out)
 {
     *out = CHIMERA_BACKEND_AUTO;
     if (!name || chimera_backend_parse(name, out) == CHIMERA_OK) return 0;
-    fprintf(stderr, "%s %s: --backend must be cpu, cuda or auto, not '%s'\n", cli_program, cmd, name);
+    say("%s %s: --backend must be cpu, cuda or auto, not '%s'\n", cli_program, cmd, name);
     return 2;
 }

@@ -9,6 +9,9 @@
 
 /* The program's name in messages ("chimera"; chimera-mpi sets its own). */
 extern const char *cli_program;
+/* 1: the helpers below print nothing (chimera-mpi's ranks but 0, which would repeat
+ * rank 0's messages). */
+extern int cli_quiet;
 
 /* OPT_THREADS: a uint32_t thread count, 0 (one per CPU) to CHIMERA_MAX_THREADS. */
 typedef enum { OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG, OPT_THREADS } opt_kind;
@@ -42,6 +45,11 @@ void cli_sigbus_guard(void);
 
 /* Prints "chimera CMD: message" to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const chimera_error *err);
+
+/* build's --clusters ("auto" or a count up to 2^24) and --rerank (none, f16, bf16, f32)
+ * into bo; prints what is wrong and returns 2 (the exit code), else 0. */
+int cli_build_choices(const char *cmd, const char *clusters, const char *rerank,
+                      chimera_build_opts *bo);
 
 /* --backend NAME (NULL: auto) into *out; prints a usage message and returns 2 (the exit
  * code) for an unknown name, else 0. */

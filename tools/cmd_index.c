@@ -64,19 +64,7 @@ int cmd_build(int argc, char **argv)
     chimera_build_opts bo = {.bits = bits, .graph_degree = degree, .n_threads = (int)threads,
                              .seed = (uint64_t)seed, .no_sync = no_sync, .progress = cli_progress,
                              .no_calibrate = no_calibrate};
-    if (chimera_rerank_parse(rerank_s, &bo.rerank) != CHIMERA_OK) {
-        fprintf(stderr, "chimera build: --rerank must be none, f16, bf16 or f32\n");
-        return 2;
-    }
-    if (strcmp(clusters, "auto") != 0) {
-        char *end;
-        long k = strtol(clusters, &end, 10);
-        if (*end || k <= 0 || k > (1 << 24)) {
-            fprintf(stderr, "chimera build: --clusters '%s' is not a positive count or auto\n", clusters);
-            return 2;
-        }
-        bo.n_clusters = (uint32_t)k;
-    }
+    if (cli_build_choices("build", clusters, rerank_s, &bo)) return 2;
     chimera_error err;
     chimera_corpus *c;
     chimera_corpus_opts co = {.allow_empty = allow_empty};

@@ -83,52 +83,40 @@ chimera_status shard_set_search(shard_set *set, const chimera_queries *q, uint32
         if (s == CHIMERA_OK && profile) *profile = sum;
         return s;
     }
-    /* every shard's lists side by side: all[(query * ns + shard) * k + r] */
+    /* every shard's lists, list-major: shard j's query i at [(j * nq + i) * k] */
     int64_t *all_ids = malloc((size_t)nq * ns * k * sizeof *all_ids);
     float *all_sc = malloc((size_t)nq * ns * k * sizeof *all_sc);
-    int64_t *one_ids = malloc((size_t)nq * k * sizeof *one_ids);
-    float *one_sc = malloc((size_t)nq * k * sizeof *one_sc);
     double *one_lat = lat ? malloc((size_t)nq * sizeof *one_lat) : NULL;
     chimera_status s = CHIMERA_OK;
-    if (!all_ids || !all_sc || !one_ids || !one_sc || (lat && !one_lat)) {
-        s = CHIMERA_ERR_NOMEM;
-        err->code = s;
-        strcpy(err->msg, "out of memory");
-        goto done;
-    }
+    if (!all_ids || !all_sc || (lat && !one_lat)) goto nomem;
     for (int j = 0; j < ns; j++) {
-        chimera_search_profile p = {.latency = one_lat};
+        int64_t *sid = all_ids + (size_t)j * nq * k;
+        float *ssc = all_sc + (size_t)j * nq * k;
         if (chimera_index_n_docs(set->ix[j]) == 0) {
             /* every document of this shard deleted: it contributes nothing */
-            for (int64_t i = 0; i < nq; i++)
-                for (uint32_t r = 0; r < k; r++)
-                    all_ids[((size_t)i * ns + j) * k + r] = -1,
-                    all_sc[((size_t)i * ns + j) * k + r] = -INFINITY;
+            for (int64_t i = 0; i < nq * (int64_t)k; i++) sid[i] = -1, ssc[i] = -INFINITY;
             continue;
         }
-        s = chimera_index_search(set->ix[j], q, k, params, opts, one_ids, one_sc,
-                                 profile ? &p : NULL, err);
+        chimera_search_profile p = {.latency = one_lat};
+        s = chimera_index_search(set->ix[j], q, k, params, opts, sid, ssc, profile ? &p : NULL, err);
         if (s != CHIMERA_OK) goto done;
         if (profile) add_profile(&sum, &p);
-        for (int64_t i = 0; i < nq; i++) {
-            memcpy(all_ids + ((size_t)i * ns + j) * k, one_ids + (size_t)i * k, k * sizeof *ids);
-            memcpy(all_sc + ((size_t)i * ns + j) * k, one_sc + (size_t)i * k, k * sizeof *scores);
-            if (lat) lat[i] += one_lat[i];
-        }
+        for (int64_t i = 0; lat && i < nq; i++) lat[i] += one_lat[i];
     }
-    for (int64_t i = 0; i < nq; i++)
-        shards_merge(ns, k, all_ids + (size_t)i * ns * k, all_sc + (size_t)i * ns * k,
-                     ids + (size_t)i * k, scores + (size_t)i * k);
+    if (shards_merge_all(ns, nq, k, all_ids, all_sc, ids, scores) != 0) goto nomem;
     if (profile) {
         sum.latency = lat;
         sum.seconds = now() - t0;
         *profile = sum;
     }
+    goto done;
+nomem:
+    s = CHIMERA_ERR_NOMEM;
+    err->code = s;
+    strcpy(err->msg, "out of memory");
 done:
     free(all_ids);
     free(all_sc);
-    free(one_ids);
-    free(one_sc);
     free(one_lat);
     return s;
 }

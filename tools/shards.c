@@ -368,6 +368,26 @@ void shards_split(const chimera_corpus *c, int n, int64_t *bounds)
     bounds[n] = nd;
 }
 
+int shards_merge_all(int n_lists, int64_t n, uint32_t k, const int64_t *ids, const float *scores,
+                     int64_t *out_ids, float *out_scores)
+{
+    int64_t *gi = malloc((size_t)n_lists * k * sizeof *gi);
+    float *gs = malloc((size_t)n_lists * k * sizeof *gs);
+    if (!gi || !gs) {
+        free(gi), free(gs);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        for (int l = 0; l < n_lists; l++) {
+            memcpy(gi + (size_t)l * k, ids + ((size_t)l * n + i) * k, k * sizeof *gi);
+            memcpy(gs + (size_t)l * k, scores + ((size_t)l * n + i) * k, k * sizeof *gs);
+        }
+        shards_merge(n_lists, k, gi, gs, out_ids + (size_t)i * k, out_scores + (size_t)i * k);
+    }
+    free(gi), free(gs);
+    return 0;
+}
+
 void shards_merge(int n_lists, uint32_t k, const int64_t *ids, const float *scores,
                   int64_t *out_ids, float *out_scores)
 {

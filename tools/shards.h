@@ -72,6 +72,12 @@ void shards_split(const chimera_corpus *c, int n, int64_t *bounds);
 void shards_merge(int n_lists, uint32_t k, const int64_t *ids, const float *scores,
                   int64_t *out_ids, float *out_scores);
 
+/* The same for n queries whose lists lie list-major, as a gather of every rank's (or a
+ * search of every shard's) results leaves them: list l's query i at [(l * n + i) * k].
+ * Returns 0, or -1 when out of memory. */
+int shards_merge_all(int n_lists, int64_t n, uint32_t k, const int64_t *ids, const float *scores,
+                     int64_t *out_ids, float *out_scores);
+
 /* The shards of a layout, opened, searched as one index: each in turn with all the
  * threads given, their top-k lists merged (shards_merge). */
 typedef struct shard_set {
