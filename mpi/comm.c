@@ -102,14 +102,15 @@ static int count_devices(void)
     return n;
 }
 
-void mpi_pick_device(void)
+int mpi_pick_device(int after_init)
 {
-    MPI_Comm node;
-    int local = 0;
-    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (env) {
-        local = atoi(env);
-    } else {
+    int local = -1;
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    for (int i = 0; i < 3 && local < 0; i++)
+        if (getenv(vars[i])) local = atoi(getenv(vars[i]));
+    if (local < 0) {
+        if (!after_init) return 0;
+        MPI_Comm node;
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
         MPI_Comm_rank(node, &local);
         MPI_Comm_free(&node);
@@ -120,18 +121,19 @@ void mpi_pick_device(void)
         /* a list the operator gave: this rank takes its entry (one device left alone) */
         int n = 1;
         for (const char *p = vis; *p; p++) n += *p == ',';
-        if (n == 1) return;
+        if (n == 1) return 1;
         int want = local % n;
         const char *p = vis;
         for (int i = 0; i < want; i++) p = strchr(p, ',') + 1;
         size_t len = strcspn(p, ",");
-        if (len >= sizeof pick) return;
+        if (len >= sizeof pick) return 1;
         memcpy(pick, p, len);
         pick[len] = 0;
     } else {
         int n = count_devices();
-        if (n == 0) return; /* no GPU here: the CPU backend */
+        if (n == 0) return 1; /* no GPU here: the CPU backend */
         snprintf(pick, sizeof pick, "%d", local % n);
     }
     setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+    return 1;
 }

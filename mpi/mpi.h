@@ -45,10 +45,13 @@ int mpi_agree(const char *cmd, int ok, const chimera_error *err);
 /* Broadcasts n bytes from rank 0 (in pieces below 2^31 bytes), with the deadline. */
 void mpi_bcast_bytes(void *buf, size_t n, const char *what);
 
-/* Chooses this rank's GPU before any CUDA call: the local rank (Open MPI's
- * OMPI_COMM_WORLD_LOCAL_RANK, or MPI's shared-memory split) modulo the node's devices,
- * exported as CUDA_VISIBLE_DEVICES unless the operator set one device already. */
-void mpi_pick_device(void);
+/* Chooses this rank's GPU before any CUDA call: the node-local rank modulo the node's
+ * devices, exported as CUDA_VISIBLE_DEVICES unless the operator set one device already.
+ * Called before MPI_Init (a CUDA-aware MPI may start CUDA inside it) with the local rank
+ * the launcher exports (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID,
+ * Slurm's SLURM_LOCALID): returns 1 when it found one; else call it again after
+ * MPI_Init with after_init = 1, which asks MPI (a shared-memory split). */
+int mpi_pick_device(int after_init);
 
 int mpi_cmd_build(int argc, char **argv);
 int mpi_cmd_search(int argc, char **argv);

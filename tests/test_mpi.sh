@@ -6,7 +6,8 @@
 # 1, 2, 3 and 4 ranks give the same answers over 3 shards; at default parameters the
 # sharded recall is within 0.01 of a single index's or above (0.02 for the codebook of
 # distributed Lloyd steps, which start from rank 0's share of the sample); bad inputs fail on every
-# rank with one message and a non-zero exit; a stalled rank (SIGSTOP) makes the job
+# rank with one message and a non-zero exit; each rank takes its own entry of
+# CUDA_VISIBLE_DEVICES; a stalled rank (SIGSTOP) makes the job
 # stop within its --timeout naming what did not complete, and a killed rank stops the
 # job; a kill -9 of a sharded rebuild leaves the old layout searchable; chimera-mpi
 # serve answers like chimera-mpi search, applies id filters, routes adds (a conflict for
@@ -30,6 +31,11 @@ LEN=$T/c/doclens.npy
 Q=$T/c/queries.npy
 "$C" exact --tokens "$TOK" --doclens "$LEN" --queries "$Q" -k 10 --out "$T/truth" >/dev/null
 recall() { "$C" eval --run "$1" --truth "$T/truth" -k 10 | awk '/^Recall@10/ {print $2}'; }
+
+# each rank takes its node-local entry of an operator's CUDA_VISIBLE_DEVICES list
+CUDA_VISIBLE_DEVICES=3,5 mpi 2 devices >"$T/dev" 2>"$T/e" || bad "devices failed: $(cat "$T/e")"
+grep -q '^rank 0 .*CUDA_VISIBLE_DEVICES=3,' "$T/dev" && grep -q '^rank 1 .*CUDA_VISIBLE_DEVICES=5,' "$T/dev" \
+  && ok || bad "ranks did not take their own device: $(cat "$T/dev")"
 
 # builds: gather and allreduce
 mpi 3 build --tokens "$TOK" --doclens "$LEN" --out "$T/MG" --threads 1 --no-sync >"$T/mg.out" 2>"$T/e" \
