@@ -1343,6 +1343,27 @@ static PyObject *Index_check(IndexObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* The setting a search with this k and no parameters uses (chimera_index_params_default):
+ * a dict of n_probe, k_refine, k_fullbit, chunks and whether they are the index's
+ * calibrated ones. */
+static PyObject *Index_params_default(IndexObject *self, PyObject *arg)
+{
+    if (index_live(self))
+        return NULL;
+    unsigned long k = PyLong_AsUnsignedLong(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    if (k == 0 || k > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "k must be at least 1");
+        return NULL;
+    }
+    chimera_search_params p = {0};
+    int cal = chimera_index_params_default(self->index, (uint32_t)k, &p);
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:O}", "n_probe", p.n_probe, "k_refine", p.k_refine,
+                         "k_fullbit", p.k_fullbit, "chunks", p.chunks, "calibrated",
+                         cal ? Py_True : Py_False);
+}
+
 /* Moves the handle to the newest committed generation. The library allows it while
  * other threads search (they finish on the generation they started with); counted as a
  * call in flight so that close() refuses meanwhile. Returns True when the handle moved. */
@@ -1459,6 +1480,8 @@ static PyMethodDef Index_methods[] = {
     {"check", (PyCFunction)Index_check, METH_NOARGS, "Low-level check."},
     {"refresh", (PyCFunction)Index_refresh, METH_NOARGS, "Low-level refresh."},
     {"ids", (PyCFunction)Index_ids, METH_O, "Low-level ids; use chimera.Index.ids."},
+    {"params_default", (PyCFunction)Index_params_default, METH_O,
+     "Low-level; use chimera.Index.default_params."},
     {"close", (PyCFunction)Index_close, METH_NOARGS, "Low-level close."},
     {NULL, NULL, 0, NULL},
 };

@@ -64,6 +64,7 @@ from ._chimera import ChimeraError, CorruptIndexError
 
 __all__ = ["Index", "add", "delete", "update", "compact", "meta_import", "exact_search",
            "recall", "runtime_info", "ChimeraError", "CorruptIndexError", "Client", "ServerError",
+           "ShardedIndex",
            "__version__"]
 
 __version__ = _chimera.version
@@ -548,6 +549,12 @@ class Index:
         newest generation, which may be ahead of this handle's until :meth:`refresh`."""
         return _chimera.info(self._path)
 
+    def default_params(self, k=10):
+        """The setting a search with this k and no `params` uses: a dict of n_probe,
+        k_refine, k_fullbit, chunks, and "calibrated" (True: the index's own, chosen at
+        build for Recall@k >= 0.95; False: the library's fixed defaults)."""
+        return self._raw.params_default(_k(k))
+
     # -- search --------------------------------------------------------------------------
 
     def search(self, queries, k=10, recall=None, params=None, threads=None, latency=False,
@@ -908,3 +915,5 @@ def runtime_info():
 
 # The HTTP client of `chimera serve` (stdlib http.client; numpy arrays in and out).
 from .client import Client, ServerError  # noqa: E402  (uses the helpers above)
+# A sharded index (chimera build --shards N, chimera-mpi build), searched as one.
+from .shards import ShardedIndex  # noqa: E402  (uses Index)
