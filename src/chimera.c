@@ -1162,15 +1162,26 @@ static void tune_rerank(uint32_t k, chimera_search_params *p)
     p->rerank_depth = d.k_fullbit > k ? d.k_fullbit : k;
 }
 
+/* One search of the tuning queries at p (with the re-rank tier when tuning it): its
+ * recall, and in *sp and *prof what ran and what it measured. */
+static chimera_status tune_run(sp_tune_ctx *t, const chimera_search_params *p,
+                               chimera_search_params *sp, chimera_search_profile *prof,
+                               double *recall)
+{
+    *sp = *p;
+    if (t->rerank) tune_rerank(t->k, sp);
+    CM_TRY(chimera_index_search(t->h, t->q, t->k, sp, t->opts, t->ids, t->scores, prof, t->err));
+    *recall = sp_eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
+    return CHIMERA_OK;
+}
+
 static chimera_status tune_eval(void *vctx, const chimera_search_params *p, double *recall,
                                 double *qps)
 {
     sp_tune_ctx *t = vctx;
     chimera_search_profile prof = {0};
-    chimera_search_params sp = *p;
-    if (t->rerank) tune_rerank(t->k, &sp);
-    CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
-    *recall = sp_eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
+    chimera_search_params sp;
+    CM_TRY(tune_run(t, p, &sp, &prof, recall));
     *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
     return CHIMERA_OK;
 }
@@ -1182,10 +1193,8 @@ static chimera_status tune_cost_eval(void *vctx, const chimera_search_params *p,
 {
     sp_tune_ctx *t = vctx;
     chimera_search_profile prof = {0};
-    chimera_search_params sp = *p;
-    if (t->rerank) tune_rerank(t->k, &sp);
-    CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
-    *recall = sp_eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
+    chimera_search_params sp;
+    CM_TRY(tune_run(t, p, &sp, &prof, recall));
     *cost = sp_tune_cost(&prof, &sp, t->q->q.n, t->q->q.off[t->q->q.n], t->dim, t->doc_len);
     return CHIMERA_OK;
 }

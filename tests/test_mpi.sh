@@ -142,19 +142,26 @@ if "$CHIMERA_MPI" serve --help >/dev/null 2>&1; then
       sleep 0.1
     done
   }
-  serve_start "$T/MG"
-  [ -n "$port" ] && ok || bad "serve did not start: $(cat "$T/serve.err")"
-  # results equal chimera-mpi search's; filters; add, conflict, update, delete; refusals
-  python3 - "$port" "$Q" "$T/mg.ex" "$K" <<'PY' && ok || bad "serve API checks failed"
-import json, sys, urllib.request, numpy as np
-port, qpath, expath, K = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-U = "http://127.0.0.1:" + port
-def call(m, p, body=None):
-    req = urllib.request.Request(U + p, method=m, data=None if body is None else json.dumps(body).encode(),
+  # the client side of the checks: one JSON call to the service on $port
+  cat >"$T/http_call.py" <<'PY'
+import json, os, urllib.request
+def call(method, path, body=None):
+    req = urllib.request.Request("http://127.0.0.1:%s%s" % (os.environ["PORT"], path), method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as r: return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e: return e.code, json.loads(e.read())
+PY
+  export PYTHONPATH="$T${PYTHONPATH:+:$PYTHONPATH}"
+  serve_start "$T/MG"
+  export PORT=$port
+  [ -n "$port" ] && ok || bad "serve did not start: $(cat "$T/serve.err")"
+  # results equal chimera-mpi search's; filters; add, conflict, update, delete; refusals
+  python3 - "$port" "$Q" "$T/mg.ex" "$K" <<'PY' && ok || bad "serve API checks failed"
+import sys, numpy as np
+from http_call import call
+port, qpath, expath, K = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 failed = []
 def check(cond, what):
     if not cond: failed.append(what); print("FAIL:", what, file=sys.stderr)
@@ -208,17 +215,12 @@ PY
   wait $job && ok || bad "serve did not stop cleanly on SIGTERM: $(cat "$T/serve.err")"
   # a stalled shard rank: requests fail 503 within --shard-timeout, naming the cause
   serve_start "$T/MG" --shard-timeout 3
+  export PORT=$port
   r1=$(rank_pid 1 serve)
   [ -n "$r1" ] && kill -STOP $r1
   python3 - "$port" <<'PY' && ok || bad "a stalled shard rank did not fail requests within the timeout"
-import json, sys, time, urllib.request
-U = "http://127.0.0.1:" + sys.argv[1]
-def call(m, p, body=None):
-    req = urllib.request.Request(U + p, method=m, data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r: return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e: return e.code, json.loads(e.read())
+import sys, time
+from http_call import call
 t = time.time()
 st, b = call("POST", "/indexes/MG/search", {"queries": [[[0.1] * 48]], "k": 3})
 el = time.time() - t
