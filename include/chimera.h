@@ -665,7 +665,9 @@ typedef struct chimera_update_opts {
     int recluster;          /* 1: retrain the centroids over the live documents and rebuild
                                from their stored vectors (chimera_build_opts.rerank), or
                                else from tokens reconstructed from their full-bit codes
-                               (when chimera_index_info advises it: drift); 0: keep them */
+                               (when chimera_index_info advises it: drift), and
+                               calibrates the default search parameters again on them
+                               (as chimera_index_build does); 0: keep them */
     uint32_t n_clusters;    /* recluster: 0 = the build's default for the live tokens */
     int n_threads;          /* add, update, recluster: threads (0 = all CPUs) */
     uint64_t seed;          /* recluster: k-means seed */

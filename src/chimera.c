@@ -74,12 +74,11 @@ struct chimera_index {
 /* The build's calibration of the default search parameters (ix_build_opts.calibrate),
  * defined with the tuning below. */
 typedef struct calibrate_ctx {
-    const data_corpus *c;
     int n_threads;
     uint64_t seed;
 } calibrate_ctx;
-static chimera_status calibrate_index(void *user, const char *dir, ix_defaults *out,
-                                      chimera_error *err);
+static chimera_status calibrate_index(void *user, const data_corpus *c, const char *dir,
+                                      ix_defaults *out, chimera_error *err);
 
 static void view_free(index_view *v)
 {
@@ -503,7 +502,7 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "index_build: graph degree %u, expected 1..%d (0: default)", o.graph_degree,
                        GRAPH_DEGREE_MAX);
-    calibrate_ctx cal = {&corpus->c, o.n_threads, o.seed};
+    calibrate_ctx cal = {o.n_threads, o.seed};
     ix_build_opts bo = {.bits = o.bits, .n_clusters = o.n_clusters,
                         .graph_degree = o.graph_degree, .n_threads = o.n_threads,
                         .seed = o.seed, .no_sync = o.no_sync, .progress = o.progress,
@@ -827,7 +826,9 @@ chimera_status chimera_index_compact(const char *dir, const chimera_update_opts 
     chimera_status s;
     if (opts && opts->recluster) {
         CM_TRY(check_threads(opts->n_threads, "index_compact", err));
-        ix_recluster_opts ro = {opts->n_clusters, opts->n_threads, opts->seed};
+        /* new centroids: the defaults are measured again on them, as a build's */
+        calibrate_ctx cal = {opts->n_threads, opts->seed};
+        ix_recluster_opts ro = {opts->n_clusters, opts->n_threads, opts->seed, calibrate_index, &cal};
         s = ix_recluster(dir, &io, &ro, &r, err);
     } else {
         s = ix_compact(dir, &io, &r, err);
@@ -1460,11 +1461,10 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
 #define CAL_POOL 3
 #define CAL_SEED 0xca11b
 
-static chimera_status calibrate_index(void *user, const char *dir, ix_defaults *out,
-                                      chimera_error *err)
+static chimera_status calibrate_index(void *user, const data_corpus *c, const char *dir,
+                                      ix_defaults *out, chimera_error *err)
 {
     const calibrate_ctx *cc = user;
-    const data_corpus *c = cc->c;
     memset(out, 0, sizeof *out);
     double t0 = cm_now();
     int64_t live = 0;

@@ -164,6 +164,11 @@ static void test_recall(const corpus *c, const char *dir_full)
     CHECK_OK(chimera_index_compact(dir, &ro, &rr, &err), &err);
     CHECK_OK(chimera_index_info_read(dir, &in, &err), &err);
     CHECK(in.n_segments == 1 && in.n_docs == D && in.format_major == 1 && in.n_clusters == 128);
+    /* the base build's defaults went stale with the adds (half the documents are new);
+     * the recluster measured new ones on its new centroids */
+    CHECKF(in.n_calibrated > 0 && !in.calibration_stale,
+           "after recluster: %d calibrated defaults, stale %d", in.n_calibrated,
+           in.calibration_stale);
     check_index(dir, "recluster");
     search(dir, q, ids, sc);
     double r_re = chimera_results_eval_recall(ids, K, truth, K, nq, K);

@@ -438,12 +438,12 @@ static void build_state_free(build_state *b)
 
 /* ---- the build --------------------------------------------------------------------- */
 
-static chimera_status calibrate_stage(const ix_build_opts *o, ix_store_writer *w,
-                                      const cJSON *meta, ix_defaults *out, const char **tmp,
-                                      chimera_error *err)
+static chimera_status calibrate_stage(const data_corpus *c, const ix_build_opts *o,
+                                      ix_store_writer *w, const cJSON *meta, ix_defaults *out,
+                                      const char **tmp, chimera_error *err)
 {
     CM_TRY(ix_store_writer_preview(w, meta, tmp, err));
-    return o->calibrate(o->calibrate_user, *tmp, out, err);
+    return o->calibrate(o->calibrate_user, c, *tmp, out, err);
 }
 
 chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_build_opts *opts,
@@ -546,7 +546,7 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
             s = nomem(err);
             goto done;
         }
-        STAGE("calibrate", calibrate_stage(&o, w, meta, &defaults, &tmp, err));
+        STAGE("calibrate", calibrate_stage(c, &o, w, meta, &defaults, &tmp, err));
         cJSON_Delete(meta);
         meta = NULL;
     }

@@ -62,9 +62,10 @@ typedef struct ix_build_opts {
     int rerank;               /* a chimera_rerank: store the vectors (vectors_*) as this */
     /* Calibration of the default search parameters (index/defaults.h): called once the
      * sections are written, before the commit, on the written (openable, uncommitted)
-     * index; what it measures is committed with it. NULL: none. */
-    chimera_status (*calibrate)(void *user, const char *dir, ix_defaults *out,
-                                chimera_error *err);
+     * index and the corpus it was built from; what it measures is committed with it.
+     * NULL: none. */
+    chimera_status (*calibrate)(void *user, const data_corpus *c, const char *dir,
+                                ix_defaults *out, chimera_error *err);
     void *calibrate_user;
     /* the files the corpus was read from, recorded as the index's source (defaults.h);
      * NULL: none (a corpus in memory) */

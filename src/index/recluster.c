@@ -147,7 +147,9 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
                                 .progress = o.progress, .progress_user = o.progress_user,
                                 .cancel = o.cancel, .cancel_user = o.cancel_user,
                                 .check_generation = 1, .expect_generation = gen,
-                                .carry_meta = mp, .rerank = rerank};
+                                .carry_meta = mp, .rerank = rerank,
+                                .calibrate = ro ? ro->calibrate : NULL,
+                                .calibrate_user = ro ? ro->calibrate_user : NULL};
             ix_build_report br;
             s = mp ? ix_build(&c, dir, &bo, &br, err)
                    : cm_fail(err, CHIMERA_ERR_NOMEM, "recluster: out of memory");

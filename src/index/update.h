@@ -40,6 +40,7 @@
 
 #include "chimera.h"
 #include "data/corpus.h"
+#include "index/defaults.h"
 
 /* Appended segments (and tombstone lists) an index may gather before a change merges
  * them. */
@@ -112,6 +113,11 @@ typedef struct ix_recluster_opts {
     uint32_t n_clusters; /* 0: the build's default for the live token count */
     int n_threads;       /* 0: all CPUs */
     uint64_t seed;
+    /* the rebuild's calibration of the default search parameters (ix_build_opts), so
+     * that new centroids come with defaults measured on them; NULL: none */
+    chimera_status (*calibrate)(void *user, const data_corpus *c, const char *dir,
+                                ix_defaults *out, chimera_error *err);
+    void *calibrate_user;
 } ix_recluster_opts;
 
 /* Retrains the centroids over the live documents and rebuilds the index from their
