@@ -32,7 +32,6 @@
 
 #include "mpi.h"
 #include "server.h"
-#include "../tools/cli.h"
 #include "../tools/shards.h"
 
 enum { CMD_SEARCH = 1, CMD_WRITE = 2, CMD_STOP = 3 };
