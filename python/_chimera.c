@@ -1256,15 +1256,19 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *Index_tune(IndexObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"queries", "qlens", "truth", "k", "target_recall", "threads", NULL};
+    static char *names[] = {"queries", "qlens", "truth", "k", "target_recall", "threads",
+                            "heldout", "seed", NULL};
     PyObject *q_obj, *ql_obj, *t_obj;
     long long k_ll;
-    double target;
+    double target, heldout = 0;
+    unsigned long long seed = 0;
     int threads = 0;
     uint32_t k;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOLdi", names, &q_obj, &ql_obj, &t_obj, &k_ll,
-                                     &target, &threads))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOLdi|dK", names, &q_obj, &ql_obj, &t_obj, &k_ll,
+                                     &target, &threads, &heldout, &seed))
         return NULL;
+    if (heldout != 0 && !(heldout > 0 && heldout < 1))
+        return PyErr_Format(PyExc_ValueError, "heldout: %g is not a fraction in (0, 1)", heldout);
     chimera_search_opts so;
     chimera_search_opts_default(&so);
     if (index_live(self) || to_u32(k_ll, "k", &k) || to_threads(threads, &so.n_threads))
@@ -1291,8 +1295,12 @@ static PyObject *Index_tune(IndexObject *self, PyObject *args, PyObject *kw)
             chimera_status st;
             self->busy++;
             Py_BEGIN_ALLOW_THREADS
-            st = chimera_index_tune(self->index, q, truth.buf, (uint32_t)truth.shape[1], k,
-                                    target, &so, res, &err);
+            st = heldout > 0
+                     ? chimera_index_tune_heldout(self->index, q, truth.buf,
+                                                  (uint32_t)truth.shape[1], k, target, heldout,
+                                                  seed, &so, res, &err)
+                     : chimera_index_tune(self->index, q, truth.buf, (uint32_t)truth.shape[1], k,
+                                          target, &so, res, &err);
             Py_END_ALLOW_THREADS
             self->busy--;
             if (st != CHIMERA_OK) {
@@ -1317,6 +1325,17 @@ static PyObject *Index_tune(IndexObject *self, PyObject *args, PyObject *kw)
                                         "points", points, "_raw", raw);
                 else
                     Py_XDECREF(points);
+                /* the held-out check: recall on queries the tuning never saw, with its
+                 * 95% interval */
+                PyObject *ho = ret && heldout > 0
+                    ? Py_BuildValue("{s:L,s:L,s:d,s:d,s:d,s:L,s:d}", "n_tune",
+                                    (long long)res->n_tune, "n_heldout", (long long)res->n_heldout,
+                                    "recall", res->heldout_recall, "low", res->heldout_low, "high",
+                                    res->heldout_high, "need", (long long)res->heldout_need,
+                                    "tune_target", res->tune_target)
+                    : NULL;
+                if (ho && PyDict_SetItemString(ret, "heldout", ho)) Py_CLEAR(ret);
+                Py_XDECREF(ho);
             }
         }
     }

@@ -628,7 +628,8 @@ class Index:
         return scores, ids
 
     def tune(self, queries, k=10, target_recall=0.95, truth=None, documents=None, *,
-             tokens=None, doclens=None, ids=None, threads=None, save=False):
+             tokens=None, doclens=None, ids=None, threads=None, save=False, heldout=None,
+             seed=0):
         """Find the fastest search setting that reaches Recall@k >= target_recall.
 
         The library's backward procedure (generous n_probe and k_refine, raise k_fullbit
@@ -642,10 +643,19 @@ class Index:
             for (k, target_recall), for
             ``search(recall=...)`` here and ``chimera search --recall`` (takes effect for
             handles opened after the save).
+        heldout: a fraction in (0, 1) of the queries (at least 20 queries in all) to hold
+            out, as ``chimera tune`` does: the setting is tuned on the rest, checked on
+            them, and reached only when the lower bound of the 95% interval of its
+            held-out recall meets the target (the tuning target rises until it does).
+            The split is drawn with `seed`. None: tune and measure on all the queries
+            (a point estimate with no margin).
 
         Returns a dict: params (the setting), recall and qps measured with it, reached
         (False: the target was out of reach and params is the closest), points (every
-        setting tried), saved (whether it was stored).
+        setting tried), saved (whether it was stored); with heldout, also "heldout": a
+        dict of n_tune, n_heldout, recall, low, high (the 95% interval), need (held-out
+        queries an interval of half-width (1 - target) / 2 would take; more than
+        n_heldout: too few queries for the target) and tune_target.
         """
         k = _k(k)
         if not 0 < target_recall <= 1:
@@ -665,7 +675,10 @@ class Index:
             if truth.dtype.kind not in "iu" or truth.ndim != 2:
                 raise ValueError(f"truth: expected a 2-d integer array, got {truth.dtype} {truth.shape}")
             truth = _np.ascontiguousarray(truth, dtype=_np.int64)
-        res = self._raw.tune(qt, ql, truth, k, float(target_recall), _threads(threads))
+        if heldout is not None and not 0 < heldout < 1:
+            raise ValueError(f"heldout: {heldout} is not a fraction in (0, 1)")
+        res = self._raw.tune(qt, ql, truth, k, float(target_recall), _threads(threads),
+                             heldout=float(heldout or 0), seed=int(seed))
         raw = res.pop("_raw")
         res["saved"] = bool(save and res["reached"])
         if res["saved"]:

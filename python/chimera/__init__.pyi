@@ -47,13 +47,16 @@ class UpdateReport(TypedDict):
     meta_records: int     # metadata records imported or upserted
     meta_repaired: int    # interrupted metadata changes replayed by this call
 
-class TuneResult(TypedDict):
+class _TuneResultBase(TypedDict):
     params: SearchParams
     recall: float
     qps: float
     reached: bool
     points: list[dict[str, Any]]
     saved: bool
+
+class TuneResult(_TuneResultBase, total=False):
+    heldout: dict[str, Any]  # with tune(heldout=...)
 
 class Index:
     build_report: dict[str, Any]
@@ -123,6 +126,8 @@ class Index:
         ids: npt.ArrayLike | None = None,
         threads: int | None = None,
         save: bool = False,
+        heldout: float | None = None,
+        seed: int = 0,
     ) -> TuneResult: ...
     def check(self) -> None: ...
 
