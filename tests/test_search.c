@@ -431,6 +431,151 @@ static void test_probe_modes(const bench *b)
     CHECKF(fabs(rb - rg) <= 0.02, "graph probing Recall@10 %.3f vs brute force %.3f", rg, rb);
 }
 
+/* The CPU backend's graph probe against its brute-force probe, on the backend directly:
+ * the graph walk finds at least 0.99 of the exact top n_probe centroids of each query
+ * token, with their exact scores (within float rounding); a graph-probed query computes
+ * only the rows of the centroid scores that scoring reads, lazily, and those rows equal
+ * the full matrix's; 1-bit scores of the same documents agree. */
+static void test_graph_probe(const bench *b)
+{
+    const ix_index *ix = &b->ix;
+    const ix_segment *s0 = &ix->segs[0];
+    be_segment seg = {.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
+                      .n_lists = s0->n_lists, .post_cid = s0->post_cid, .post_off = s0->post_off,
+                      .post_doc = s0->post_doc, .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
+                      .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact, .tok_cid = s0->tok_cid,
+                      .doc_off = s0->doc_off};
+    be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
+                     .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
+                     .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
+                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
+                     .segments = &seg, .deleted = ix->deleted};
+    enum { NP_MAX = 32, NR = 64 };
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP_MAX,
+                     .max_refine = NR};
+    cm_backend be;
+    chimera_error err;
+    CHECK_OK(backend_new("cpu", &be, &err), &err);
+    CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
+    const struct cm_backend_i *f = be.iface;
+    uint32_t K = ix->n_clusters, mm = cfg.max_m;
+    uint32_t *cb = cm_malloc((size_t)mm * NP_MAX * sizeof *cb), *cg = cm_malloc((size_t)mm * NP_MAX * sizeof *cg);
+    float *qb = cm_malloc((size_t)mm * NP_MAX * sizeof *qb), *qg = cm_malloc((size_t)mm * NP_MAX * sizeof *qg);
+    float *Sb = cm_malloc((size_t)K * mm * sizeof *Sb);
+    uint32_t docs[NR], dg[NR], n_b, n_g;
+    float s1b[NR], s1g[NR];
+    static const uint32_t nps[] = {4, 8, 16, 32};
+    for (size_t pi = 0; pi < sizeof nps / sizeof *nps; pi++) {
+        uint32_t np = nps[pi];
+        uint64_t found = 0, total = 0;
+        int bad_qc = 0, bad_rows = 0, bad_s1 = 0;
+        for (int64_t i = 0; i < b->q.n; i++) {
+            uint32_t m;
+            const float *q = query(&b->q, i, &m);
+            CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
+            CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cb, qb, &err), &err);
+            CHECK_OK(f->refine(be.ctx, 0, NR, BE_IMPUTE_PROBE_FLOOR, NULL, docs, NULL, &n_b, NULL,
+                               &err), &err);
+            memcpy(Sb, f->host_centroid_scores(be.ctx, 0), (size_t)K * m * sizeof *Sb);
+            CHECK_OK(f->score1(be.ctx, 0, docs, n_b, s1b, &err), &err);
+            CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
+            CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_GRAPH, cg, qg, &err), &err);
+            for (uint32_t j = 0; j < m; j++)
+                for (uint32_t a = 0; a < np; a++) {
+                    uint32_t id = cg[j * np + a];
+                    for (uint32_t t = 0; t < np; t++)
+                        if (cb[j * np + t] == id) {
+                            found++;
+                            if (fabsf(qg[j * np + a] - qb[j * np + t]) >
+                                1e-4f * (1.0f + fabsf(qb[j * np + t])))
+                                bad_qc++;
+                            break;
+                        }
+                }
+            total += (uint64_t)m * np;
+            CHECK_OK(f->refine(be.ctx, 0, NR, BE_IMPUTE_PROBE_FLOOR, NULL, dg, NULL, &n_g, NULL,
+                               &err), &err);
+            /* score the brute probe's documents: rows refinement did not ask for */
+            CHECK_OK(f->score1(be.ctx, 0, docs, n_b, s1g, &err), &err);
+            const float *S = f->host_centroid_scores(be.ctx, 0);
+            for (uint32_t c = 0; c < n_b; c++) {
+                if (fabsf(s1g[c] - s1b[c]) > 1e-4f * (1.0f + fabsf(s1b[c]))) bad_s1++;
+                for (int64_t t = s0->doc_off[docs[c]]; t < s0->doc_off[docs[c] + 1]; t++) {
+                    size_t row = (size_t)s0->tok_cid[t] * m;
+                    for (uint32_t j = 0; j < m; j++)
+                        if (fabsf(S[row + j] - Sb[row + j]) > 1e-5f * (1.0f + fabsf(Sb[row + j])))
+                            bad_rows++;
+                }
+            }
+            for (uint32_t c = 0; c < n_g; c++)
+                for (int64_t t = s0->doc_off[dg[c]]; t < s0->doc_off[dg[c] + 1]; t++) {
+                    size_t row = (size_t)s0->tok_cid[t] * m;
+                    for (uint32_t j = 0; j < m; j++)
+                        if (fabsf(S[row + j] - Sb[row + j]) > 1e-5f * (1.0f + fabsf(Sb[row + j])))
+                            bad_rows++;
+                }
+        }
+        double rec = (double)found / (double)total;
+        printf("graph probe (K=%u, n_probe %u): probe recall %.4f over %llu (token, centroid)\n",
+               K, np, rec, (unsigned long long)total);
+        CHECKF(rec >= 0.99, "graph probe recall %.4f at n_probe %u (want >= 0.99)", rec, np);
+        CHECKF(bad_qc == 0, "graph probe: %d centroid scores differ from brute force", bad_qc);
+        CHECKF(bad_rows == 0, "lazy centroid scores: %d values differ from the full sgemm", bad_rows);
+        CHECKF(bad_s1 == 0, "1-bit scores after a graph probe: %d differ", bad_s1);
+    }
+    backend_free(&be);
+    cm_free(cb);
+    cm_free(cg);
+    cm_free(qb);
+    cm_free(qg);
+    cm_free(Sb);
+}
+
+/* End to end, graph against brute probing: per query the top 10 ids overlap by at least
+ * 0.95 on average, in throughput and in latency mode (the walk spread over the pool),
+ * and the two modes of the graph path return the same ids. */
+static void test_graph_end_to_end(const bench *b)
+{
+    sp_params p = {.k = 10, .n_probe = 8, .k_refine = 160, .k_fullbit = 40, .chunks = 4,
+                   .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE};
+    size_t n = (size_t)b->q.n * p.k;
+    int64_t *ib = cm_malloc(n * sizeof *ib), *ig = cm_malloc(n * sizeof *ig),
+            *il = cm_malloc(n * sizeof *il);
+    float *sb = cm_malloc(n * sizeof *sb), *sg = cm_malloc(n * sizeof *sg),
+          *sl = cm_malloc(n * sizeof *sl);
+    CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ib, sb, NULL), NULL);
+    p.probe = BE_PROBE_GRAPH;
+    CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ig, sg, NULL), NULL);
+    CHECK_OK(run_all(&b->ix, &b->q, &p, 2, il, sl, NULL), NULL);
+    double sum = 0;
+    int diff_lat = 0;
+    for (int64_t i = 0; i < b->q.n; i++) {
+        int hit = 0;
+        for (uint32_t r = 0; r < p.k; r++) {
+            for (uint32_t t = 0; t < p.k; t++)
+                if (ig[i * p.k + r] == ib[i * p.k + t]) {
+                    hit++;
+                    break;
+                }
+            if (il[i * p.k + r] != ig[i * p.k + r] &&
+                fabsf(sl[i * p.k + r] - sg[i * p.k + r]) > 1e-4f * (1.0f + fabsf(sg[i * p.k + r])))
+                diff_lat++;
+        }
+        sum += (double)hit / p.k;
+    }
+    double ov = sum / (double)b->q.n;
+    printf("graph vs brute probing end to end (K=%u): top-10 overlap %.3f; latency mode: %d "
+           "results differ\n", b->ix.n_clusters, ov, diff_lat);
+    CHECKF(ov >= 0.95, "graph probing: top-10 overlap with brute %.3f (want >= 0.95)", ov);
+    CHECKF(diff_lat == 0, "graph probing: %d results differ in latency mode", diff_lat);
+    cm_free(ib);
+    cm_free(ig);
+    cm_free(il);
+    cm_free(sb);
+    cm_free(sg);
+    cm_free(sl);
+}
+
 /* The default imputation (the n_probe-th centroid score as the floor, each cell counted
  * as max(estimate, floor), docs/algorithms.md §3.1) must not recall worse than a zero floor:
  * a document seen with low estimates must not rank below one never seen. */
@@ -854,7 +999,17 @@ int main(void)
     for (int i = 0; i < 4; i++) bench_free(&sh[i]);
     test_recall_bits();
     bench pm;
-    if (bench_make(&pm, "probe", 1000, 64, 8, 40, 2048, 2, 5, 30)) test_probe_modes(&pm);
+    if (bench_make(&pm, "probe", 1000, 64, 8, 40, 2048, 2, 5, 30)) {
+        test_probe_modes(&pm);
+        test_graph_probe(&pm);
+        test_graph_end_to_end(&pm);
+    }
+    bench_free(&pm);
+    /* fresh data of another shape and seed: d = 128, 4-bit codes */
+    if (bench_make(&pm, "probe128", 1500, 128, 8, 60, 1024, 4, 11, 20)) {
+        test_graph_probe(&pm);
+        test_graph_end_to_end(&pm);
+    }
     bench_free(&pm);
     test_table_growth();
     printf("total %.1fs\n", cm_now() - t0);

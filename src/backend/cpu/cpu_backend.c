@@ -45,6 +45,20 @@
 #define CPU_BATCH_BYTES ((size_t)64 << 20)
 #define CPU_BATCH_ROWS 256 /* centroids per sgemm block: 256 KiB of scores at 256 columns */
 
+/* Centroids gathered per sgemm when S is computed row by row (CPU_S_LAZY). */
+#define CPU_LAZY_ROWS 128
+
+/* probe=auto walks the graph (and computes S lazily) from this many centroids up; below
+ * it the full sgemm and the brute selection over S are cheaper (bench/RESULTS.md 5.8). */
+#define CPU_GRAPH_AUTO_K UINT32_MAX
+
+/* What w->S holds for the current query. */
+enum {
+    CPU_S_FULL = 0,    /* all K rows */
+    CPU_S_PENDING = 1, /* nothing yet: computed in full by the first stage that needs it */
+    CPU_S_LAZY = 2,    /* rows k with S_stamp[k] == S_epoch only (a graph probe) */
+};
+
 typedef struct cpu_worker {
     quant_qset qs;
     const float *S;      /* [K x m] centroid scores of the current query (S_own or Sb) */
@@ -59,6 +73,12 @@ typedef struct cpu_worker {
     uint32_t b_m[CPU_BATCH_MAX], b_off[CPU_BATCH_MAX];
     uint32_t m;
     const float *q;      /* current query tokens (caller's, valid during the query) */
+    int S_state;         /* CPU_S_* */
+    uint32_t *S_stamp;   /* [K] lazy mode: rows of S_own computed for this query */
+    uint32_t S_epoch;
+    uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
+    float *lz_c;         /* [CPU_LAZY_ROWS x dim] their vectors */
+    float *lz_s;         /* [CPU_LAZY_ROWS x max_m] their scores */
     uint32_t n_probe;
     uint32_t *probe_cid; /* [max_m x max_probe] */
     float *probe_qc;
@@ -84,6 +104,7 @@ typedef struct cpu_ctx {
     const quant_kernels *kt;
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
+    int auto_graph;      /* probe=auto walks the graph (n_clusters >= CPU_GRAPH_AUTO_K) */
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
@@ -102,6 +123,10 @@ static void cpu_free(void *vctx)
             cpu_worker *w = &c->w[i];
             quant_qset_free(&w->qs);
             cm_free(w->S_own);
+            cm_free(w->S_stamp);
+            cm_free(w->lz_id);
+            cm_free(w->lz_c);
+            cm_free(w->lz_s);
             cm_free(w->Sb);
             cm_free(w->bq);
             cm_free(w->blk);
@@ -134,6 +159,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     c->cfg = *cfg;
     if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
     c->kt = quant_kernels_active();
+    c->auto_graph = r->n_clusters >= CPU_GRAPH_AUTO_K && r->degree > 0;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
     for (uint32_t i = 0; i < r->n_segments; i++) {
@@ -165,6 +191,12 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
             if (!w->Sb || !w->bq || !w->blk)
                 return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for batches");
         }
+        w->S_stamp = cm_calloc(r->n_clusters ? r->n_clusters : 1, sizeof(uint32_t));
+        w->lz_id = cm_malloc(CPU_LAZY_ROWS * sizeof(uint32_t));
+        w->lz_c = cm_malloc((size_t)CPU_LAZY_ROWS * r->dim * sizeof(float));
+        w->lz_s = cm_malloc((size_t)CPU_LAZY_ROWS * mm * sizeof(float));
+        if (!w->S_stamp || !w->lz_id || !w->lz_c || !w->lz_s)
+            return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
         w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
         w->doc_stamp = cm_calloc((size_t)r->n_docs, sizeof(uint32_t));
@@ -218,6 +250,48 @@ static void centroid_scores(const cpu_ctx *c, const float *q, uint32_t cols, flo
     cm_pool_run(c->pool, n_tasks, s_task, &j);
 }
 
+/* The rows of S_own for this query's first nb gathered centroids (w->lz_id, w->lz_c). */
+static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
+{
+    uint32_t m = w->m, d = c->r.dim;
+    cm_sgemm_nt((int)nb, (int)m, (int)d, 1.0f, w->lz_c, (int)d, w->q, (int)d, 0.0f, w->lz_s,
+                (int)m);
+    for (uint32_t i = 0; i < nb; i++)
+        memcpy(w->S_own + (size_t)w->lz_id[i] * m, w->lz_s + (size_t)i * m, m * sizeof(float));
+}
+
+/* Makes S usable for the tokens of docs[0..n): in full when nothing was computed yet,
+ * and in lazy mode the rows of those tokens' centroids not computed before in this
+ * query (gathered CPU_LAZY_ROWS at a time into one small sgemm). Runs on the worker's
+ * thread only, before any pool task or the host thread reads those rows. */
+static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs, uint32_t n)
+{
+    if (w->S_state == CPU_S_PENDING) {
+        centroid_scores(c, w->q, w->m, w->S_own);
+        w->S = w->S_own;
+        w->S_state = CPU_S_FULL;
+    }
+    if (w->S_state != CPU_S_LAZY) return;
+    const be_resident *r = &c->r;
+    uint32_t d = r->dim, nb = 0, ep = w->S_epoch;
+    for (uint32_t i = 0; i < n; i++) {
+        const be_segment *sg = be_doc_segment(r, docs[i]);
+        int64_t ld = docs[i] - sg->doc_base;
+        for (int64_t t = sg->doc_off[ld]; t < sg->doc_off[ld + 1]; t++) {
+            uint32_t k = sg->tok_cid[t];
+            if (w->S_stamp[k] == ep) continue;
+            w->S_stamp[k] = ep;
+            w->lz_id[nb] = k;
+            memcpy(w->lz_c + (size_t)nb * d, r->centroids + (size_t)k * d, d * sizeof(float));
+            if (++nb == CPU_LAZY_ROWS) {
+                lazy_flush(c, w, nb);
+                nb = 0;
+            }
+        }
+    }
+    if (nb) lazy_flush(c, w, nb);
+}
+
 /* Takes the longest prefix of the n queries whose tokens fit the batch buffer and
  * computes their centroid scores in one pass over C: at a handful of columns per query
  * the sgemm is bound by reading (and packing) C, K x dim floats, so one pass for many
@@ -235,6 +309,10 @@ static chimera_status cpu_query_batch(void *vctx, int worker, const float *const
     cpu_worker *w = &c->w[worker];
     uint32_t cols = 0, nb = 0, d = c->r.dim;
     w->b_n = w->b_next = 0;
+    if (c->auto_graph) { /* probe=auto walks the graph: no full S to share */
+        *taken = 0;
+        return CHIMERA_OK;
+    }
     while (nb < n && nb < CPU_BATCH_MAX && ms[nb] <= c->cfg.max_m && cols + ms[nb] <= w->b_cols) {
         w->b_q[nb] = qs[nb];
         w->b_m[nb] = ms[nb];
@@ -277,13 +355,29 @@ static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, ui
     quant_qset_set(&w->qs, c->r.rot, q, m);
     if (w->b_next < w->b_n && w->b_q[w->b_next] == q && w->b_m[w->b_next] == m) {
         w->S = w->Sb + (size_t)c->r.n_clusters * w->b_off[w->b_next];
+        w->S_state = CPU_S_FULL;
         w->b_next++;
         return CHIMERA_OK;
     }
     w->b_n = w->b_next = 0; /* a query outside the batch ends it */
-    centroid_scores(c, q, m, w->S_own);
+    /* S waits for the probe: a graph probe computes only the rows scoring needs */
     w->S = w->S_own;
+    w->S_state = CPU_S_PENDING;
     return CHIMERA_OK;
+}
+
+typedef struct g_job {
+    const cpu_ctx *c;
+    cpu_worker *w;
+    uint32_t n_probe;
+} g_job;
+
+static void g_task(void *ctx, int64_t j, int wi)
+{
+    const g_job *g = ctx;
+    size_t o = (size_t)j * g->n_probe;
+    graph_search(g->c->gs, wi, g->w->q + (size_t)j * g->c->r.dim, g->n_probe,
+                 g->w->probe_cid + o, g->w->probe_qc + o);
 }
 
 static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
@@ -296,21 +390,33 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: n_probe %u (max %u)", n_probe,
                        c->cfg.max_probe);
     if (n_probe > K) n_probe = K;
-    if (mode == BE_PROBE_GRAPH) {
+    if (mode == BE_PROBE_GRAPH || (mode == BE_PROBE_AUTO && c->auto_graph)) {
         /* a lock per graph-probed query: uncontended it costs far less than the probe */
         pthread_mutex_lock(&c->gs_mu);
         chimera_status s = CHIMERA_OK;
         if (!c->gs) {
+            /* in latency mode the pool's threads walk for the query's tokens */
+            int nw = c->pool ? cm_pool_size(c->pool) : c->cfg.n_workers;
             graph_search_params gp = {0};
-            s = graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe,
-                                   c->cfg.n_workers, &c->gs, err);
+            s = graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe, nw,
+                                   &c->gs, err);
         }
         pthread_mutex_unlock(&c->gs_mu);
         CM_TRY(s);
-        for (uint32_t j = 0; j < m; j++)
-            graph_search(c->gs, worker, w->q + (size_t)j * c->r.dim, n_probe,
-                         w->probe_cid + (size_t)j * n_probe, w->probe_qc + (size_t)j * n_probe);
+        g_job gj = {c, w, n_probe};
+        if (c->pool) cm_pool_run(c->pool, m, g_task, &gj);
+        else
+            for (uint32_t j = 0; j < m; j++) g_task(&gj, j, worker);
+        if (w->S_state == CPU_S_PENDING) { /* rows of S as scoring asks for them */
+            if (++w->S_epoch == 0) {
+                memset(w->S_stamp, 0, (size_t)K * sizeof(uint32_t));
+                w->S_epoch = 1;
+            }
+            w->S = w->S_own;
+            w->S_state = CPU_S_LAZY;
+        }
     } else {
+        ensure_scores(c, w, NULL, 0);
         /* One pass over S in its row-major order with m heaps side by side. A pass per
          * query token down a column (stride m floats) read a cache line per row m times
          * over: ~200 MB per query at K = 10^5, m = 32, from a 13 MB S that does not stay
@@ -451,6 +557,9 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
         if (partial) partial[i] = h.score[i];
     }
     *n_out = h.n;
+    /* the rows 1-bit and full-bit scoring of these documents read (pipeline.c reads S on
+     * its host thread while score1 runs) */
+    ensure_scores(c, w, docs, h.n);
     if (stats) {
         stats->tokens_scored = scored;
         stats->docs_touched = n_slots;
@@ -497,6 +606,7 @@ static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, u
 {
     (void)err;
     cpu_ctx *c = vctx;
+    ensure_scores(c, &c->w[worker], docs, n);
     score_job j = {c, &c->w[worker], docs, scores, n};
     if (c->pool && n > 32) cm_pool_run(c->pool, (n + 15) / 16, score_task, &j);
     else score_range(&j, 0, n);
@@ -506,6 +616,7 @@ static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, u
 static const float *cpu_host_scores(void *vctx, int worker)
 {
     cpu_ctx *c = vctx;
+    ensure_scores(c, &c->w[worker], NULL, 0);
     return c->w[worker].S;
 }
 
