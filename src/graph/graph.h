@@ -94,6 +94,16 @@ void graph_searcher_free(graph_searcher *s);
 uint32_t graph_search(graph_searcher *s, int worker, const float *q, uint32_t k, uint32_t *ids,
                       float *ips);
 
+/* graph_search started from n_seed caller-chosen nodes instead of the graph's entry
+ * points (ids >= n and repeats are skipped; at most the list length are kept, best
+ * first). seed_ips: their inner products with q when the caller has them (NULL: computed
+ * here). A seed near the answer spares the walk its way there and the local optima on
+ * it: the CPU backend seeds each query token with its best centroids among a fixed
+ * sample it scores by one small sgemm (docs/algorithms.md §2.6). Never allocates. */
+uint32_t graph_search_seeded(graph_searcher *s, int worker, const float *q, uint32_t k,
+                             const uint32_t *seeds, const float *seed_ips, uint32_t n_seed,
+                             uint32_t *ids, float *ips);
+
 /* Totals over all workers since creation: searches, inner products computed, nodes
  * expanded. For tuning and benchmarks; read when no search is running. */
 void graph_searcher_counters(const graph_searcher *s, uint64_t *n_search, uint64_t *n_dist,

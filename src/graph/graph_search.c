@@ -135,8 +135,10 @@ static inline void list_insert(worker *w, uint32_t *len, uint32_t L, uint32_t id
     *len = n + 1;
 }
 
-uint32_t graph_search(graph_searcher *s, int worker_id, const float *q, uint32_t k,
-                      uint32_t *ids, float *ips)
+/* The walk from n_seed seeds (their scores given in seed_ips, or computed when NULL). */
+static uint32_t walk(graph_searcher *s, int worker_id, const float *q, uint32_t k,
+                     const uint32_t *seeds, const float *seed_ips, uint32_t n_seed,
+                     uint32_t *ids, float *ips)
 {
     const graph *g = s->g;
     worker *w = &s->w[worker_id];
@@ -150,10 +152,11 @@ uint32_t graph_search(graph_searcher *s, int worker_id, const float *q, uint32_t
     }
     const uint32_t ep = w->epoch, d = s->d, deg = g->degree;
     uint32_t len = 0;
-    for (uint32_t e = 0; e < g->n_entry; e++) {
-        uint32_t id = g->entry[e];
+    for (uint32_t e = 0; e < n_seed; e++) {
+        uint32_t id = seeds[e];
+        if (id >= g->n || w->visited[id] == ep) continue;
         w->visited[id] = ep;
-        list_insert(w, &len, L, id, s->dot(q, s->v + (size_t)id * d, d));
+        list_insert(w, &len, L, id, seed_ips ? seed_ips[e] : s->dot(q, s->v + (size_t)id * d, d));
     }
     for (uint32_t it = 0; it < s->max_iter; it++) {
         uint32_t nk = 0, np = 0;
@@ -180,13 +183,26 @@ uint32_t graph_search(graph_searcher *s, int worker_id, const float *q, uint32_t
         }
     }
     w->n_search++;
-    w->n_dist += g->n_entry;
+    if (!seed_ips) w->n_dist += n_seed;
     uint32_t got = len < k ? len : k;
     for (uint32_t i = 0; i < k; i++) {
         ids[i] = i < got ? w->bid[i] : UINT32_MAX;
         if (ips) ips[i] = i < got ? w->bip[i] : -INFINITY;
     }
     return got;
+}
+
+uint32_t graph_search(graph_searcher *s, int worker_id, const float *q, uint32_t k,
+                      uint32_t *ids, float *ips)
+{
+    return walk(s, worker_id, q, k, s->g->entry, NULL, s->g->n_entry, ids, ips);
+}
+
+uint32_t graph_search_seeded(graph_searcher *s, int worker_id, const float *q, uint32_t k,
+                             const uint32_t *seeds, const float *seed_ips, uint32_t n_seed,
+                             uint32_t *ids, float *ips)
+{
+    return walk(s, worker_id, q, k, seeds, seed_ips, n_seed, ids, ips);
 }
 
 void graph_searcher_counters(const graph_searcher *s, uint64_t *n_search, uint64_t *n_dist,
