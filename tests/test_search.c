@@ -22,8 +22,13 @@
  * the member. An engine for an index whose one document holds 2^32 - 1 tokens fails for
  * want of memory rather than starting with a wrapped 1-byte scratch buffer. A probe
  * whose centroid scores are all -inf pads its output instead of reading unwritten heap
- * slots, and refinement then finds nothing. Measured
- * recalls and timings are printed. */
+ * slots, and refinement then finds nothing. The CPU backend's graph probe (seeded walk,
+ * centroid scores computed lazily) finds >= 0.99 of the brute-force probe's centroids per
+ * query token on two fresh corpora, with equal scores; the lazily computed rows equal the
+ * full matrix's, 1-bit scores are equal, end-to-end top-10 overlap with brute probing is
+ * >= 0.95 and latency mode returns the same results; batched queries probe as unbatched
+ * ones whatever their probe mode; a walk seeded with the entry points is the unseeded
+ * walk. Measured recalls and timings are printed. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +39,8 @@
 #include "core/clock.h"
 #include "data/corpus.h"
 #include "data/synth.h"
+#include "graph/dot.h"
+#include "graph/graph.h"
 #include "index/index.h"
 #include "index/store.h"
 #include "search/exact.h"
@@ -531,6 +538,91 @@ static void test_graph_probe(const bench *b)
     cm_free(Sb);
 }
 
+/* graph_search_seeded from the graph's own entry points (scores computed) is
+ * graph_search; from seeds given with their scores it finds the same top n_probe as
+ * from the entry points on at least 0.99 of them (the seeds only move the start). */
+static void test_seeded_walk(const bench *b)
+{
+    const ix_index *ix = &b->ix;
+    graph_searcher *gs;
+    chimera_error err;
+    CHECK_OK(graph_searcher_new(&ix->g, ix->centroids, ix->dim, NULL, 8, 1, &gs, &err), &err);
+    uint32_t a[8], c[8], seeds[4];
+    float ia[8], ic[8], sip[4];
+    int diff = 0, n = 0, same = 0;
+    for (int64_t i = 0; i < b->q.n; i++) {
+        uint32_t m;
+        const float *q = query(&b->q, i, &m);
+        for (uint32_t j = 0; j < m; j++, n++) {
+            const float *qj = q + (size_t)j * ix->dim;
+            graph_search(gs, 0, qj, 8, a, ia);
+            graph_search_seeded(gs, 0, qj, 8, ix->g.entry, NULL, ix->g.n_entry, c, ic);
+            diff += memcmp(a, c, sizeof a) != 0 || memcmp(ia, ic, sizeof ia) != 0;
+            for (int e = 0; e < 4; e++) { /* seeds: an arbitrary stride of centroids */
+                seeds[e] = (uint32_t)((i * 131 + j * 17 + (uint32_t)e * 509) % ix->n_clusters);
+                sip[e] = graph_dot_scalar(qj, ix->centroids + (size_t)seeds[e] * ix->dim, ix->dim);
+            }
+            graph_search_seeded(gs, 0, qj, 8, seeds, sip, 4, c, ic);
+            for (int x = 0; x < 8; x++)
+                for (int y = 0; y < 8; y++)
+                    if (c[x] == a[y]) {
+                        same++;
+                        break;
+                    }
+        }
+    }
+    graph_searcher_free(gs);
+    CHECKF(diff == 0, "seeded walk from the entry points: %d of %d searches differ", diff, n);
+    CHECKF(same >= 0.99 * 8 * n, "seeded walk: %d of %d results as from the entry points", same,
+           8 * n);
+}
+
+/* Batched centroid scores (query_batch) are computed only when a query of the batch
+ * needs them in full: a graph-probed query of the batch uses its own rows, a brute-probed
+ * one the batch's, and both probe as they do unbatched. */
+static void test_graph_batched(const bench *b)
+{
+    const ix_index *ix = &b->ix;
+    const ix_segment *s0 = &ix->segs[0];
+    be_segment seg = {.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
+                      .n_lists = s0->n_lists, .post_cid = s0->post_cid, .post_off = s0->post_off,
+                      .post_doc = s0->post_doc, .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
+                      .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact, .tok_cid = s0->tok_cid,
+                      .doc_off = s0->doc_off};
+    be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
+                     .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
+                     .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
+                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
+                     .segments = &seg, .deleted = ix->deleted};
+    enum { NP = 8, NQ = 4 };
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP, .max_refine = 16};
+    cm_backend be;
+    chimera_error err;
+    CHECK_OK(backend_new("cpu", &be, &err), &err);
+    CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
+    const struct cm_backend_i *f = be.iface;
+    const float *qs[NQ];
+    uint32_t ms[NQ], taken = 0;
+    static uint32_t ref[NQ][64 * NP], got[64 * NP];
+    for (int i = 0; i < NQ; i++) {
+        qs[i] = query(&b->q, i, &ms[i]);
+        CHECK_OK(f->query_begin(be.ctx, 0, qs[i], ms[i], &err), &err);
+        CHECK_OK(f->probe(be.ctx, 0, NP, (i & 1) ? BE_PROBE_BRUTE : BE_PROBE_GRAPH, ref[i], NULL,
+                          &err), &err);
+    }
+    CHECK_OK(f->query_batch(be.ctx, 0, qs, ms, NQ, &taken, &err), &err);
+    CHECKF(taken == NQ, "query_batch took %u of %d queries", taken, NQ);
+    int diff = 0;
+    for (int i = 0; i < NQ; i++) {
+        CHECK_OK(f->query_begin(be.ctx, 0, qs[i], ms[i], &err), &err);
+        CHECK_OK(f->probe(be.ctx, 0, NP, (i & 1) ? BE_PROBE_BRUTE : BE_PROBE_GRAPH, got, NULL,
+                          &err), &err);
+        diff += memcmp(got, ref[i], (size_t)ms[i] * NP * sizeof *got) != 0;
+    }
+    CHECKF(diff == 0, "batched probes: %d of %d queries probe other centroids", diff, NQ);
+    backend_free(&be);
+}
+
 /* End to end, graph against brute probing: per query the top 10 ids overlap by at least
  * 0.95 on average, in throughput and in latency mode (the walk spread over the pool),
  * and the two modes of the graph path return the same ids. */
@@ -1003,6 +1095,8 @@ int main(void)
         test_probe_modes(&pm);
         test_graph_probe(&pm);
         test_graph_end_to_end(&pm);
+        test_graph_batched(&pm);
+        test_seeded_walk(&pm);
     }
     bench_free(&pm);
     /* fresh data of another shape and seed: d = 128, 4-bit codes */

@@ -48,9 +48,15 @@
 /* Centroids gathered per sgemm when S is computed row by row (CPU_S_LAZY). */
 #define CPU_LAZY_ROWS 128
 
+/* A graph probe seeds each query token's walk with its CPU_SEEDS best centroids among a
+ * fixed strided sample of about CPU_SAMPLE_PER_ROOT * sqrt(K) of them, scored by one
+ * small sgemm (docs/algorithms.md §2.6). */
+#define CPU_SEEDS 16
+#define CPU_SAMPLE_PER_ROOT 4
+
 /* probe=auto walks the graph (and computes S lazily) from this many centroids up; below
  * it the full sgemm and the brute selection over S are cheaper (bench/RESULTS.md 5.8). */
-#define CPU_GRAPH_AUTO_K UINT32_MAX
+#define CPU_GRAPH_AUTO_K 49152
 
 /* What w->S holds for the current query. */
 enum {
@@ -69,6 +75,9 @@ typedef struct cpu_worker {
     float *blk;          /* [CPU_BATCH_ROWS x b_cols] one row block of the batch's sgemm */
     uint32_t b_cols;     /* columns of Sb (0: batching off) */
     uint32_t b_n, b_next;
+    uint32_t b_cur;      /* the current query's place in the batch (>= b_n: none) */
+    uint32_t b_cols_used;
+    int b_done;          /* the batch's scores are computed */
     const float *b_q[CPU_BATCH_MAX];
     uint32_t b_m[CPU_BATCH_MAX], b_off[CPU_BATCH_MAX];
     uint32_t m;
@@ -79,6 +88,12 @@ typedef struct cpu_worker {
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
     float *lz_c;         /* [CPU_LAZY_ROWS x dim] their vectors */
     float *lz_s;         /* [CPU_LAZY_ROWS x max_m] their scores */
+    float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
+    uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
+    float *seed_ip;
+    uint32_t *seed_n;    /* [max_m] seeds found (0: the walk starts at the entry points) */
+    float seed_hs[CPU_SEEDS + 1];
+    int64_t seed_hi[CPU_SEEDS + 1];
     uint32_t n_probe;
     uint32_t *probe_cid; /* [max_m x max_probe] */
     float *probe_qc;
@@ -105,6 +120,9 @@ typedef struct cpu_ctx {
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
     int auto_graph;      /* probe=auto walks the graph (n_clusters >= CPU_GRAPH_AUTO_K) */
+    uint32_t n_sample;   /* seed sample: centroids smp_id, vectors smp_c [n_sample x dim] */
+    uint32_t *smp_id;
+    float *smp_c;
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
@@ -127,6 +145,10 @@ static void cpu_free(void *vctx)
             cm_free(w->lz_id);
             cm_free(w->lz_c);
             cm_free(w->lz_s);
+            cm_free(w->smp_s);
+            cm_free(w->seed_id);
+            cm_free(w->seed_ip);
+            cm_free(w->seed_n);
             cm_free(w->Sb);
             cm_free(w->bq);
             cm_free(w->blk);
@@ -145,6 +167,8 @@ static void cpu_free(void *vctx)
             cm_free(w->sel_thr);
         }
     cm_free(c->w);
+    cm_free(c->smp_id);
+    cm_free(c->smp_c);
     graph_searcher_free(c->gs);
     pthread_mutex_destroy(&c->gs_mu);
     cm_pool_free(c->pool);
@@ -175,6 +199,18 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     }
     int nw = c->cfg.n_workers;
     uint32_t mm = cfg->max_m, mp = cfg->max_probe ? cfg->max_probe : 1;
+    /* the seed sample: every (K / n_sample)-th centroid, copied side by side */
+    double ns = ceil(CPU_SAMPLE_PER_ROOT * sqrt((double)r->n_clusters));
+    c->n_sample = ns < (double)r->n_clusters ? (uint32_t)ns : r->n_clusters;
+    if (c->n_sample == 0) c->n_sample = 1;
+    c->smp_id = cm_calloc(c->n_sample, sizeof(uint32_t));
+    c->smp_c = cm_calloc((size_t)c->n_sample * r->dim, sizeof(float));
+    if (!c->smp_id || !c->smp_c) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
+    for (uint32_t i = 0; i < c->n_sample && r->n_clusters; i++) {
+        c->smp_id[i] = (uint32_t)((uint64_t)i * r->n_clusters / c->n_sample);
+        memcpy(c->smp_c + (size_t)i * r->dim, r->centroids + (size_t)c->smp_id[i] * r->dim,
+               r->dim * sizeof(float));
+    }
     c->w = cm_calloc((size_t)nw, sizeof *c->w);
     if (!c->w) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
     for (int i = 0; i < nw; i++) {
@@ -195,7 +231,12 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->lz_id = cm_malloc(CPU_LAZY_ROWS * sizeof(uint32_t));
         w->lz_c = cm_malloc((size_t)CPU_LAZY_ROWS * r->dim * sizeof(float));
         w->lz_s = cm_malloc((size_t)CPU_LAZY_ROWS * mm * sizeof(float));
-        if (!w->S_stamp || !w->lz_id || !w->lz_c || !w->lz_s)
+        w->smp_s = cm_malloc((size_t)c->n_sample * mm * sizeof(float));
+        w->seed_id = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(uint32_t));
+        w->seed_ip = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(float));
+        w->seed_n = cm_malloc((size_t)mm * sizeof(uint32_t));
+        if (!w->S_stamp || !w->lz_id || !w->lz_c || !w->lz_s || !w->smp_s || !w->seed_id ||
+            !w->seed_ip || !w->seed_n)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
         w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
@@ -250,6 +291,26 @@ static void centroid_scores(const cpu_ctx *c, const float *q, uint32_t cols, flo
     cm_pool_run(c->pool, n_tasks, s_task, &j);
 }
 
+/* The centroid scores of every query of the batch (cpu_query_batch), in one pass over C
+ * by blocks of CPU_BATCH_ROWS centroids. */
+static void batch_compute(const cpu_ctx *c, cpu_worker *w)
+{
+    size_t K = c->r.n_clusters;
+    uint32_t cols = w->b_cols_used, d = c->r.dim;
+    for (size_t r0 = 0; r0 < K; r0 += CPU_BATCH_ROWS) {
+        size_t nr = K - r0 < CPU_BATCH_ROWS ? K - r0 : CPU_BATCH_ROWS;
+        cm_sgemm_nt((int)nr, (int)cols, (int)d, 1.0f, c->r.centroids + r0 * d, (int)d, w->bq,
+                    (int)d, 0.0f, w->blk, (int)cols);
+        for (uint32_t b = 0; b < w->b_n; b++) {
+            float *dst = w->Sb + K * w->b_off[b] + r0 * w->b_m[b];
+            const float *src = w->blk + w->b_off[b];
+            for (size_t r = 0; r < nr; r++)
+                memcpy(dst + r * w->b_m[b], src + r * cols, w->b_m[b] * sizeof(float));
+        }
+    }
+    w->b_done = 1;
+}
+
 /* The rows of S_own for this query's first nb gathered centroids (w->lz_id, w->lz_c). */
 static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
 {
@@ -266,13 +327,29 @@ static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
  * thread only, before any pool task or the host thread reads those rows. */
 static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs, uint32_t n)
 {
+    const be_resident *r = &c->r;
+    if (w->S_state == CPU_S_LAZY) {
+        /* as many tokens as centroids: the full (or batched) sgemm is cheaper than
+         * gathering rows (bench/RESULTS.md 5.8); rows computed so far are recomputed */
+        uint64_t n_tok = 0;
+        for (uint32_t i = 0; i < n && n_tok <= r->n_clusters; i++) {
+            const be_segment *sg = be_doc_segment(r, docs[i]);
+            int64_t ld = docs[i] - sg->doc_base;
+            n_tok += (uint64_t)(sg->doc_off[ld + 1] - sg->doc_off[ld]);
+        }
+        if (n_tok > r->n_clusters) w->S_state = CPU_S_PENDING;
+    }
     if (w->S_state == CPU_S_PENDING) {
-        centroid_scores(c, w->q, w->m, w->S_own);
-        w->S = w->S_own;
+        if (w->b_cur < w->b_n) { /* a query of the batch: all the batch's scores at once */
+            if (!w->b_done) batch_compute(c, w);
+            w->S = w->Sb + (size_t)c->r.n_clusters * w->b_off[w->b_cur];
+        } else {
+            centroid_scores(c, w->q, w->m, w->S_own);
+            w->S = w->S_own;
+        }
         w->S_state = CPU_S_FULL;
     }
     if (w->S_state != CPU_S_LAZY) return;
-    const be_resident *r = &c->r;
     uint32_t d = r->dim, nb = 0, ep = w->S_epoch;
     for (uint32_t i = 0; i < n; i++) {
         const be_segment *sg = be_doc_segment(r, docs[i]);
@@ -292,8 +369,10 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
     if (nb) lazy_flush(c, w, nb);
 }
 
-/* Takes the longest prefix of the n queries whose tokens fit the batch buffer and
- * computes their centroid scores in one pass over C: at a handful of columns per query
+/* Takes the longest prefix of the n queries whose tokens fit the batch buffer; their
+ * centroid scores are computed together (batch_compute), when the first of them needs
+ * its full S (a brute probe), so that graph-probed queries never pay for them. One pass
+ * over C serves them all: at a handful of columns per query
  * the sgemm is bound by reading (and packing) C, K x dim floats, so one pass for many
  * queries costs little more than one for a single query. The pass goes by blocks of
  * CPU_BATCH_ROWS centroids, each block's [rows x cols] result scattered while it is in
@@ -309,10 +388,7 @@ static chimera_status cpu_query_batch(void *vctx, int worker, const float *const
     cpu_worker *w = &c->w[worker];
     uint32_t cols = 0, nb = 0, d = c->r.dim;
     w->b_n = w->b_next = 0;
-    if (c->auto_graph) { /* probe=auto walks the graph: no full S to share */
-        *taken = 0;
-        return CHIMERA_OK;
-    }
+    w->b_done = 0;
     while (nb < n && nb < CPU_BATCH_MAX && ms[nb] <= c->cfg.max_m && cols + ms[nb] <= w->b_cols) {
         w->b_q[nb] = qs[nb];
         w->b_m[nb] = ms[nb];
@@ -326,19 +402,8 @@ static chimera_status cpu_query_batch(void *vctx, int worker, const float *const
         return CHIMERA_OK;
     }
     *taken = nb;
-    size_t K = c->r.n_clusters;
-    for (size_t r0 = 0; r0 < K; r0 += CPU_BATCH_ROWS) {
-        size_t nr = K - r0 < CPU_BATCH_ROWS ? K - r0 : CPU_BATCH_ROWS;
-        cm_sgemm_nt((int)nr, (int)cols, (int)d, 1.0f, c->r.centroids + r0 * d, (int)d, w->bq,
-                    (int)d, 0.0f, w->blk, (int)cols);
-        for (uint32_t b = 0; b < nb; b++) {
-            float *dst = w->Sb + K * w->b_off[b] + r0 * w->b_m[b];
-            const float *src = w->blk + w->b_off[b];
-            for (size_t r = 0; r < nr; r++)
-                memcpy(dst + r * w->b_m[b], src + r * cols, w->b_m[b] * sizeof(float));
-        }
-    }
     w->b_n = nb;
+    w->b_cols_used = cols;
     return CHIMERA_OK;
 }
 
@@ -354,12 +419,12 @@ static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, ui
     w->q = q;
     quant_qset_set(&w->qs, c->r.rot, q, m);
     if (w->b_next < w->b_n && w->b_q[w->b_next] == q && w->b_m[w->b_next] == m) {
-        w->S = w->Sb + (size_t)c->r.n_clusters * w->b_off[w->b_next];
-        w->S_state = CPU_S_FULL;
-        w->b_next++;
+        w->b_cur = w->b_next++;
+        w->S = w->S_own;
+        w->S_state = CPU_S_PENDING; /* the batch's sgemm runs when a query needs it */
         return CHIMERA_OK;
     }
-    w->b_n = w->b_next = 0; /* a query outside the batch ends it */
+    w->b_n = w->b_next = w->b_cur = 0; /* a query outside the batch ends it */
     /* S waits for the probe: a graph probe computes only the rows scoring needs */
     w->S = w->S_own;
     w->S_state = CPU_S_PENDING;
@@ -375,9 +440,13 @@ typedef struct g_job {
 static void g_task(void *ctx, int64_t j, int wi)
 {
     const g_job *g = ctx;
-    size_t o = (size_t)j * g->n_probe;
-    graph_search(g->c->gs, wi, g->w->q + (size_t)j * g->c->r.dim, g->n_probe,
-                 g->w->probe_cid + o, g->w->probe_qc + o);
+    size_t o = (size_t)j * g->n_probe, so = (size_t)j * CPU_SEEDS;
+    const float *q = g->w->q + (size_t)j * g->c->r.dim;
+    if (g->w->seed_n[j])
+        graph_search_seeded(g->c->gs, wi, q, g->n_probe, g->w->seed_id + so, g->w->seed_ip + so,
+                            g->w->seed_n[j], g->w->probe_cid + o, g->w->probe_qc + o);
+    else
+        graph_search(g->c->gs, wi, q, g->n_probe, g->w->probe_cid + o, g->w->probe_qc + o);
 }
 
 static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
@@ -403,6 +472,21 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         }
         pthread_mutex_unlock(&c->gs_mu);
         CM_TRY(s);
+        /* seeds: each token's best of the sample */
+        uint32_t n_s = c->n_sample, d = c->r.dim;
+        cm_sgemm_nt((int)n_s, (int)m, (int)d, 1.0f, c->smp_c, (int)d, w->q, (int)d, 0.0f,
+                    w->smp_s, (int)m);
+        for (uint32_t j = 0; j < m; j++) {
+            cm_topk h;
+            cm_topk_init(&h, CPU_SEEDS, w->seed_hs, w->seed_hi);
+            for (uint32_t i = 0; i < n_s; i++) cm_topk_push(&h, w->smp_s[(size_t)i * m + j], i);
+            cm_topk_sort(&h);
+            for (uint32_t a = 0; a < h.n; a++) {
+                w->seed_id[(size_t)j * CPU_SEEDS + a] = c->smp_id[h.id[a]];
+                w->seed_ip[(size_t)j * CPU_SEEDS + a] = h.score[a];
+            }
+            w->seed_n[j] = h.n;
+        }
         g_job gj = {c, w, n_probe};
         if (c->pool) cm_pool_run(c->pool, m, g_task, &gj);
         else
