@@ -466,8 +466,9 @@ static void test_graph_probe(const bench *b)
     CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
     const struct cm_backend_i *f = be.iface;
     uint32_t K = ix->n_clusters, mm = cfg.max_m;
-    uint32_t *cb = cm_malloc((size_t)mm * NP_MAX * sizeof *cb), *cg = cm_malloc((size_t)mm * NP_MAX * sizeof *cg);
-    float *qb = cm_malloc((size_t)mm * NP_MAX * sizeof *qb), *qg = cm_malloc((size_t)mm * NP_MAX * sizeof *qg);
+    size_t np_all = (size_t)mm * NP_MAX;
+    uint32_t *cb = cm_malloc(np_all * sizeof *cb), *cg = cm_malloc(np_all * sizeof *cg);
+    float *qb = cm_malloc(np_all * sizeof *qb), *qg = cm_malloc(np_all * sizeof *qg);
     float *Sb = cm_malloc((size_t)K * mm * sizeof *Sb);
     uint32_t docs[NR], dg[NR], n_b, n_g;
     float s1b[NR], s1g[NR];
@@ -527,7 +528,8 @@ static void test_graph_probe(const bench *b)
                K, np, rec, (unsigned long long)total);
         CHECKF(rec >= 0.99, "graph probe recall %.4f at n_probe %u (want >= 0.99)", rec, np);
         CHECKF(bad_qc == 0, "graph probe: %d centroid scores differ from brute force", bad_qc);
-        CHECKF(bad_rows == 0, "lazy centroid scores: %d values differ from the full sgemm", bad_rows);
+        CHECKF(bad_rows == 0, "lazy centroid scores: %d values differ from the full sgemm",
+               bad_rows);
         CHECKF(bad_s1 == 0, "1-bit scores after a graph probe: %d differ", bad_s1);
     }
     backend_free(&be);
@@ -595,7 +597,8 @@ static void test_graph_batched(const bench *b)
                      .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
                      .segments = &seg, .deleted = ix->deleted};
     enum { NP = 8, NQ = 4 };
-    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP, .max_refine = 16};
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP,
+                     .max_refine = 16};
     cm_backend be;
     chimera_error err;
     CHECK_OK(backend_new("cpu", &be, &err), &err);

@@ -1,14 +1,17 @@
 /* The CPU backend: the reference implementation of the device interface (backend.h),
  * with the quant/ SIMD kernels.
  *
- * Per query, query_begin computes the centroid scores S = C Q^T [K x m] with one sgemm,
- * or finds them already computed by query_batch, one pass over C for several queries.
- * Document scoring needs <q_j, c> for the centroid of every token it scores, and those
- * tokens' centroids are spread over the whole index, so S is needed in full anyway
- * (PLAID and WARP compute the same matrix); that makes the exact top-n_probe per token a
- * cheap selection over S, which is why probing defaults to brute force here. The graph
- * (BE_PROBE_GRAPH) pays off on a GPU, where the centroid search runs before and apart
- * from S; on the CPU it is there for comparison (bench) and equivalence tests.
+ * Centroid scores S = C Q^T [K x m]. A brute probe computes S in full (one sgemm, or one
+ * pass over C for the whole batch announced by query_batch, done when the batch's first
+ * brute-probed query needs it) and selects the top n_probe per token from it. A graph
+ * probe (BE_PROBE_GRAPH; probe=auto from CPU_GRAPH_AUTO_K centroids up) never computes
+ * the full S: each token's walk starts from its best centroids among a fixed sample of
+ * ~4 sqrt(K) scored by one small sgemm, and the rows of S that document scoring reads
+ * (<q_j, c> for the centroid of every token of every refined document) are computed
+ * afterwards, once per centroid and query, gathered into small sgemms -- or in full when
+ * those documents hold more tokens than there are centroids. At K ~ 5e4 this cuts the
+ * generate stage ~4x at equal recall; at K ~ 1e4 the full sgemm is cheaper
+ * (bench/RESULTS.md 5.8, docs/algorithms.md §2.6).
  *
  * Refinement follows docs/design.md §2.3: for each query token, its probed posting
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
@@ -19,9 +22,10 @@
  * between queries. Each cell counts max(M, floor): see cpu_refine.
  *
  * Threads: in throughput mode every worker runs its own queries single-threaded; in
- * latency mode (one worker, n_threads > 1) the sgemm and the document scoring of a chunk
- * are split over a pool. Scratch is allocated at upload for the configured maxima; the
- * M table grows on demand (rarely, amortised), never per query. */
+ * latency mode (one worker, n_threads > 1) the sgemm, the graph walks of the query tokens
+ * and the document scoring of a chunk are split over a pool. Scratch is allocated at
+ * upload for the configured maxima; the M table grows on demand (rarely, amortised),
+ * never per query. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -54,8 +58,10 @@
 #define CPU_SEEDS 16
 #define CPU_SAMPLE_PER_ROOT 4
 
-/* probe=auto walks the graph (and computes S lazily) from this many centroids up; below
- * it the full sgemm and the brute selection over S are cheaper (bench/RESULTS.md 5.8). */
+/* probe=auto walks the graph (and computes S lazily) from this many centroids up, when
+ * the largest k_refine's documents hold fewer tokens (on average) than there are
+ * centroids; below it, or with more tokens to score, the full (batched) sgemm and the
+ * brute selection over S are cheaper (bench/RESULTS.md 5.8). */
 #define CPU_GRAPH_AUTO_K 49152
 
 /* What w->S holds for the current query. */
@@ -119,7 +125,7 @@ typedef struct cpu_ctx {
     const quant_kernels *kt;
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
-    int auto_graph;      /* probe=auto walks the graph (n_clusters >= CPU_GRAPH_AUTO_K) */
+    int auto_graph;      /* probe=auto walks the graph (CPU_GRAPH_AUTO_K) */
     uint32_t n_sample;   /* seed sample: centroids smp_id, vectors smp_c [n_sample x dim] */
     uint32_t *smp_id;
     float *smp_c;
@@ -183,7 +189,10 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     c->cfg = *cfg;
     if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
     c->kt = quant_kernels_active();
-    c->auto_graph = r->n_clusters >= CPU_GRAPH_AUTO_K && r->degree > 0;
+    double scored = (double)cfg->max_refine * (double)r->n_tokens /
+                    (double)(r->n_docs > 0 ? r->n_docs : 1);
+    c->auto_graph = r->n_clusters >= CPU_GRAPH_AUTO_K && r->degree > 0 &&
+                    scored <= (double)r->n_clusters;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
     for (uint32_t i = 0; i < r->n_segments; i++) {
@@ -205,7 +214,8 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     if (c->n_sample == 0) c->n_sample = 1;
     c->smp_id = cm_calloc(c->n_sample, sizeof(uint32_t));
     c->smp_c = cm_calloc((size_t)c->n_sample * r->dim, sizeof(float));
-    if (!c->smp_id || !c->smp_c) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
+    if (!c->smp_id || !c->smp_c)
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
     for (uint32_t i = 0; i < c->n_sample && r->n_clusters; i++) {
         c->smp_id[i] = (uint32_t)((uint64_t)i * r->n_clusters / c->n_sample);
         memcpy(c->smp_c + (size_t)i * r->dim, r->centroids + (size_t)c->smp_id[i] * r->dim,
