@@ -11,7 +11,7 @@
  * afterwards, once per centroid and query, gathered into small sgemms -- or in full when
  * those documents hold more tokens than there are centroids. At K ~ 5e4 this cuts the
  * generate stage ~4x at equal recall; at K ~ 1e4 the full sgemm is cheaper
- * (bench/RESULTS.md 5.8, docs/algorithms.md §2.6).
+ * (bench/RESULTS.md section 5.8, docs/algorithms.md §2.6).
  *
  * Refinement follows docs/design.md §2.3: for each query token, its probed posting
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
@@ -61,7 +61,7 @@
 /* probe=auto walks the graph (and computes S lazily) from this many centroids up, when
  * the largest k_refine's documents hold fewer tokens (on average) than there are
  * centroids; below it, or with more tokens to score, the full (batched) sgemm and the
- * brute selection over S are cheaper (bench/RESULTS.md 5.8). */
+ * brute selection over S are cheaper (bench/RESULTS.md section 5.8). */
 #define CPU_GRAPH_AUTO_K 49152
 
 /* What w->S holds for the current query. */
@@ -340,7 +340,7 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
     const be_resident *r = &c->r;
     if (w->S_state == CPU_S_LAZY) {
         /* as many tokens as centroids: the full (or batched) sgemm is cheaper than
-         * gathering rows (bench/RESULTS.md 5.8); rows computed so far are recomputed */
+         * gathering rows (bench/RESULTS.md section 5.8); rows computed so far are recomputed */
         uint64_t n_tok = 0;
         for (uint32_t i = 0; i < n && n_tok <= r->n_clusters; i++) {
             const be_segment *sg = be_doc_segment(r, docs[i]);
