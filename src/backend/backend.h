@@ -99,8 +99,10 @@ typedef enum be_impute {
 } be_impute;
 
 typedef enum be_probe_mode {
-    BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, which it
-                           needs anyway; a GPU: the graph above a size) */
+    BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, or the graph
+                           from K = 49,152 when the refined documents' tokens are a
+                           fraction of S's rows (bench/RESULTS.md section 5.8); a GPU:
+                           the graph above a size) */
     BE_PROBE_BRUTE = 1, /* top n_probe of the exact centroid scores */
     BE_PROBE_GRAPH = 2, /* the proximity graph */
 } be_probe_mode;
@@ -147,7 +149,9 @@ struct cm_backend_i {
                              float *scores, chimera_error *err);
     /* (optional; default NULL) The host-memory centroid scores S [K x m] of the
      * worker's current query, when the backend computed them on the host anyway (the
-     * CPU backend); search/ then reuses them for full-bit scoring. */
+     * CPU backend); search/ then reuses them for full-bit scoring. After a graph probe
+     * only the rows of centroids that refined documents' tokens use are computed (the
+     * rows full-bit scoring reads); the others are undefined. */
     const float *(*host_centroid_scores)(void *ctx, int worker);
     void (*release)(void *ctx);
     /* (optional; default NULL) The index changed (index/update.c: documents appended as
