@@ -252,14 +252,18 @@ class Reranker:
                 lib.set_num_threads(1)
         self.c = corpus
         self.np = corpus.np
-        self.scored_tokens = 0
-        self.calls = 0
-        self.seconds = 0.0
+        self.reset()
         # compile the kernel now, outside any timing
         np = self.np
         self.scores(np.zeros((4, corpus.dim), dtype=np.float32),
                     np.arange(min(2, corpus.ndocs), dtype=np.int64))
-        self.scored_tokens = self.calls = 0
+        self.reset()
+
+    def reset(self):
+        """Zero the counters stats() reports."""
+        self.scored_tokens = 0
+        self.calls = 0
+        self.seconds = 0.0
 
     def scores(self, Q, docs):
         np = self.np
@@ -281,18 +285,14 @@ class Reranker:
         top = np.argsort(-s, kind="stable")[:k]
         return [(int(docs[i]), float(s[i])) for i in top]
 
-    def token_fraction(self):
-        """Mean share of the corpus's tokens scored per re-rank since the last call."""
-        f = self.scored_tokens / max(1, self.calls) / self.c.ntok
-        self.scored_tokens = self.calls = 0
-        self.seconds = 0.0
-        return f
-
     def stats(self):
-        """token_frac and rerank_ms (the re-rank's own time per query) since the last
-        reset, then reset."""
-        ms = self.seconds / max(1, self.calls) * 1e3
-        return {"rerank_ms": ms, "token_frac": self.token_fraction()}
+        """Since the last reset, per re-rank: token_frac, the mean share of the corpus's
+        tokens scored, and rerank_ms, the time; then reset."""
+        n = max(1, self.calls)
+        out = {"token_frac": self.scored_tokens / n / self.c.ntok,
+               "rerank_ms": self.seconds / n * 1e3}
+        self.reset()
+        return out
 
     def gate(self, exact_qps, nq=20, share=0.1, seed=0):
         """The re-ranker's own check, before any sweep: re-ranking a random `share` of
@@ -315,7 +315,7 @@ class Reranker:
         for Q, D in zip(qs, sets):
             self.scores(Q, D)
         ms = (time.perf_counter() - t0) / nq * 1e3
-        self.token_fraction()
+        self.reset()
         exact_ms = 1e3 / exact_qps if exact_qps else float("inf")
         return ms, exact_ms, ms < exact_ms
 
@@ -652,7 +652,7 @@ def run_faiss_ivf_rabitq(corpus, args, wdir):
     def batch(p):
         index.nprobe = p["nprobe"]
         _, I = index.search(Qflat, p["k_token"])
-        rr.token_fraction()
+        rr.reset()
         out = []
         for q in range(nq):
             Iq = I[qoff[q]:qoff[q + 1]].ravel()
@@ -711,7 +711,7 @@ def run_muvera(corpus, args, wdir):
     def batch(p):
         Qf = np.ascontiguousarray(enc.encode_queries(corpus.qlist), dtype=np.float32)
         _, I = index.search(Qf, p["n_rerank"], params=params(p))
-        rr.token_fraction()
+        rr.reset()
         return [rr.rerank(corpus.qlist[q], I[q], k) for q in range(corpus.nq)]
 
     def one(p, qi):
@@ -1269,14 +1269,9 @@ def main():
 
 
 def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "data"))
+    from make_corpus import _cpu_name
+    return _cpu_name()
 
 
 def report_only(out):
