@@ -21,7 +21,11 @@
  * the 8-bit query likewise (|u_i| = 1/2); inputs add all-0 and
  * all-max codes, constant and one-spike query tokens, m = 1..70 (several 32-lane
  * chunks) and every token count around the 8-token block. A level the CPU lacks prints
- * "skipped: <level> not supported by this CPU". */
+ * "skipped: <level> not supported by this CPU". The centroid-interaction doc shape
+ * (run_ci) must equal scalar bit for bit and the plain maximum of its rows, for m = 1..
+ * 256 (every pass width and tail), any row stride, token counts 0, 1 and more, floors or
+ * -inf to start from, and rows holding ties, +0 and -0, infinities and NaN (which never
+ * wins a comparison, in scalar as in SIMD). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -447,6 +451,52 @@ static void run_q8(const quant_kernels *ref, const quant_kernels *k, uint32_t di
     cm_free(ab);
 }
 
+/* The centroid-interaction kernel (ci_max) against scalar, and scalar against its
+ * definition. */
+static void run_ci(const quant_kernels *ref, const quant_kernels *k, cm_rng *r)
+{
+    enum { K = 37, MMAX = QUANT_QTOK_MAX, NMAX = 50 };
+    static float S[(K + 1) * (MMAX + 5)];
+    uint32_t cid[NMAX];
+    const uint32_t ms[] = {1, 3, 8, 12, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 129, 256};
+    const size_t ns[] = {0, 1, 2, 7, 50};
+    int ok = 1, ok_def = 1;
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (int adv = 0; adv < 2; adv++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                uint32_t m = ms[mi];
+                size_t ld = m + (size_t)(cm_rng_below(r, 5)), n = ns[ni];
+                for (size_t i = 0; i < (size_t)K * ld; i++) {
+                    float v = (float)cm_rng_gauss(r);
+                    if (adv) { /* few distinct values: ties, signed zeros, inf, NaN */
+                        const float pick[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN};
+                        v = pick[cm_rng_below(r, 7)];
+                    }
+                    S[i] = v;
+                }
+                for (size_t t = 0; t < n; t++) cid[t] = (uint32_t)cm_rng_below(r, K);
+                float a[MMAX], b[MMAX];
+                for (uint32_t j = 0; j < m; j++)
+                    a[j] = b[j] = (cm_rng_next(r) & 1) ? -INFINITY : (adv ? 0.0f : (float)cm_rng_gauss(r));
+                float def[MMAX];
+                memcpy(def, a, m * sizeof(float));
+                quant_ci_doc_max(ref, cid, n, S, ld, m, a);
+                quant_ci_doc_max(k, cid, n, S, ld, m, b);
+                for (uint32_t j = 0; j < m; j++) {
+                    ok &= memcmp(&a[j], &b[j], sizeof(float)) == 0;
+                    float mx = def[j];
+                    for (size_t t = 0; t < n; t++) {
+                        float v = S[(size_t)cid[t] * ld + j];
+                        if (v > mx) mx = v;
+                    }
+                    /* the definition: the first-seen of the largest non-NaN values */
+                    ok_def &= memcmp(&mx, &a[j], sizeof(float)) == 0;
+                }
+                CHECKF(ok, "%s ci_max m=%u ld=%zu n=%zu adversarial=%d", k->name, m, ld, n, adv);
+                CHECKF(ok_def, "scalar ci_max vs the maximum m=%u n=%zu adversarial=%d", m, n, adv);
+            }
+}
+
 int main(void)
 {
     const quant_kernels *ref = quant_kernels_for(CM_SIMD_SCALAR);
@@ -462,6 +512,7 @@ int main(void)
         const quant_kernels *k = quant_kernels_for(levels[l]);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run(ref, k, dims[i], &r);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_q8(ref, k, dims[i], &r);
+        run_ci(ref, k, &r);
         printf("%s: compared with scalar\n", k->name);
     }
     CHECK(quant_kernels_active() == quant_kernels_for(cm_simd_level_get()));

@@ -97,6 +97,13 @@ void quant_est1_doc_max(const quant_kernels *kt, const quant_qset *qs, const uin
         quant_est1_doc_max_lut(kt, qs, codes1, f1, n, cid, cscore, ld, out_max);
 }
 
+void quant_ci_doc_max(const quant_kernels *kt, const uint32_t *cid, size_t n,
+                      const float *cscore, size_t ld, uint32_t m, float *out_max)
+{
+    if (n == 0 || m == 0) return;
+    table(kt)->ci_max(cid, n, cscore, ld, m, out_max);
+}
+
 void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
                            const quant_f1 *f1, size_t n, const uint32_t *cid,
                            const float *cscore, size_t ld, float *out_max)

@@ -80,6 +80,12 @@ typedef struct quant_kernels {
      * factors of quant_f1. Every variant matches scalar bit for bit. */
     void (*doc1_q8_max)(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
                         const uint32_t *cid, const float *cscore, size_t ld, float *out_max);
+    /* The centroid-interaction doc shape (no codes): every token stands for its
+     * centroid, out_max[j] = max(out_max[j], cscore[cid[t]*ld + j]) for j < m, in token
+     * order as `s > out_max[j] ? s : out_max[j]`. Maxima only, so every variant matches
+     * scalar bit for bit. */
+    void (*ci_max)(const uint32_t *cid, size_t n, const float *cscore, size_t ld, uint32_t m,
+                   float *out_max);
     /* Nonzero where doc1_q8_max is this level's faster 1-bit doc form, so that
      * quant_est1_doc_max takes it: AVX-512 (VNNI, 1.6x the LUT form at d = 128, m = 32);
      * scalar and AVX2 keep the LUT form, which their byte products do not beat
@@ -125,6 +131,14 @@ void quant_est1_doc_max_pop(const quant_kernels *kt, const quant_qset *qs, const
 void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const uint8_t *codes1,
                            const quant_f1 *f1, size_t n, const uint32_t *cid,
                            const float *cscore, size_t ld, float *out_max);
+
+/* The centroid-interaction score's doc shape, max-accumulated into out_max[m]: each
+ * token's estimate replaced by its centroid's score <q_j, c> (PLAID's centroid
+ * interaction; the first term of every RaBitQ estimate), so no code is read: one row of
+ * S per token against the 1-bit form's dim_pad/8-byte code and m dot products. A
+ * document's sum_j out_max[j] ranks candidates before 1-bit scoring (search/pipeline.h). */
+void quant_ci_doc_max(const quant_kernels *kt, const uint32_t *cid, size_t n,
+                      const float *cscore, size_t ld, uint32_t m, float *out_max);
 
 /* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: for
  * B <= 4 the integer kernels on the 8-bit query (quant_estB_doc_max_q8): at d = 128,

@@ -489,7 +489,47 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
     }
 }
 
+/* Centroid interaction: up to 32 query tokens per pass in 4 accumulators (masked loads
+ * for the tail: a masked-off lane reads nothing), one S row of the pass per token.
+ * _mm256_max_ps(s, acc) is `s > acc ? s : acc`, the scalar form, lane by lane; the
+ * tokens are taken in order, so signed zeros and NaN resolve as in scalar. */
+static inline __attribute__((always_inline)) void ci_pass(const uint32_t *cid, size_t n,
+                                                          const float *cs, size_t ld, int nb,
+                                                          const __m256i *mk, float *out)
+{
+    __m256 acc[4];
+    for (int b = 0; b < nb; b++) acc[b] = _mm256_maskload_ps(out + 8 * b, mk[b]);
+    for (size_t t = 0; t < n; t++) {
+        const float *row = cs + (size_t)cid[t] * ld;
+        for (int b = 0; b < nb; b++)
+            acc[b] = _mm256_max_ps(_mm256_maskload_ps(row + 8 * b, mk[b]), acc[b]);
+    }
+    for (int b = 0; b < nb; b++) _mm256_maskstore_ps(out + 8 * b, mk[b], acc[b]);
+}
+
+static void ci_max(const uint32_t *cid, size_t n, const float *cscore, size_t ld, uint32_t m,
+                   float *out_max)
+{
+    for (uint32_t j0 = 0; j0 < m; j0 += 32) {
+        uint32_t w = m - j0 < 32 ? m - j0 : 32;
+        int nb = (int)((w + 7) / 8);
+        __m256i mk[4];
+        for (int b = 0; b < 4; b++) {
+            int left = (int)w - 8 * b;
+            mk[b] = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        }
+        const float *cs = cscore + j0;
+        float *out = out_max + j0;
+        switch (nb) { /* constant pass widths keep the accumulators in registers */
+        case 1: ci_pass(cid, n, cs, ld, 1, mk, out); break;
+        case 2: ci_pass(cid, n, cs, ld, 2, mk, out); break;
+        case 3: ci_pass(cid, n, cs, ld, 3, mk, out); break;
+        default: ci_pass(cid, n, cs, ld, 4, mk, out); break;
+        }
+    }
+}
+
 const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
                                           ipB4_q8,       docB4_q8_max,
-                                          doc1_q8_max,   0};
+                                          doc1_q8_max,   ci_max, 0};

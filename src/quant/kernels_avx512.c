@@ -545,7 +545,47 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
     }
 }
 
+/* Centroid interaction: up to 64 query tokens per pass in 4 accumulators (masked loads
+ * for the tail: a masked-off lane reads nothing), one S row of the pass per token.
+ * _mm512_max_ps(s, acc) is `s > acc ? s : acc`, the scalar form, lane by lane; the
+ * tokens are taken in order, so signed zeros and NaN resolve as in scalar. */
+static inline __attribute__((always_inline)) void ci_pass(const uint32_t *cid, size_t n,
+                                                          const float *cs, size_t ld, int nb,
+                                                          const __mmask16 *mk, float *out)
+{
+    __m512 acc[4];
+    for (int b = 0; b < nb; b++) acc[b] = _mm512_maskz_loadu_ps(mk[b], out + 16 * b);
+    for (size_t t = 0; t < n; t++) {
+        const float *row = cs + (size_t)cid[t] * ld;
+        for (int b = 0; b < nb; b++)
+            acc[b] = _mm512_max_ps(_mm512_maskz_loadu_ps(mk[b], row + 16 * b), acc[b]);
+    }
+    for (int b = 0; b < nb; b++) _mm512_mask_storeu_ps(out + 16 * b, mk[b], acc[b]);
+}
+
+static void ci_max(const uint32_t *cid, size_t n, const float *cscore, size_t ld, uint32_t m,
+                   float *out_max)
+{
+    for (uint32_t j0 = 0; j0 < m; j0 += 64) {
+        uint32_t w = m - j0 < 64 ? m - j0 : 64;
+        int nb = (int)((w + 15) / 16);
+        __mmask16 mk[4];
+        for (int b = 0; b < 4; b++) {
+            int left = (int)w - 16 * b;
+            mk[b] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        }
+        const float *cs = cscore + j0;
+        float *out = out_max + j0;
+        switch (nb) { /* constant pass widths keep the accumulators in registers */
+        case 1: ci_pass(cid, n, cs, ld, 1, mk, out); break;
+        case 2: ci_pass(cid, n, cs, ld, 2, mk, out); break;
+        case 3: ci_pass(cid, n, cs, ld, 3, mk, out); break;
+        default: ci_pass(cid, n, cs, ld, 4, mk, out); break;
+        }
+    }
+}
+
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
-                                            doc1_q8_max,   1};
+                                            doc1_q8_max,   ci_max, 1};

@@ -141,7 +141,16 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
     }
 }
 
+static void ci_max(const uint32_t *cid, size_t n, const float *cscore, size_t ld, uint32_t m,
+                   float *out_max)
+{
+    for (size_t t = 0; t < n; t++) {
+        const float *row = cscore + (size_t)cid[t] * ld;
+        for (uint32_t j = 0; j < m; j++) out_max[j] = row[j] > out_max[j] ? row[j] : out_max[j];
+    }
+}
+
 const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
-                                            doc1_q8_max,   0};
+                                            doc1_q8_max,   ci_max, 0};
