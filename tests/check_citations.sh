@@ -9,10 +9,11 @@
 set -u
 root=${1:-.}
 cd "$root" || exit 2
-files=$(find src tools tests bench include docs cmake scripts python -type f \
+# (a virtual environment inside the tree, bench/.venv, holds other projects' files)
+files=$(find src tools tests bench include docs cmake scripts python -name .venv -prune -o -type f \
           \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' \
              -o -name '*.md' -o -name '*.txt' -o -name '*.cmake' -o -name '*.py' \) \
-          ! -name check_citations.sh 2>/dev/null; echo CMakeLists.txt README.md)
+          ! -name check_citations.sh -print 2>/dev/null; echo CMakeLists.txt README.md)
 bad=0
 n=0
 # has_heading FILE NUM: FILE has a markdown heading numbered NUM.
