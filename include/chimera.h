@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 5
+#define CHIMERA_VERSION_MINOR 6
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.5.0"
+#define CHIMERA_VERSION_STRING "0.6.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -481,6 +481,7 @@ typedef struct chimera_calibration {
     double recall_low;      /* the lower bound of its 95% confidence interval */
     int reached;            /* 1: recall_low >= the target (0.95); 0: the index's bits cap
                                recall below it and this is the best setting found */
+    uint32_t k_interaction; /* since 0.6.0 (0: off) */
 } chimera_calibration;
 
 #define CHIMERA_MAX_CALIBRATED 4
@@ -925,6 +926,17 @@ typedef struct chimera_search_params {
      * rerank_depth when smaller. An index without the vectors fails the search with
      * CHIMERA_ERR_INVALID_ARG. At most 2^24. */
     uint32_t rerank_depth;
+    /* Since 0.6.0: centroid interaction. When below k_refine, refinement's k_refine
+     * documents are ranked by a cheap score in which each document token counts as its
+     * centroid (sum over query tokens of the best <q_j, c> among the document's tokens'
+     * centroids: PLAID's centroid interaction, from scores the probe already computed,
+     * no code read), and only the best k_interaction (at least k_fullbit) are 1-bit
+     * scored. A large k_refine with a k_interaction of a third of it reaches the recall
+     * of 1-bit scoring all of them for less (bench/RESULTS.md). 0: the index's
+     * calibrated value when k_refine is left to the index too, else off;
+     * k_interaction >= k_refine: off. Not applied when a selective filter scores its
+     * allowed documents directly. */
+    uint32_t k_interaction;
 } chimera_search_params;
 
 /* Sets every field of *p that is zero to the library's fixed default for top-k: on a
@@ -991,7 +1003,7 @@ typedef struct chimera_search_profile {
     double t_generate, t_refine, t_score1, t_fullbit, t_fullbit_wait; /* summed per query */
     uint64_t tokens_refined;    /* posting entries given a 1-bit estimate */
     uint64_t docs_touched;      /* documents seen in refinement */
-    uint64_t n_refined;         /* documents kept by refinement (and 1-bit scored) */
+    uint64_t n_refined;         /* documents kept by refinement */
     uint64_t n_fullbit;         /* documents re-scored at full precision */
     uint64_t bytes_up, bytes_down; /* across the host/device boundary */
     double *latency;            /* optional caller array [n_queries]: seconds per query */
@@ -999,6 +1011,10 @@ typedef struct chimera_search_profile {
     /* Since 0.4.0 */
     double t_rerank;            /* the exact re-rank (summed per query; 0 when off) */
     uint64_t n_reranked;        /* documents re-scored exactly */
+    /* Since 0.6.0 */
+    double t_interaction;       /* centroid interaction (summed per query; 0 when off) */
+    uint64_t n_scored1;         /* documents 1-bit scored: n_refined, or the
+                                   k_interaction best of them */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k

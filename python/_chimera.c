@@ -872,6 +872,7 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
                       : !strcmp(name, "k_fullbit") ? &p->k_fullbit
                       : !strcmp(name, "chunks")    ? &p->chunks
                       : !strcmp(name, "rerank_depth") ? &p->rerank_depth
+                      : !strcmp(name, "k_interaction") ? &p->k_interaction
                                                    : NULL;
         if (u) {
             long long v = PyLong_AsLongLong(val);
@@ -898,7 +899,7 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
         }
         PyErr_Format(PyExc_ValueError,
                      "params: unknown key '%s' (n_probe, k_refine, k_fullbit, chunks, impute, probe, "
-                     "rerank_depth)",
+                     "rerank_depth, k_interaction)",
                      name);
         return -1;
     }
@@ -908,9 +909,12 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
 static PyObject *params_to_dict(const chimera_search_params *p)
 {
     const char *imp = chimera_impute_name(p->impute), *pr = chimera_probe_name(p->probe);
-    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s,s:I}", "n_probe", p->n_probe, "k_refine",
+    /* k_interaction at or above k_refine is off: shown as 0 */
+    uint32_t ki = p->k_interaction < p->k_refine ? p->k_interaction : 0;
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s,s:I,s:I}", "n_probe", p->n_probe, "k_refine",
                          p->k_refine, "k_fullbit", p->k_fullbit, "chunks", p->chunks, "impute",
-                         imp ? imp : "?", "probe", pr ? pr : "?", "rerank_depth", p->rerank_depth);
+                         imp ? imp : "?", "probe", pr ? pr : "?", "rerank_depth", p->rerank_depth,
+                         "k_interaction", ki);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -1241,11 +1245,13 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         if (st != CHIMERA_OK)
             raise_status(st, &err);
         else
-            ret = Py_BuildValue("{s:d,s:s,s:K,s:K,s:d,s:K}", "seconds", prof.seconds, "backend",
-                                prof.backend, "n_refined", (unsigned long long)prof.n_refined,
-                                "n_fullbit", (unsigned long long)prof.n_fullbit, "t_rerank",
-                                prof.t_rerank, "n_reranked",
-                                (unsigned long long)prof.n_reranked);
+            ret = Py_BuildValue("{s:d,s:s,s:K,s:K,s:K,s:d,s:K,s:d}", "seconds", prof.seconds,
+                                "backend", prof.backend, "n_refined",
+                                (unsigned long long)prof.n_refined, "n_scored1",
+                                (unsigned long long)prof.n_scored1, "n_fullbit",
+                                (unsigned long long)prof.n_fullbit, "t_rerank", prof.t_rerank,
+                                "n_reranked", (unsigned long long)prof.n_reranked,
+                                "t_interaction", prof.t_interaction);
     }
     filters_free(&sf);
     chimera_queries_free(q);

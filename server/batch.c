@@ -67,7 +67,8 @@ static int same_group(const srv_search *a, const srv_search *b)
     return !a->profile && !b->profile && a->k == b->k && a->params.n_probe == b->params.n_probe &&
            a->params.k_refine == b->params.k_refine && a->params.k_fullbit == b->params.k_fullbit &&
            a->params.chunks == b->params.chunks && a->params.impute == b->params.impute &&
-           a->params.probe == b->params.probe && a->params.rerank_depth == b->params.rerank_depth;
+           a->params.probe == b->params.probe && a->params.rerank_depth == b->params.rerank_depth &&
+           a->params.k_interaction == b->params.k_interaction;
 }
 
 static void answer(srv_search *s, srv_answer *a)
@@ -107,6 +108,8 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
             cJSON_AddNumberToObject(p, "fullbit_ms", 1e3 * prof->t_fullbit / n);
             cJSON_AddNumberToObject(p, "fullbit_wait_ms", 1e3 * prof->t_fullbit_wait / n);
             cJSON_AddNumberToObject(p, "rerank_ms", 1e3 * prof->t_rerank / n);
+            cJSON_AddNumberToObject(p, "interaction_ms", 1e3 * prof->t_interaction / n);
+            cJSON_AddNumberToObject(p, "n_scored1", (double)prof->n_scored1 / n);
             cJSON_AddNumberToObject(p, "n_reranked", (double)prof->n_reranked / n);
             cJSON_AddNumberToObject(p, "tokens_refined", (double)prof->tokens_refined / n);
             cJSON_AddNumberToObject(p, "docs_touched", (double)prof->docs_touched / n);
@@ -129,6 +132,8 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
                 cJSON_AddStringToObject(pp, "impute", chimera_impute_name(d.impute));
                 cJSON_AddStringToObject(pp, "probe", chimera_probe_name(d.probe));
                 cJSON_AddNumberToObject(pp, "rerank_depth", d.rerank_depth);
+                cJSON_AddNumberToObject(pp, "k_interaction",
+                                        d.k_interaction < d.k_refine ? d.k_interaction : 0);
             }
         }
     }

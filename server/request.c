@@ -534,7 +534,8 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
         }
         if (get_param(params, "n_probe", &p.n_probe, e) || get_param(params, "k_refine", &p.k_refine, e) ||
             get_param(params, "k_fullbit", &p.k_fullbit, e) || get_param(params, "chunks", &p.chunks, e) ||
-            get_param(params, "rerank_depth", &p.rerank_depth, e))
+            get_param(params, "rerank_depth", &p.rerank_depth, e) ||
+            get_param(params, "k_interaction", &p.k_interaction, e))
             goto fail;
         const cJSON *imp = cJSON_GetObjectItemCaseSensitive(params, "impute");
         if (imp && !cJSON_IsNull(imp) &&
@@ -576,6 +577,7 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
         if (!p.k_fullbit) p.k_fullbit = tuned.k_fullbit;
         if (!p.chunks) p.chunks = tuned.chunks;
         if (!p.rerank_depth) p.rerank_depth = tuned.rerank_depth;
+        if (!p.k_interaction) p.k_interaction = tuned.k_interaction;
     }
     /* Unset fields stay 0 for the library to fill: its defaults depend on the call (a
      * filtered search takes more candidates when k_fullbit is its default), so filling

@@ -534,7 +534,7 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
             const ix_default *e = &r.defaults.d[i];
             report->calibrated[i] = (chimera_calibration){
                 e->k, e->params.n_probe, e->params.k_refine, e->params.k_fullbit,
-                e->params.chunks, e->recall, e->recall_low, e->reached};
+                e->params.chunks, e->recall, e->recall_low, e->reached, e->params.k_interaction};
         }
     }
     return s;
@@ -985,6 +985,8 @@ static int view_params_default(const ix_index *ix, uint32_t k, chimera_search_pa
     chimera_search_params cal;
     int used = ix_defaults_find(ix, k, &cal);
     if (used) {
+        /* k_interaction is a fraction of k_refine: taken only with it */
+        if (!p->k_interaction && !p->k_refine) p->k_interaction = cal.k_interaction;
         if (!p->n_probe) p->n_probe = cal.n_probe;
         if (!p->k_refine) p->k_refine = cal.k_refine;
         if (!p->k_fullbit) p->k_fullbit = cal.k_fullbit;
@@ -1068,6 +1070,8 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
         if (cp.k_fullbit < cp.rerank_depth) cp.k_fullbit = cp.rerank_depth;
     }
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
+    if (cp.k_interaction >= cp.k_refine) cp.k_interaction = 0; /* off */
+    if (cp.k_interaction && cp.k_interaction < cp.k_fullbit) cp.k_interaction = cp.k_fullbit;
     if (cp.n_probe > v->ix.n_clusters) cp.n_probe = v->ix.n_clusters;
     if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
@@ -1075,9 +1079,11 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
     sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
-                   (be_probe_mode)cp.probe, NULL, 0, 0, cp.rerank_depth};
-    if (filtered && !own_k_fullbit) /* only the queries that have a filter */
-        p.k_fullbit_filtered = 2 * cp.k_fullbit < cp.k_refine ? 2 * cp.k_fullbit : cp.k_refine;
+                   (be_probe_mode)cp.probe, NULL, 0, 0, cp.rerank_depth, cp.k_interaction};
+    if (filtered && !own_k_fullbit) { /* only the queries that have a filter */
+        uint32_t scored1 = cp.k_interaction ? cp.k_interaction : cp.k_refine;
+        p.k_fullbit_filtered = 2 * cp.k_fullbit < scored1 ? 2 * cp.k_fullbit : scored1;
+    }
     if (filtered) { /* room for the deeper probing of selective filters (pipeline.h) */
         uint64_t room = (uint64_t)cp.n_probe * SP_FILTER_PROBE_MAX;
         p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;

@@ -19,6 +19,8 @@
  *                  partial sums of common documents within CPU_TOL * m; no deleted doc;
  *   score1         against the host reference within REF_TOL, against the CPU within
  *                  CPU_TOL * m;
+ *   score_ci       (centroid interaction) against the host reference within REF_TOL,
+ *                  against the CPU within CPU_TOL * m;
  *   determinism    a second run of the whole query gives bit-identical outputs.
  * Also: upload refused with CHIMERA_ERR_DEVICE under a too-small memory budget, argument
  * errors, score1 of zero documents.
@@ -244,6 +246,25 @@ static float ref_score1(const fix *f, const ref_q *rq, uint32_t d)
     return s;
 }
 
+/* sum_j max over the document's tokens of S[cid_t][j]: the centroid-interaction score */
+static float ref_ci(const fix *f, const ref_q *rq, uint32_t d)
+{
+    const be_resident *r = &f->r;
+    const be_segment *sg = be_doc_segment(r, d);
+    int64_t ld = d - sg->doc_base, t0 = sg->doc_off[ld], t1 = sg->doc_off[ld + 1];
+    if (t1 == t0) return -INFINITY;
+    float s = 0.0f;
+    for (uint32_t j = 0; j < M; j++) {
+        float mx = -INFINITY;
+        for (int64_t t = t0; t < t1; t++) {
+            float e = rq->S[(size_t)sg->tok_cid[t] * M + j];
+            if (e > mx) mx = e;
+        }
+        s += mx;
+    }
+    return s;
+}
+
 /* ---- comparisons -------------------------------------------------------------------- */
 
 static int near_rel(double a, double b, double tol) { return fabs(a - b) <= tol * (1.0 + fabs(b)); }
@@ -255,6 +276,7 @@ typedef struct run {
     float partial[3][KR];
     uint32_t n[3];
     float s1[KR];
+    float ci[KR];
 } run;
 
 static void poison_run(run *x) { memset(x, 0xff, sizeof *x); }
@@ -272,6 +294,7 @@ static int run_query(cm_backend *b, int worker, const float *q, run *x, chimera_
             return -1;
     }
     if (it->score1(b->ctx, worker, x->docs[0], x->n[0], x->s1, err) != CHIMERA_OK) return -1;
+    if (it->score_ci(b->ctx, worker, x->docs[0], x->n[0], x->ci, err) != CHIMERA_OK) return -1;
     return 0;
 }
 
@@ -342,6 +365,15 @@ static void compare_fixture(fix *f)
         for (uint32_t i = 0; i < g->n[0]; i++)
             CHECKF(fabs(g->s1[i] - cs[i]) <= CPU_TOL * M, "score1 doc %u: gpu %g cpu %g",
                    g->docs[0][i], g->s1[i], cs[i]);
+        for (uint32_t i = 0; i < g->n[0]; i++) {
+            float rs = ref_ci(f, &rq, g->docs[0][i]);
+            CHECKF(near_rel(g->ci[i], rs, REF_TOL), "score_ci doc %u: %g vs %g", g->docs[0][i],
+                   g->ci[i], rs);
+        }
+        CHECK_OK(cpu.iface->score_ci(cpu.ctx, w, g->docs[0], g->n[0], cs, &err), &err);
+        for (uint32_t i = 0; i < g->n[0]; i++)
+            CHECKF(fabs(g->ci[i] - cs[i]) <= CPU_TOL * M, "score_ci doc %u: gpu %g cpu %g",
+                   g->docs[0][i], g->ci[i], cs[i]);
         ref_end(&rq);
         /* determinism: the whole query again, on the other worker */
         CHECK_OK(run_query(&gpu, 1 - w, q, g2, &err) == 0 ? CHIMERA_OK : err.code, &err);
@@ -371,6 +403,8 @@ static void compare_fixture(fix *f)
     CHECK_STATUS(gpu.iface->query_begin(gpu.ctx, 5, f->s.queries, M, &err), CHIMERA_ERR_INVALID_ARG,
                  &err);
     CHECK_OK(gpu.iface->score1(gpu.ctx, 0, d1, 0, p1, &err), &err);
+    CHECK_OK(gpu.iface->score_ci(gpu.ctx, 0, d1, 0, p1, &err), &err);
+    CHECK_STATUS(gpu.iface->score_ci(gpu.ctx, 0, d1, 1000, p1, &err), CHIMERA_ERR_INVALID_ARG, &err);
     cm_free(a);
     cm_free(g);
     cm_free(g2);

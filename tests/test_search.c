@@ -232,6 +232,107 @@ done:
     cm_free(sc);
 }
 
+/* ---- centroid interaction ---------------------------------------------------------- */
+
+/* Exhaustive probing and refinement with k_interaction = KI: the documents 1-bit scored
+ * are the KI best by the centroid-interaction score, computed here from the centroids in
+ * double (sum_j max_t <q_j, c_t>), so every returned document is among them (within a
+ * rounding tolerance at the boundary), its score is its full-bit score (sp_fullbit_all),
+ * and no document clearly inside that set with a clearly higher full-bit score than the
+ * last returned is missing. k_interaction >= k_refine changes nothing. */
+static void test_interaction(const bench *b)
+{
+    enum { KI = 40 };
+    const ix_index *ix = &b->ix;
+    const ix_segment *sg = &ix->segs[0];
+    uint32_t nd = (uint32_t)ix->n_docs, dim = ix->dim;
+    sp_params p = {.k = 10, .n_probe = ix->n_clusters, .k_refine = nd, .k_fullbit = KI,
+                   .chunks = 2, .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE,
+                   .k_interaction = KI};
+    int64_t nq = b->q.n < 12 ? b->q.n : 12;
+    data_queries q = b->q;
+    q.n = nq;
+    int64_t *ids = cm_malloc((size_t)nq * p.k * sizeof *ids), *ids0 = cm_malloc((size_t)nq * p.k * sizeof *ids0);
+    float *sc = cm_malloc((size_t)nq * p.k * sizeof *sc), *sc0 = cm_malloc((size_t)nq * p.k * sizeof *sc0);
+    float *all = cm_malloc((size_t)nd * sizeof *all);
+    double *ci = cm_malloc((size_t)nd * sizeof *ci), *sorted = cm_malloc((size_t)nd * sizeof *sorted);
+    sp_stats st = {0};
+    if (run_all(ix, &q, &p, 1, ids, sc, &st) != CHIMERA_OK) goto done;
+    CHECKF(st.n_scored1 == (uint64_t)nq * KI && st.n_refined == (uint64_t)nq * nd,
+           "interaction: %llu documents 1-bit scored of %llu refined, want %lld of %lld",
+           (unsigned long long)st.n_scored1, (unsigned long long)st.n_refined,
+           (long long)nq * KI, (long long)nq * nd);
+    int outside = 0, bad_score = 0, missed = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        uint32_t m;
+        const float *qt = query(&q, i, &m);
+        chimera_error err;
+        CHECK_OK(sp_fullbit_all(ix, qt, m, all, &err), &err);
+        for (uint32_t d = 0; d < nd; d++) {
+            double s = 0;
+            for (uint32_t j = 0; j < m; j++) {
+                double best = -INFINITY;
+                for (int64_t t = sg->doc_off[d]; t < sg->doc_off[d + 1]; t++) {
+                    const float *c = ix->centroids + (size_t)sg->tok_cid[t] * dim;
+                    double x = 0;
+                    for (uint32_t a = 0; a < dim; a++) x += (double)c[a] * qt[(size_t)j * dim + a];
+                    best = x > best ? x : best;
+                }
+                s += best;
+            }
+            ci[d] = sorted[d] = s;
+        }
+        /* the KI-th best interaction score: the selection's boundary */
+        for (uint32_t a = 0; a < KI; a++)
+            for (uint32_t c = a + 1; c < nd; c++)
+                if (sorted[c] > sorted[a]) {
+                    double x = sorted[a];
+                    sorted[a] = sorted[c];
+                    sorted[c] = x;
+                }
+        double edge = sorted[KI - 1], tol = 1e-4 * (1 + fabs(edge));
+        float last = sc[i * p.k + p.k - 1];
+        for (uint32_t r = 0; r < p.k; r++) {
+            int64_t d = ids[i * p.k + r];
+            if (d < 0 || d >= nd) {
+                outside++;
+                continue;
+            }
+            outside += ci[d] < edge - tol;
+            bad_score += fabsf(sc[i * p.k + r] - all[d]) > TIE_TOL;
+        }
+        for (uint32_t d = 0; d < nd; d++) {
+            if (ci[d] <= edge + tol || all[d] <= last + TIE_TOL) continue;
+            int found = 0;
+            for (uint32_t r = 0; r < p.k; r++) found |= ids[i * p.k + r] == d;
+            missed += !found;
+        }
+    }
+    printf("interaction: %lld queries, top-%u of the %d best by centroid interaction\n",
+           (long long)nq, p.k, KI);
+    CHECKF(outside == 0 && bad_score == 0 && missed == 0,
+           "interaction: %d results outside the selection, %d scores not full-bit, %d missed",
+           outside, bad_score, missed);
+    /* at or above k_refine: off, the same results as without it */
+    sp_params off = p, at = p;
+    off.k_interaction = 0;
+    at.k_interaction = nd;
+    sp_stats s0 = {0}, s1 = {0};
+    if (run_all(ix, &q, &off, 1, ids0, sc0, &s0) == CHIMERA_OK &&
+        run_all(ix, &q, &at, 1, ids, sc, &s1) == CHIMERA_OK)
+        CHECK(memcmp(ids, ids0, (size_t)nq * p.k * sizeof *ids) == 0 &&
+              memcmp(sc, sc0, (size_t)nq * p.k * sizeof *sc) == 0 && s1.t_interaction == 0 &&
+              s1.n_scored1 == (uint64_t)nq * nd);
+done:
+    cm_free(ids);
+    cm_free(ids0);
+    cm_free(sc);
+    cm_free(sc0);
+    cm_free(all);
+    cm_free(ci);
+    cm_free(sorted);
+}
+
 /* ---- recall against exact search --------------------------------------------------- */
 
 static const sp_params moderate = {.k = 10, .n_probe = 16, .k_refine = 200, .k_fullbit = 50,
@@ -823,7 +924,8 @@ static void test_profile_values(const char *dir)
     chimera_tune_result res;
     memset(&res, 0, sizeof res);
     res.best = (chimera_search_params){.n_probe = 8, .k_refine = 100, .k_fullbit = 20,
-                                       .chunks = 2, .impute = 1, .probe = 2};
+                                       .chunks = 2, .impute = 1, .probe = 2,
+                                       .k_interaction = 40};
     res.reached = 1;
     res.recall = 0.95;
     CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, &res, &err), &err);
@@ -833,14 +935,31 @@ static void test_profile_values(const char *dir)
     if (h) {
         CHECK_OK(chimera_index_profile_get(h, 10, 0.9, &p, &err), &err);
         CHECK(p.n_probe == 8 && p.k_refine == 100 && p.k_fullbit == 20 && p.chunks == 2 &&
-              p.impute == 1 && p.probe == 2);
+              p.impute == 1 && p.probe == 2 && p.k_interaction == 40);
         chimera_index_close(h);
+    }
+    /* a profile without k_interaction (tuned without it, or by an older library) says
+     * off explicitly (k_interaction = k_refine), so no calibrated value replaces it */
+    {
+        chimera_tune_result r2 = res;
+        r2.best.k_interaction = 0;
+        CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, &r2, &err), &err);
+        h = NULL;
+        CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
+        if (h) {
+            CHECK_OK(chimera_index_profile_get(h, 10, 0.9, &p, &err), &err);
+            CHECKF(p.k_interaction == p.k_refine, "profile without k_interaction: %u (k_refine %u)",
+                   p.k_interaction, p.k_refine);
+            chimera_index_close(h);
+        }
+        CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, &res, &err), &err);
     }
     struct {
         const char *key;
         double value; /* NAN: remove the member */
     } cases[] = {{"n_probe", 1e300}, {"k_refine", -5},  {"chunks", 3.7},
-                 {"impute", 7},      {"k_fullbit", 4294967296.0}, {"probe", NAN}};
+                 {"impute", 7},      {"k_fullbit", 4294967296.0}, {"probe", NAN},
+                 {"k_interaction", 0}, {"k_interaction", 1e9}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         store *st;
         CHECK_OK(ix_store_info(dir, &st, &err), &err);
@@ -1083,6 +1202,7 @@ int main(void)
     if (ok[0]) {
         test_exhaustive(&sh[0]);
         test_chunks(&sh[0]);
+        test_interaction(&sh[0]);
         test_determinism(&sh[0]);
         test_impute_modes(&sh[0]);
         test_deleted(&sh[0]);
@@ -1090,7 +1210,10 @@ int main(void)
         test_long_document(&sh[0]);
         test_probe_unfilled(&sh[0]);
     }
-    if (ok[2]) test_exhaustive(&sh[2]);
+    if (ok[2]) {
+        test_exhaustive(&sh[2]);
+        test_interaction(&sh[2]);
+    }
     for (int i = 0; i < 4; i++) bench_free(&sh[i]);
     test_recall_bits();
     bench pm;

@@ -172,6 +172,9 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         {"--nprobe", OPT_U32, &sp.n_probe, "clusters probed per query token (default 16)", 0, 0},
         {"--k-refine", OPT_U32, &sp.k_refine, "documents kept by refinement", 0, 0},
         {"--k-fullbit", OPT_U32, &sp.k_fullbit, "documents re-scored at full precision", 0, 0},
+        {"--k-interaction", OPT_U32, &sp.k_interaction,
+         "1-bit score only the best N refined documents by centroid interaction (default: "
+         "the index's calibrated value with its k_refine, else off)", 0, 0},
         {"--chunks", OPT_U32, &sp.chunks, "document-scoring chunks (default 4)", 0, 0},
         {"--rerank-depth", OPT_U32, &sp.rerank_depth,
          "re-score the top N by exact Chamfer over the stored vectors (build --rerank; "
@@ -320,6 +323,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         if (!impute_s) sp.impute = tuned.impute;
         if (!probe_s) sp.probe = tuned.probe;
         if (!sp.rerank_depth) sp.rerank_depth = tuned.rerank_depth;
+        if (!sp.k_interaction) sp.k_interaction = tuned.k_interaction;
     }
     /* what is still unset: the index's calibrated defaults for this k, else the
      * library's (the same the search itself would pick; filled here to be printed) */
@@ -328,6 +332,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
      * shows what ran */
     if (sp.k_fullbit < sp.rerank_depth) sp.k_fullbit = sp.rerank_depth;
     if (sp.k_refine < sp.k_fullbit) sp.k_refine = sp.k_fullbit;
+    if (sp.k_interaction >= sp.k_refine) sp.k_interaction = 0;
+    if (sp.k_interaction && sp.k_interaction < sp.k_fullbit) sp.k_interaction = sp.k_fullbit;
     /* Warm-up: a few queries first, so the timed run does not pay for the first touch of
      * the mapped index and the engine set-up, which later queries never see. */
     {
@@ -372,6 +378,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         total.t_fullbit_wait += prof.t_fullbit_wait;
         total.t_rerank += prof.t_rerank;
         total.n_reranked += prof.n_reranked;
+        total.t_interaction += prof.t_interaction;
+        total.n_scored1 += prof.n_scored1;
         total.tokens_refined += prof.tokens_refined;
         total.docs_touched += prof.docs_touched;
         total.n_refined += prof.n_refined;
@@ -389,8 +397,10 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     double mean = 0;
     for (int64_t i = 0; i < nq; i++) mean += lat[i];
     mean /= (double)nq;
-    char rr[32] = "";
-    if (sp.rerank_depth) snprintf(rr, sizeof rr, " rerank_depth=%u", sp.rerank_depth);
+    char rr[64] = "";
+    int o = 0;
+    if (sp.k_interaction) o = snprintf(rr, sizeof rr, " k_interaction=%u", sp.k_interaction);
+    if (sp.rerank_depth) snprintf(rr + o, sizeof rr - (size_t)o, " rerank_depth=%u", sp.rerank_depth);
     printf("search: %lld queries, k=%u, n_probe=%u k_refine=%u k_fullbit=%u chunks=%u%s, %s "
            "backend, %s mode: %.3fs, %.1f queries/s; latency ms mean %.2f p50 %.2f p95 %.2f p99 "
            "%.2f\n",
@@ -404,18 +414,19 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
                                     : calibrated ? "the index's calibrated defaults for this k, "
                                                    "flags over them"
                                                  : "the library's defaults, flags over them");
-        printf("profile (per query): generate %.3f ms, refine %.3f ms, 1-bit scoring %.3f ms, "
-               "full-bit %.3f ms (waited %.3f ms after the device finished)\n",
-               1e3 * prof.t_generate / n, 1e3 * prof.t_refine / n, 1e3 * prof.t_score1 / n,
-               1e3 * prof.t_fullbit / n, 1e3 * prof.t_fullbit_wait / n);
+        printf("profile (per query): generate %.3f ms, refine %.3f ms, centroid interaction "
+               "%.3f ms, 1-bit scoring %.3f ms, full-bit %.3f ms (waited %.3f ms after the "
+               "device finished)\n",
+               1e3 * prof.t_generate / n, 1e3 * prof.t_refine / n, 1e3 * prof.t_interaction / n,
+               1e3 * prof.t_score1 / n, 1e3 * prof.t_fullbit / n, 1e3 * prof.t_fullbit_wait / n);
         if (sp.rerank_depth)
             printf("exact re-rank (per query): %.3f ms, %.1f documents re-scored exactly "
                    "(rerank_depth %u)\n", 1e3 * prof.t_rerank / n, prof.n_reranked / n,
                    sp.rerank_depth);
         printf("candidates (per query): %.0f posting entries estimated, %.0f documents touched, "
-               "%.0f refined, %.1f full-bit scored (k_fullbit %u)\n",
+               "%.0f refined, %.0f 1-bit scored, %.1f full-bit scored (k_fullbit %u)\n",
                prof.tokens_refined / n, prof.docs_touched / n, prof.n_refined / n,
-               prof.n_fullbit / n, sp.k_fullbit);
+               prof.n_scored1 / n, prof.n_fullbit / n, sp.k_fullbit);
         printf("host/device traffic (per query): %.1f KiB up, %.1f KiB down\n",
                prof.bytes_up / n / 1024.0, prof.bytes_down / n / 1024.0);
     }

@@ -47,6 +47,8 @@ static void add_profile(chimera_search_profile *t, const chimera_search_profile 
     t->t_fullbit_wait += p->t_fullbit_wait;
     t->t_rerank += p->t_rerank;
     t->n_reranked += p->n_reranked;
+    t->t_interaction += p->t_interaction;
+    t->n_scored1 += p->n_scored1;
     t->tokens_refined += p->tokens_refined;
     t->docs_touched += p->docs_touched;
     t->n_refined += p->n_refined;

@@ -566,7 +566,7 @@ class Index:
         recall: use the profile that :meth:`tune` stored for this k and the smallest
             target >= recall (ValueError if there is none).
         params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks,
-            rerank_depth (ints), impute ("probe", "zero", "min"), probe ("auto", "brute",
+            rerank_depth, k_interaction (ints), impute ("probe", "zero", "min"), probe ("auto", "brute",
             "graph"). Unset ones take the index's calibrated defaults for k (or the
             library's, for an index built without calibration), or the profile's with
             recall=.

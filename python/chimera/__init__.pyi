@@ -26,6 +26,7 @@ class SearchParams(TypedDict, total=False):
     impute: str  # "probe" | "zero" | "min"
     probe: str   # "auto" | "brute" | "graph"
     rerank_depth: int
+    k_interaction: int
 
 class UpdateReport(TypedDict):
     docs_added: int

@@ -9,6 +9,9 @@
  *   refine        candidate refinement: 1-bit estimates over the probed posting lists,
  *                 max per (document, query token), imputed floor for tokens that saw
  *                 none of a document, partial sums, the top k_refine documents
+ *   score_ci      the centroid-interaction score of documents: each token's estimate
+ *                 replaced by its centroid's score, no code read (PLAID), to rank
+ *                 refinement's candidates before score1
  *   score1        the complete 1-bit Chamfer score of a chunk of documents
  *
  * Every per-query call names a `worker` in [0, n_workers): each worker owns its scratch
@@ -30,7 +33,7 @@
 #include "quant/quant_math.h"
 #include "quant/rotation.h"
 
-#define BE_API_VERSION 1
+#define BE_API_VERSION 2
 
 /* One segment of the index (index/index.h: ix_segment): documents doc_base ..
  * doc_base + n_docs - 1 and their tokens. Numbers inside are local to the segment
@@ -170,6 +173,12 @@ struct cm_backend_i {
     chimera_status (*query_batch)(void *ctx, int worker, const float *const *qs,
                                   const uint32_t *ms, uint32_t n, uint32_t *taken,
                                   chimera_error *err);
+    /* scores[i] = sum_j max over the tokens t of docs[i] of S[cid_t][j], the query's
+     * centroid scores standing for its tokens' estimates (-inf for an empty document);
+     * n at most max_refine. After a refine of the same query; a CPU backend computes the
+     * rows of S a graph probe left out, as for score1. */
+    chimera_status (*score_ci)(void *ctx, int worker, const uint32_t *docs, uint32_t n,
+                               float *scores, chimera_error *err);
 };
 
 typedef struct cm_backend {

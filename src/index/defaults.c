@@ -48,6 +48,10 @@ int ix_defaults_to_meta(cJSON *meta, const ix_defaults *d)
         cJSON_AddNumberToObject(s, "k_refine", e->params.k_refine);
         cJSON_AddNumberToObject(s, "k_fullbit", e->params.k_fullbit);
         cJSON_AddNumberToObject(s, "chunks", e->params.chunks);
+        /* written only when on: a library without centroid interaction, which ignores the
+         * key, then searches with every refined document 1-bit scored (more recall) */
+        if (e->params.k_interaction)
+            cJSON_AddNumberToObject(s, "k_interaction", e->params.k_interaction);
         cJSON_AddNumberToObject(s, "recall", e->recall);
         cJSON_AddNumberToObject(s, "recall_low", e->recall_low);
         cJSON_AddNumberToObject(s, "reached", e->reached);
@@ -119,6 +123,9 @@ void ix_defaults_read(const cJSON *meta, int64_t live_docs, ix_defaults *out, in
             ok = v[i] >= (i == 4 ? 0 : 1) && v[i] <= (i == 4 ? 64 : 1 << 24) && v[i] == floor(v[i]);
         }
         double r = jnum(it, "recall"), lo = jnum(it, "recall_low"), re = jnum(it, "reached");
+        /* optional (0 when absent: off) */
+        double ki = cJSON_HasObjectItem(it, "k_interaction") ? jnum(it, "k_interaction") : 0;
+        ok = ok && ki >= 0 && ki <= 1 << 24 && ki == floor(ki);
         if (!ok || !(r >= 0 && r <= 1) || !(lo >= 0 && lo <= 1)) continue;
         /* kept in increasing k: a search takes the first k' >= its k */
         if (out->n && v[0] <= out->d[out->n - 1].k) continue;
@@ -129,6 +136,7 @@ void ix_defaults_read(const cJSON *meta, int64_t live_docs, ix_defaults *out, in
         e->params.k_refine = (uint32_t)v[2];
         e->params.k_fullbit = (uint32_t)v[3];
         e->params.chunks = (uint32_t)v[4];
+        e->params.k_interaction = (uint32_t)ki;
         e->recall = r;
         e->recall_low = lo;
         e->reached = re == 1;
@@ -152,8 +160,10 @@ int ix_defaults_find(const ix_index *ix, uint32_t k, chimera_search_params *out)
     *out = e->params;
     double f = (double)k / e->k;
     double kf = e->params.k_fullbit * f, kr = e->params.k_refine * f;
+    double ki = e->params.k_interaction * f;
     out->k_fullbit = kf < (1 << 24) ? (uint32_t)kf : (1u << 24);
     out->k_refine = kr < (1 << 24) ? (uint32_t)kr : (1u << 24);
+    out->k_interaction = ki < (1 << 24) ? (uint32_t)ki : (1u << 24);
     return 1;
 }
 

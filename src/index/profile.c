@@ -29,6 +29,9 @@ static cJSON *profile_json(const ix_profile *p)
     cJSON_AddNumberToObject(o, "probe", p->params.probe);
     /* since 0.4.0, only when set: a profile without re-rank reads the same to any reader */
     if (p->params.rerank_depth) cJSON_AddNumberToObject(o, "rerank_depth", p->params.rerank_depth);
+    /* since 0.6.0, only when on (below k_refine) */
+    if (p->params.k_interaction && p->params.k_interaction < p->params.k_refine)
+        cJSON_AddNumberToObject(o, "k_interaction", p->params.k_interaction);
     return o;
 }
 
@@ -160,6 +163,19 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
                            "in 0..%u", best_k, best_t, cJSON_IsNumber(rd) ? "out of range" : "not a number",
                            1u << 24);
         out->rerank_depth = (uint32_t)x;
+    }
+    /* optional; absent: off, said explicitly (k_interaction = k_refine), so that a search
+     * does not take the index's calibrated value for a profile tuned without it */
+    out->k_interaction = out->k_refine;
+    const cJSON *ki = cJSON_GetObjectItemCaseSensitive(best, "k_interaction");
+    if (ki) {
+        double x = cJSON_IsNumber(ki) ? ki->valuedouble : -1;
+        if (!(x >= 1 && x <= (double)(1u << 24)) || x != floor(x))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): 'k_interaction' is %s, expected an "
+                           "integer in 1..%u", best_k, best_t,
+                           cJSON_IsNumber(ki) ? "out of range" : "not a number", 1u << 24);
+        out->k_interaction = (uint32_t)x;
     }
     return CHIMERA_OK;
 }

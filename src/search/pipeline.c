@@ -426,6 +426,36 @@ static chimera_status direct_candidates(sp_engine *e, int worker, const sp_param
     return CHIMERA_OK;
 }
 
+/* Centroid interaction (pipeline.h, stage 2): the *n_cand refined documents in w->cand
+ * ranked by their centroid-interaction score, the best `keep` of them (ties: the smaller
+ * document) replacing the list, best first, their partial scores replaced by it, so
+ * chunk 0 holds the most promising documents as before. The score is only a ranking: the
+ * 1-bit and full-bit stages score every kept document anew. */
+static chimera_status interaction_candidates(sp_engine *e, int worker, uint32_t keep,
+                                             uint32_t *n_cand, chimera_error *err)
+{
+    sp_worker *w = &e->w[worker];
+    uint32_t n = *n_cand;
+    CM_TRY(e->be.iface->score_ci(e->be.ctx, worker, w->cand, n, w->s1, err));
+    cm_topk h;
+    cm_topk_init(&h, keep, w->dh_s, w->dh_i);
+    for (uint32_t c = 0; c < n; c++) {
+        if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "search: document row %u got a %g centroid-interaction score: "
+                           "section 'centroids' or 'tok_cid' is damaged (run chimera check)",
+                           w->cand[c], (double)w->s1[c]);
+        cm_topk_push(&h, w->s1[c], w->cand[c]);
+    }
+    cm_topk_sort(&h);
+    for (uint32_t i = 0; i < h.n; i++) {
+        w->cand[i] = (uint32_t)h.id[i];
+        w->partial[i] = h.score[i];
+    }
+    *n_cand = h.n;
+    return CHIMERA_OK;
+}
+
 /* The exact re-rank: the documents in w->fin (the best by full-bit score) re-scored
  * exactly from the stored vectors; the best k of them by that score go to ids/scores
  * (internal document numbers).
@@ -505,9 +535,14 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
          * allowed: score them all instead */
         if (f && (int64_t)n_cand < f->n && n_cand < p->k) direct = 1;
     }
-    if (f && f->n == 0) n_cand = 0;
+    uint32_t n_refined = n_cand;
+    if (f && f->n == 0) n_cand = n_refined = 0;
     else if (direct) CM_TRY(direct_candidates(e, worker, p, &n_cand, err));
-    double t2 = cm_now();
+    double t2 = cm_now(), t2b = t2;
+    if (!direct && p->k_interaction && p->k_interaction < n_cand) {
+        CM_TRY(interaction_candidates(e, worker, p->k_interaction, &n_cand, err));
+        t2b = cm_now();
+    }
     /* -inf is a possible floor (a probe that found fewer clusters); NaN and +inf are not */
     for (uint32_t c = 0; c < n_cand; c++)
         if (isnan(w->partial[c]) || w->partial[c] == INFINITY)
@@ -577,7 +612,8 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     if (st) {
         st->t_generate += t1 - t0;
         st->t_refine += t2 - t1;
-        st->t_score1 += t3 - t2;
+        st->t_interaction += t2b - t2;
+        st->t_score1 += t3 - t2b;
         st->t_fullbit_wait += t4 - t3;
         st->t_fullbit += w->t_fullbit;
         st->t_rerank += t5 - t4;
@@ -585,12 +621,16 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->t_total += t5 - t0;
         st->tokens_refined += rs.tokens_scored;
         st->docs_touched += rs.docs_touched;
-        st->n_refined += n_cand;
+        st->n_refined += n_refined;
         st->n_scored1 += n_cand;
         st->n_fullbit += w->n_fullbit;
         /* query tokens up; candidate ids + partial scores and chunk scores down */
         st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (uint64_t)n_cand * 4;
-        st->bytes_down += (uint64_t)n_cand * (4 + 4) + (uint64_t)n_cand * 4;
+        st->bytes_down += (uint64_t)n_refined * (4 + 4) + (uint64_t)n_cand * 4;
+        if (t2b > t2) { /* the interaction's ids up and scores down */
+            st->bytes_up += (uint64_t)n_refined * 4;
+            st->bytes_down += (uint64_t)n_refined * 4;
+        }
     }
     return CHIMERA_OK;
 }

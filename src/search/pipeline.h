@@ -2,8 +2,11 @@
  *
  *   1. candidate generation   backend: query_begin + probe (n_probe clusters per token)
  *   2. candidate refinement   backend: refine -> top k_refine documents by partial
- *                              1-bit Chamfer score
- *   3. document scoring       backend: score1 on chunk i of the k_refine documents while
+ *                              1-bit Chamfer score; then, when k_interaction < k_refine,
+ *                              backend: score_ci -> the top k_interaction of them by
+ *                              centroid-interaction score (each token scored by its
+ *                              centroid: PLAID's filter, no code read)
+ *   3. document scoring       backend: score1 on chunk i of those documents while
  *                              the host computes full-bit scores of the documents that
  *                              entered the running top (i/c) * k_fullbit by 1-bit score
  *
@@ -43,12 +46,16 @@ typedef struct sp_params {
                                 are re-scored exactly (search/rerank.h) and the best k of
                                 them returned; needs the index's vectors, and k_fullbit >=
                                 rerank_depth to have that many */
+    uint32_t k_interaction;  /* 0 or >= k_refine: off; else refinement's documents are
+                                ranked by centroid-interaction score and only the best
+                                k_interaction (>= k_fullbit) go on to 1-bit scoring; not on
+                                the direct path, which scores every allowed document */
 } sp_params;
 
 /* Per-query measurements (summed over queries by the caller). */
 typedef struct sp_stats {
     double t_generate, t_refine, t_score1, t_fullbit_wait, t_fullbit, t_total; /* seconds */
-    double t_rerank;
+    double t_rerank, t_interaction;
     uint64_t tokens_refined, docs_touched, n_refined, n_scored1, n_fullbit, n_reranked;
     uint64_t bytes_up, bytes_down; /* across the device interface */
 } sp_stats;

@@ -248,6 +248,8 @@ static void profile_reduce(chimera_search_profile *profile, const sp_stats *stat
         profile->t_fullbit += stats[w].t_fullbit;
         profile->t_fullbit_wait += stats[w].t_fullbit_wait;
         profile->t_rerank += stats[w].t_rerank;
+        profile->t_interaction += stats[w].t_interaction;
+        profile->n_scored1 += stats[w].n_scored1;
         profile->n_reranked += stats[w].n_reranked;
         profile->tokens_refined += stats[w].tokens_refined;
         profile->docs_touched += stats[w].docs_touched;

@@ -707,6 +707,53 @@ static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, u
     return CHIMERA_OK;
 }
 
+typedef struct ci_job {
+    const cpu_ctx *c;
+    const cpu_worker *w;
+    const uint32_t *docs;
+    float *scores;
+    uint32_t n;
+} ci_job;
+
+static void ci_range(const ci_job *j, uint32_t i0, uint32_t i1)
+{
+    const be_resident *r = &j->c->r;
+    uint32_t m = j->w->m;
+    float mx[QUANT_QTOK_MAX];
+    for (uint32_t i = i0; i < i1; i++) {
+        const be_segment *sg = be_doc_segment(r, j->docs[i]);
+        int64_t d = j->docs[i] - sg->doc_base;
+        int64_t t0 = sg->doc_off[d], n = sg->doc_off[d + 1] - t0;
+        for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
+        quant_ci_doc_max(j->c->kt, sg->tok_cid + t0, (size_t)n, j->w->S, m, m, mx);
+        float s = 0.0f;
+        for (uint32_t q = 0; q < m; q++) s += mx[q];
+        j->scores[i] = n > 0 ? s : -INFINITY;
+    }
+}
+
+static void ci_task(void *ctx, int64_t t, int wi)
+{
+    (void)wi;
+    const ci_job *j = ctx;
+    uint32_t i0 = (uint32_t)t * 64, i1 = i0 + 64 < j->n ? i0 + 64 : j->n;
+    ci_range(j, i0, i1);
+}
+
+static chimera_status cpu_score_ci(void *vctx, int worker, const uint32_t *docs, uint32_t n,
+                                   float *scores, chimera_error *err)
+{
+    cpu_ctx *c = vctx;
+    if (n > c->cfg.max_refine)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: score_ci of %u documents "
+                       "(max %u)", n, c->cfg.max_refine);
+    ensure_scores(c, &c->w[worker], docs, n);
+    ci_job j = {c, &c->w[worker], docs, scores, n};
+    if (c->pool && n > 128) cm_pool_run(c->pool, (n + 63) / 64, ci_task, &j);
+    else ci_range(&j, 0, n);
+    return CHIMERA_OK;
+}
+
 static const float *cpu_host_scores(void *vctx, int worker)
 {
     cpu_ctx *c = vctx;
@@ -724,6 +771,7 @@ static const struct cm_backend_i cpu_iface = {
     .host_centroid_scores = cpu_host_scores,
     .release = cpu_free,
     .query_batch = cpu_query_batch,
+    .score_ci = cpu_score_ci,
 };
 
 chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)

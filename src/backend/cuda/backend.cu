@@ -61,7 +61,8 @@ extern "C" {
 
 #define CU_MEM_RESERVE ((size_t)256 << 20) // context, cuBLAS workspaces, fragmentation
 
-static const char *const stage_name[CU_N_STAGES] = {"query_begin", "probe", "refine", "score1"};
+static const char *const stage_name[CU_N_STAGES] = {"query_begin", "probe", "refine", "score1",
+                                                     "score_ci"};
 
 // ---- sizes ---------------------------------------------------------------------------
 
@@ -837,6 +838,38 @@ static chimera_status cu_score1(void *vctx, int worker, const uint32_t *docs, ui
     return CHIMERA_OK;
 }
 
+static chimera_status cu_score_ci(void *vctx, int worker, const uint32_t *docs, uint32_t n,
+                                  float *scores, chimera_error *err)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    cu_worker *w = NULL;
+    CM_TRY(get_worker(c, worker, &w, err));
+    if (n == 0) return CHIMERA_OK;
+    if (w->m == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: score_ci before query_begin");
+    if (n > c->cfg.max_refine)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "cuda backend: score_ci of %u documents (max %u)", n, c->cfg.max_refine);
+    for (uint32_t i = 0; i < n; i++)
+        if ((int64_t)docs[i] >= c->r.n_docs)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: document %u of %lld",
+                           docs[i], (long long)c->r.n_docs);
+    memcpy(w->h_ids, docs, (size_t)n * sizeof *docs);
+    CM_TRY(stage_start(w, CU_ST_CI, err));
+    CUDA_CHECK(cudaMemcpyAsync(w->d_out_ids, w->h_ids, (size_t)n * 4, cudaMemcpyHostToDevice,
+                               w->stream));
+    if (c->poison) CUDA_CHECK(cudaMemsetAsync(w->d_out_scores, 0xff, (size_t)n * 4, w->stream));
+    CM_TRY(cu_score_ci_run(c, w, n, err));
+    CUDA_CHECK(cudaMemcpyAsync(w->h_scores, w->d_out_scores, (size_t)n * 4,
+                               cudaMemcpyDeviceToHost, w->stream));
+    CM_TRY(stage_end(w, CU_ST_CI, err));
+    w->bytes_up += (uint64_t)n * 4;
+    w->bytes_down += (uint64_t)n * 4;
+    CM_TRY(sync_worker(w, err));
+    memcpy(scores, w->h_scores, (size_t)n * sizeof *scores);
+    return CHIMERA_OK;
+}
+
 // In declaration order (backend.h): C++17 has no designated initialisers.
 static const struct cm_backend_i cu_iface = {
     BE_API_VERSION, cu_upload, cu_query_begin, cu_probe, cu_refine, cu_score1,
@@ -844,6 +877,7 @@ static const struct cm_backend_i cu_iface = {
     cu_release,
     cu_refresh,
     nullptr, // query_batch: each query's S is one cuBLAS call on its own stream
+    cu_score_ci,
 };
 
 extern "C" chimera_status cuda_backend_new(cm_backend *out, chimera_error *err)

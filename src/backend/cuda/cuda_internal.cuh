@@ -37,7 +37,7 @@ extern "C" {
 #define CU_SCORE_DOCS_PER_BLOCK 8
 #define CU_SCORE_LUT_BYTES (32u * 1024u)
 
-enum { CU_ST_BEGIN = 0, CU_ST_PROBE, CU_ST_REFINE, CU_ST_SCORE1, CU_N_STAGES };
+enum { CU_ST_BEGIN = 0, CU_ST_PROBE, CU_ST_REFINE, CU_ST_SCORE1, CU_ST_CI, CU_N_STAGES };
 
 // One segment on the device (be_segment, uploaded once, by upload or refresh): its own
 // buffers, numbers local to the segment as on the host. The kernels read these
@@ -187,5 +187,6 @@ chimera_status cu_fill_i32(cudaStream_t s, int32_t *p, size_t n, int32_t v, chim
 chimera_status cu_score1_run(cu_ctx *c, cu_worker *w, uint32_t n, chimera_error *err);
 chimera_status cu_score1_prepare(cu_ctx *c, chimera_error *err);
 size_t cu_score1_smem(const cu_ctx *c, uint32_t *tq);
+chimera_status cu_score_ci_run(cu_ctx *c, cu_worker *w, uint32_t n, chimera_error *err);
 
 #endif

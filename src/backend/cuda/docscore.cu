@@ -25,6 +25,11 @@
 // CPU backend.
 //
 // Shared memory per block: TQ * dim_pad * 16 (LUT tile) + 4 * DOCS * m (maxima) + small.
+//
+// The centroid-interaction score (ci_kernel) reads no codes: one warp per document, lane
+// l keeps the maximum of S[cid_t][j] over the document's tokens for j = l, l + 32, ...
+// (a warp reads one row segment of S per token, coalesced), the maxima go to shared
+// memory and the warp's first lane sums them in query-token order, as the CPU does.
 #include <cmath>
 
 #include "backend/cuda/cuda_internal.cuh"
@@ -173,6 +178,60 @@ chimera_status cu_score1_run(cu_ctx *c, cu_worker *w, uint32_t n, chimera_error 
 #define SCORE_LAUNCH(NW) score1_kernel<NW><<<blocks, CU_THREADS, smem, w->stream>>>(a)
     CU_DISPATCH_NW(a.n_words, SCORE_LAUNCH)
 #undef SCORE_LAUNCH
+    LAUNCH_CHECK();
+    return CHIMERA_OK;
+}
+
+struct ci_args {
+    const uint32_t *docs;
+    uint32_t n_docs_list, m;
+    const cu_segment *segs;
+    uint32_t n_segs;
+    const float *S_km; // [K x m]
+    float *scores;
+};
+
+__global__ void __launch_bounds__(CU_THREADS) ci_kernel(ci_args a)
+{
+    extern __shared__ float ci_smem[]; // [CU_THREADS / 32][m]
+    uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint32_t i = blockIdx.x * (CU_THREADS / 32) + warp;
+    if (i >= a.n_docs_list) return; // the whole warp: no block-wide barrier below
+    float *mx = ci_smem + (size_t)warp * a.m;
+    uint32_t d = a.docs[i];
+    const cu_segment *sg = a.segs + cu_doc_segment(a.segs, a.n_segs, d);
+    int64_t ld = (int64_t)d - sg->doc_base;
+    int64_t b = sg->doc_off[ld], e = sg->doc_off[ld + 1];
+    for (uint32_t j = lane; j < a.m; j += 32) {
+        float v = -INFINITY;
+        for (int64_t t = b; t < e; t++) {
+            float s = a.S_km[(size_t)__ldg(sg->tok_cid + t) * a.m + j];
+            v = s > v ? s : v; // the CPU's comparison: NaN never wins
+        }
+        mx[j] = v;
+    }
+    __syncwarp();
+    if (lane == 0) {
+        float s = 0.0f;
+        for (uint32_t j = 0; j < a.m; j++) s += mx[j];
+        a.scores[i] = e > b ? s : -INFINITY;
+    }
+}
+
+// Centroid-interaction scores of w->d_out_ids[0..n) into w->d_out_scores.
+chimera_status cu_score_ci_run(cu_ctx *c, cu_worker *w, uint32_t n, chimera_error *err)
+{
+    ci_args a;
+    a.docs = w->d_out_ids;
+    a.n_docs_list = n;
+    a.m = w->m;
+    a.segs = c->r.d_segs;
+    a.n_segs = c->r.n_segs;
+    a.S_km = w->d_S_km;
+    a.scores = w->d_out_scores;
+    size_t smem = (size_t)(CU_THREADS / 32) * w->m * sizeof(float); // 8 KiB at m = 256
+    unsigned blocks = cu_div_up(n, CU_THREADS / 32);
+    ci_kernel<<<blocks, CU_THREADS, smem, w->stream>>>(a);
     LAUNCH_CHECK();
     return CHIMERA_OK;
 }
