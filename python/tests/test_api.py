@@ -109,7 +109,7 @@ def test_tune_profile_info_check(corpus, tmp_path):
     res = ix.tune(queries, k=10, target_recall=0.9, threads=2, save=True)
     assert res["reached"] and res["saved"] and res["recall"] >= 0.9
     assert set(res["params"]) == {"n_probe", "k_refine", "k_fullbit", "chunks", "impute", "probe",
-                                  "rerank_depth"}
+                                  "rerank_depth", "k_interaction"}
     # With explicit truth, on a reopened handle (the choice among settings that reach the
     # target depends on measured speed, so only the recall is compared).
     truth = chimera.exact_search((tokens, lens), queries, k=10)[1]

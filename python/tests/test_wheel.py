@@ -4,6 +4,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tomllib
 import venv
 
 import pytest
@@ -36,4 +37,6 @@ def test_wheel_installs_in_clean_venv(tmp_path):
             "print('ok', chimera.__version__, chimera.__file__)\n")
     out = subprocess.run([py, "-c", code], cwd=tmp_path, check=True, capture_output=True,
                          text=True).stdout
-    assert out.startswith("ok 0.5.0") and str(env_dir) in out
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    assert out.startswith(f"ok {version} ") and str(env_dir) in out
