@@ -335,6 +335,102 @@ static void test_cost_model(void)
     CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - base) < 1e-9 * base);
     /* wider tokens and longer documents cost more to score */
     CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160) > base);
+    /* centroid interaction: n_scored1 equal to n_refined (or unset) is no interaction */
+    b = a;
+    b.n_scored1 = b.n_refined;
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) == base);
+    /* scoring a quarter of the refined documents at 1 bit after the interaction costs
+     * less than scoring them all, more than scoring that quarter with no interaction */
+    b.n_scored1 = b.n_refined / 4;
+    chimera_search_profile c = a;
+    c.n_refined = b.n_scored1;
+    double with = sp_tune_cost(&b, &p, 1, 32, 128, 80);
+    CHECKF(with < base && with > sp_tune_cost(&c, &p, 1, 32, 128, 80), "%g vs %g", with, base);
+    /* the interaction's share does not grow with the dimension, 1-bit scoring's does */
+    double d256 = sp_tune_cost(&b, &p, 1, 32, 256, 80) - sp_tune_cost(&a, &p, 1, 32, 256, 80);
+    CHECK(d256 < with - base);
+}
+
+/* The walk keeps the start's k_refine and k_interaction per k_fullbit on every setting
+ * it measures (centroid interaction on), and keeps k_interaction off when off. */
+typedef struct ratio_log {
+    cost_model m;
+    int bad;
+} ratio_log;
+
+static chimera_status ratio_eval(void *ctx, const chimera_search_params *p, double *recall,
+                                 double *cost)
+{
+    ratio_log *l = ctx;
+    if (p->k_refine < 12 * p->k_fullbit && p->k_refine < 20000) l->bad++;
+    if (p->k_interaction < 3 * p->k_fullbit || p->k_interaction >= p->k_refine) l->bad++;
+    return model_eval(&l->m, p, recall, cost);
+}
+
+static void test_grow_ratios(void)
+{
+    chimera_search_params start = {.n_probe = 4, .k_refine = 240, .k_fullbit = 20,
+                                   .k_interaction = 60, .chunks = 4};
+    ratio_log l = {{20, 60, 0.5, 0}, 0};
+    chimera_tune_result *res = malloc(sizeof *res);
+    CHECK_OK(sp_tune_grow_heldout(ratio_eval, &l, model_check, NULL, 10, 0.95, 1.96, 7000, 20000,
+                                  &start, 0, res),
+             NULL);
+    CHECKF(res->reached && l.bad == 0 && l.m.calls > 2 && res->best.k_fullbit > start.k_fullbit,
+           "reached %d, %d settings off the ratios of %d, best k_fullbit %u", res->reached, l.bad,
+           l.m.calls, res->best.k_fullbit);
+    CHECK(res->best.k_interaction >= 3 * res->best.k_fullbit);
+    /* off stays off */
+    start.k_interaction = 0;
+    start.k_refine = 80;
+    CHECK_OK(sp_tune_grow_heldout(model_eval, &l.m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                  20000, &start, 0, res),
+             NULL);
+    CHECK(res->reached && res->best.k_interaction == 0 && res->best.k_refine >= 4 * res->best.k_fullbit);
+    for (int i = 0; i < res->n_points; i++) CHECK(res->points[i].params.k_interaction == 0);
+    free(res);
+}
+
+/* The backward walk's centroid-interaction step, on a model: refinement loses recall
+ * unless it keeps many documents per full-bit scored one, and the interaction loses
+ * recall when it passes on fewer than 2 k_fullbit; each 1-bit scored document costs
+ * per_scored1, each refined one per_refined (the interaction's share). */
+typedef struct ci_model {
+    double per_scored1, per_refined;
+} ci_model;
+
+static chimera_status ci_eval(void *ctx, const chimera_search_params *p, double *recall,
+                              double *qps)
+{
+    const ci_model *m = ctx;
+    int ci = p->k_interaction && p->k_interaction < p->k_refine;
+    double scored1 = ci ? p->k_interaction : p->k_refine;
+    double kept = (double)p->k_refine / p->k_fullbit;
+    *recall = model_recall(p) * (1 - 0.5 * exp(-kept / 2)) *
+              (ci && p->k_interaction < 2 * p->k_fullbit ? 0.9 : 1);
+    *qps = 1e9 / (1000 + 20.0 * p->n_probe + 10.0 * p->k_fullbit + m->per_scored1 * scored1 +
+                  m->per_refined * p->k_refine);
+    return CHIMERA_OK;
+}
+
+static void test_backward_interaction(void)
+{
+    chimera_tune_result *res = malloc(sizeof *res);
+    /* 1-bit scoring dear, refinement cheap: the interaction is taken, as deep as the
+     * recall allows and no deeper */
+    ci_model dear = {50, 0.5};
+    CHECK_OK(sp_tune_backward(ci_eval, &dear, 10, 0.95, 7000, 20000, res), NULL);
+    const chimera_search_params *b = &res->best;
+    CHECKF(res->reached && b->k_interaction && b->k_interaction < b->k_refine &&
+               b->k_interaction >= 2 * b->k_fullbit && b->k_interaction < 3 * b->k_fullbit,
+           "reached %d: %u/%u/%u ki %u", res->reached, b->n_probe, b->k_refine, b->k_fullbit,
+           b->k_interaction);
+    /* 1-bit scoring as cheap as the interaction itself: no gain, left off */
+    ci_model cheap = {0.5, 0.5};
+    CHECK_OK(sp_tune_backward(ci_eval, &cheap, 10, 0.95, 7000, 20000, res), NULL);
+    CHECKF(res->reached && (!b->k_interaction || b->k_interaction >= b->k_refine),
+           "ki %u kr %u", b->k_interaction, b->k_refine);
+    free(res);
 }
 
 int main(void)
@@ -342,6 +438,8 @@ int main(void)
     test_interval();
     test_cost_model();
     test_grow_by_cost();
+    test_grow_ratios();
+    test_backward_interaction();
     test_pseudo_queries();
     test_calibrated();
     return check_report();

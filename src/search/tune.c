@@ -6,6 +6,9 @@
  *      is the only one that can recover order among good candidates;
  *   3. shrink k_refine (never below k_fullbit) while the target holds;
  *   4. then shrink n_probe while the target holds;
+ *   4b. try centroid interaction: three times k_refine, of which the interaction passes
+ *      on as many as 1-bit scoring took before, then fewer while the target holds;
+ *      kept when measurably faster;
  *   5. finally try fewer and more chunks for the chosen setting (throughput only).
  *
  * Each step keeps the cheapest setting that still reaches the target; every trial is
@@ -109,6 +112,35 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
         best = t;
         best_r = r;
         best_q = q;
+    }
+    /* 4b. centroid interaction: refinement keeps three times the documents and only the
+     * best of them by the interaction are 1-bit scored, as many as were before, then
+     * fewer by factors of ~0.7 while the target holds; kept when measurably faster */
+    if (p.k_refine < docs) {
+        chimera_search_params t = p;
+        uint64_t kr = (uint64_t)p.k_refine * 3;
+        t.k_refine = kr < docs ? (uint32_t)kr : docs;
+        t.k_interaction = p.k_refine;
+        chimera_search_params ci = t;
+        double ci_q = 0, ci_r = 0;
+        int ok = 0;
+        for (;;) {
+            CM_TRY(trial(eval, ctx, &t, res, &r, &q));
+            if (r < target) break;
+            ok = 1;
+            ci = t;
+            ci_q = q;
+            ci_r = r;
+            uint32_t next = (uint32_t)((double)t.k_interaction * 0.7);
+            if (next < t.k_fullbit || next == t.k_interaction) break;
+            t.k_interaction = next;
+        }
+        if (ok && ci_q > best_q * 1.03) {
+            p = ci;
+            best = ci;
+            best_r = ci_r;
+            best_q = ci_q;
+        }
     }
     /* 5. chunks: the speed knob that does not change recall (much) */
     uint32_t chunk_opts[] = {1, 2, 8};
@@ -219,7 +251,9 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *   touched  per document seen in refinement (its slot, the k_refine selection);
  *   pair1    per (document token, query token) pair of 1-bit scoring, per dimension:
  *            0.9 ns a pair at d = 64, 4.6 at 256;
- *   pairB    the same at full bits: 4.8 ns at d = 64, 20.5 at 256. */
+ *   pairB    the same at full bits: 4.8 ns at d = 64, 20.5 at 256;
+ *   pairCI   per pair of centroid interaction (a table lookup and a max, whatever d):
+ *            0.4 ns at d = 96 and 384, on every refined document when it runs. */
 #define COST_PROBE 257.0
 #define COST_PROBE_DIM 0.83
 #define COST_ENTRY 19.0
@@ -227,6 +261,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_TOUCHED 8.0
 #define COST_PAIR1_DIM 0.016
 #define COST_PAIRB_DIM 0.078
+#define COST_PAIR_CI 0.4
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
                     int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len)
@@ -237,9 +272,13 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m * d / nq;
-    double score1 = COST_PAIR1_DIM * pairs * (double)prof->n_refined;
+    /* centroid interaction ran where fewer documents were 1-bit scored than refined */
+    int ci = prof->n_scored1 && prof->n_scored1 < prof->n_refined;
+    double scored1 = ci ? (double)prof->n_scored1 : (double)prof->n_refined;
+    double interaction = ci ? COST_PAIR_CI * doc_len * m / nq * (double)prof->n_refined : 0;
+    double score1 = COST_PAIR1_DIM * pairs * scored1;
     double fullbit = COST_PAIRB_DIM * pairs * (double)prof->n_fullbit;
-    return probe + entries + touched + score1 + fullbit;
+    return probe + entries + touched + interaction + score1 + fullbit;
 }
 
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
@@ -263,6 +302,9 @@ typedef struct grow_walk {
     unsigned char failed[MAX_POINTS]; /* checked on the held-out queries: fell short */
     int n;
     double ratio[3]; /* per knob (1: n_probe, 2: k_fullbit): the last gain per cost */
+    /* k_refine and k_interaction (0: off) per k_fullbit, the start's: a step of
+     * k_fullbit raises them in proportion */
+    double refine_per_fullbit, interaction_per_fullbit;
 } grow_walk;
 
 /* Gains smaller than this (under two hits in 320: k = 10 on 32 tuning queries) are noise
@@ -290,9 +332,9 @@ static chimera_status grow_trial(grow_walk *g, const chimera_search_params *p, d
     return CHIMERA_OK;
 }
 
-/* One step up: n_probe or k_fullbit (with k_refine kept at least 4 k_fullbit, the
- * default ratio) by half again, whichever gains more recall per unit of added cost on
- * the tuning queries; both when neither gains (a plateau one knob alone does not leave).
+/* One step up: n_probe or k_fullbit (with k_refine and k_interaction kept at least the
+ * start's multiples of it) by half again, whichever gains more recall per unit of added
+ * cost on the tuning queries; both when neither gains (a plateau one knob alone does not leave).
  * *r, *c are p's recall and cost. Returns 0 when both knobs are at their caps. */
 static int grow_step(grow_walk *g, chimera_search_params *p, double *r, double *c,
                      uint32_t cap_np, uint32_t cap_kf, uint32_t cap_kr, int *last,
@@ -302,9 +344,11 @@ static int grow_step(grow_walk *g, chimera_search_params *p, double *r, double *
     uint64_t np = (uint64_t)p->n_probe * 3 / 2 + 1, kf = (uint64_t)p->k_fullbit * 3 / 2 + 1;
     a.n_probe = np < cap_np ? (uint32_t)np : cap_np;
     b.k_fullbit = kf < cap_kf ? (uint32_t)kf : cap_kf;
-    uint64_t kr = (uint64_t)b.k_fullbit * 4;
+    double kr = ceil(b.k_fullbit * g->refine_per_fullbit);
     if (b.k_refine < kr) b.k_refine = kr < cap_kr ? (uint32_t)kr : cap_kr;
     if (b.k_refine < b.k_fullbit) b.k_refine = b.k_fullbit;
+    double ki = ceil(b.k_fullbit * g->interaction_per_fullbit);
+    if (b.k_interaction && b.k_interaction < ki) b.k_interaction = ki < cap_kr ? (uint32_t)ki : cap_kr;
     int can[3] = {0, a.n_probe != p->n_probe, b.k_fullbit != p->k_fullbit || b.k_refine != p->k_refine};
     if (!can[1] && !can[2]) return 0;
     chimera_search_params *knob[3] = {NULL, &a, &b};
@@ -388,9 +432,14 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
     if (cap_kf < k) cap_kf = k;
     chimera_search_params p = *start;
     if (p.n_probe > cap_np) p.n_probe = cap_np;
+    if (!p.n_probe) p.n_probe = 1;
+    if (!p.k_fullbit) p.k_fullbit = k;
     if (p.k_fullbit > cap_kf) p.k_fullbit = cap_kf;
     if (p.k_refine > cap_kr) p.k_refine = cap_kr;
     if (p.k_refine < p.k_fullbit) p.k_refine = p.k_fullbit;
+    if (p.k_interaction >= p.k_refine) p.k_interaction = 0;
+    g->refine_per_fullbit = (double)p.k_refine / p.k_fullbit;
+    g->interaction_per_fullbit = p.k_interaction ? (double)p.k_interaction / p.k_fullbit : 0;
     double r, c, t = target, best_low = -1;
     chimera_status s = grow_trial(g, &p, &r, &c);
     int met = 0, room = 1, last = 0;

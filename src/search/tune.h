@@ -50,7 +50,8 @@ typedef chimera_status (*sp_tune_cost_fn)(void *ctx, const chimera_search_params
                                           double *recall, double *cost);
 
 /* The same check around a walk upwards from `start` (cheap): each step raises n_probe
- * or k_fullbit (k_refine >= 4 k_fullbit) by half, whichever gains more recall on the
+ * or k_fullbit by half (k_refine and k_interaction, 0: off, with it: they keep at least
+ * the multiples of k_fullbit they have in start), whichever gains more recall on the
  * tuning queries per unit of added cost (both when neither gains), until the tuning
  * target is met. The setting checked on the held-out queries is then the cheapest of
  * all those measured (steps taken and steps passed over) that meet the tuning target;
