@@ -1084,8 +1084,9 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
         uint32_t scored1 = cp.k_interaction ? cp.k_interaction : cp.k_refine;
         p.k_fullbit_filtered = 2 * cp.k_fullbit < scored1 ? 2 * cp.k_fullbit : scored1;
     }
-    if (filtered) { /* room for the deeper probing of selective filters (pipeline.h) */
-        uint64_t room = (uint64_t)cp.n_probe * SP_FILTER_PROBE_MAX;
+    { /* room for the deeper probing of selective filters and of queries whose probed
+       * clusters hold too few documents (pipeline.h) */
+        uint64_t room = (uint64_t)cp.n_probe * SP_WIDEN_PROBE_MAX; /* >= the filter's */
         p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;
         if (p.n_probe_room < p.n_probe) p.n_probe_room = p.n_probe;
     }

@@ -1187,6 +1187,59 @@ static void test_probe_unfilled(const bench *b)
     cm_free(q);
 }
 
+/* Probing widens when the probed clusters hold fewer documents than k_fullbit: two tokens
+ * of a query with one cluster each reach a few dozen documents, so a top-100 search
+ * without room to widen returns fewer than 100; with room it returns 100, and exactly
+ * what a search probing the first doubling of n_probe that holds k_fullbit documents
+ * (or the room) returns. */
+static void test_widen(const bench *b)
+{
+    sp_params p = {.k = 100, .n_probe = 1, .k_refine = 400, .k_fullbit = 200, .chunks = 2,
+                   .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE};
+    sp_params mx = p;
+    mx.n_probe = 64;
+    sp_engine *e = NULL;
+    chimera_error err;
+    CHECK_OK(sp_engine_new(&b->ix, "cpu", 1, 1, &mx, 64, &e, &err), &err);
+    if (!e) return;
+    int64_t ids[100], ref[100];
+    float sc[100], rsc[100];
+    int short_narrow = 0, widened = 0;
+    for (int64_t i = 0; i < 10 && i < b->q.n; i++) {
+        uint32_t m;
+        const float *q = query(&b->q, i, &m);
+        m = m < 2 ? m : 2;
+        /* no room: as many results as the one probed cluster per token holds */
+        sp_params narrow = p;
+        sp_stats st = {0};
+        CHECK_OK(sp_search(e, 0, q, m, &narrow, ids, sc, &st, &err), &err);
+        int got = 0;
+        for (int r = 0; r < 100; r++) got += ids[r] >= 0;
+        if (got < 100) short_narrow++;
+        /* the reference: the first doubling whose refinement holds k_fullbit documents */
+        sp_params at = p;
+        for (;;) {
+            memset(&st, 0, sizeof st);
+            CHECK_OK(sp_search(e, 0, q, m, &at, ref, rsc, &st, &err), &err);
+            if (st.n_refined >= p.k_fullbit || at.n_probe >= 64) break;
+            at.n_probe *= 2;
+        }
+        widened += at.n_probe > 1;
+        sp_params wide = p;
+        wide.n_probe_room = 64;
+        CHECK_OK(sp_search(e, 0, q, m, &wide, ids, sc, NULL, &err), &err);
+        got = 0;
+        for (int r = 0; r < 100; r++) got += ids[r] >= 0;
+        CHECKF(got == 100, "query %lld: %d results of 100 with room to widen", (long long)i, got);
+        CHECKF(memcmp(ids, ref, sizeof ids) == 0 && memcmp(sc, rsc, sizeof sc) == 0,
+               "query %lld: the widened search differs from n_probe %u's", (long long)i,
+               at.n_probe);
+    }
+    CHECKF(short_narrow > 0 && widened > 0, "%d of 10 queries short without room, %d widened: "
+           "the fixture does not exercise widening", short_narrow, widened);
+    sp_engine_free(e);
+}
+
 int main(void)
 {
     double t0 = cm_now();
@@ -1223,6 +1276,7 @@ int main(void)
         test_graph_end_to_end(&pm);
         test_graph_batched(&pm);
         test_seeded_walk(&pm);
+        test_widen(&pm);
     }
     bench_free(&pm);
     /* fresh data of another shape and seed: d = 128, 4-bit codes */

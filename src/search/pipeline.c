@@ -531,6 +531,21 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         t1 = cm_now();
         CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, f ? f->allow : NULL, w->cand,
                           w->partial, &n_cand, &rs, err));
+        /* the probed clusters hold fewer documents than full-bit scoring ranks (a strongly
+         * clustered corpus: every cluster near the query's tokens holds the same few
+         * documents, so a top-100 search would return 60): probe twice the clusters, up to
+         * the room the engine was sized for (pipeline.h) */
+        int64_t live = e->ix->n_docs - e->ix->n_deleted;
+        uint32_t want = (int64_t)p->k_fullbit < live ? p->k_fullbit : (uint32_t)(live > 0 ? live : 0);
+        uint32_t room = p->n_probe_room > np ? p->n_probe_room : np;
+        while (!f && n_cand < want && np < room && np < e->ix->n_clusters) {
+            np = np * 2 < room ? np * 2 : room;
+            uint64_t scored = rs.tokens_scored;
+            CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
+            CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, NULL, w->cand, w->partial,
+                              &n_cand, &rs, err));
+            rs.tokens_scored += scored;
+        }
         /* a filter that let through fewer than k of the probed documents, while more are
          * allowed: score them all instead */
         if (f && (int64_t)n_cand < f->n && n_cand < p->k) direct = 1;

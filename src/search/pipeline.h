@@ -66,6 +66,9 @@ typedef struct sp_engine sp_engine;
 #define SP_DIRECT_REFINES 4
 /* The largest factor a filter deepens probing by (see sp_search). */
 #define SP_FILTER_PROBE_MAX 4
+/* The largest factor probing widens by when the probed clusters hold too few documents
+ * (see sp_search); at least SP_FILTER_PROBE_MAX, since n_probe_room serves both. */
+#define SP_WIDEN_PROBE_MAX 8
 
 /* An engine over an opened index with `n_workers` concurrent queries, each device call
  * allowed `n_threads` threads (latency mode: 1 worker, n threads), and scratch sized for
@@ -96,7 +99,13 @@ const char *sp_engine_backend(const sp_engine *e);
  * fewer than k documents while more are allowed. Either way min(k, allowed) results.
  * A filtered refinement probes deeper, n_probe x min(SP_FILTER_PROBE_MAX, 1 /
  * sqrt(selectivity)) clusters (up to p->n_probe_room): a subset's best documents rank
- * lower in the corpus, so their tokens sit in clusters further from the query's. */
+ * lower in the corpus, so their tokens sit in clusters further from the query's.
+ *
+ * Without a filter, when the probed clusters hold fewer documents than k_fullbit (and
+ * the index more), probing doubles until they do or n_probe reaches p->n_probe_room
+ * (SP_WIDEN_PROBE_MAX x n_probe): on a strongly clustered corpus every cluster near a
+ * query's tokens holds the same few documents, and a top-100 search would otherwise
+ * return fewer than 100. The extra probing counts in the refine stage's time. */
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err);
