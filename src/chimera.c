@@ -1087,6 +1087,7 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
     { /* room for the deeper probing of selective filters and of queries whose probed
        * clusters hold too few documents (pipeline.h) */
         uint64_t room = (uint64_t)cp.n_probe * SP_WIDEN_PROBE_MAX; /* >= the filter's */
+        if (room < SP_WIDEN_PROBE_FLOOR) room = SP_WIDEN_PROBE_FLOOR;
         p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;
         if (p.n_probe_room < p.n_probe) p.n_probe_room = p.n_probe;
     }

@@ -69,6 +69,9 @@ typedef struct sp_engine sp_engine;
 /* The largest factor probing widens by when the probed clusters hold too few documents
  * (see sp_search); at least SP_FILTER_PROBE_MAX, since n_probe_room serves both. */
 #define SP_WIDEN_PROBE_MAX 8
+/* ... and up to at least this many clusters whatever n_probe (a calibrated n_probe of 8
+ * on a corpus of topics of 75 documents needed 128 for a top-100) */
+#define SP_WIDEN_PROBE_FLOOR 256
 
 /* An engine over an opened index with `n_workers` concurrent queries, each device call
  * allowed `n_threads` threads (latency mode: 1 worker, n threads), and scratch sized for
@@ -103,7 +106,7 @@ const char *sp_engine_backend(const sp_engine *e);
  *
  * Without a filter, when the probed clusters hold fewer documents than k_fullbit (and
  * the index more), probing doubles until they do or n_probe reaches p->n_probe_room
- * (SP_WIDEN_PROBE_MAX x n_probe): on a strongly clustered corpus every cluster near a
+ * (SP_WIDEN_PROBE_MAX x n_probe, at least SP_WIDEN_PROBE_FLOOR): on a strongly clustered corpus every cluster near a
  * query's tokens holds the same few documents, and a top-100 search would otherwise
  * return fewer than 100. The extra probing counts in the refine stage's time. */
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
