@@ -931,8 +931,10 @@ typedef struct chimera_search_params {
      * centroid (sum over query tokens of the best <q_j, c> among the document's tokens'
      * centroids: PLAID's centroid interaction, from scores the probe already computed,
      * no code read), and only the best k_interaction (at least k_fullbit) are 1-bit
-     * scored. A large k_refine with a k_interaction of a third of it reaches the recall
-     * of 1-bit scoring all of them for less (bench/RESULTS.md). 0: the index's
+     * scored. A k_refine of 8-12 k_fullbit with a k_interaction of 3 k_fullbit reaches
+     * Recall@k 0.96-0.98 for up to 1.4-1.8x less time than without; at 0.95 it gains
+     * nothing (bench/RESULTS.md 5.9), so calibration leaves it off and `chimera tune`
+     * keeps it only when it measured it faster. 0: the index's
      * calibrated value when k_refine is left to the index too, else off;
      * k_interaction >= k_refine: off. Not applied when a selective filter scores its
      * allowed documents directly. */
