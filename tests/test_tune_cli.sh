@@ -67,11 +67,11 @@ grep -q "exact truth: 120 queries over the index's source" "$T/tune.out" && ok |
 grep -q "^held-out Recall@10 .*95% interval \[.*\] on 60 queries" "$T/tune.out" && ok ||
   bad "tune: no held-out interval: $(grep held-out "$T/tune.out")"
 grep -q "^stored as the profile for k=10" "$T/tune.out" && ok || bad "tune stored no profile: $(tail -3 "$T/tune.out")"
-best=$(sed -n 's/^held-out.* at \(--nprobe [0-9]* --k-refine [0-9]* --k-fullbit [0-9]* --chunks [0-9]*\),.*/\1/p' "$T/tune.out")
+best=$(sed -n 's/^held-out.* at \(--nprobe [0-9]* --k-refine [0-9]* --k-fullbit [0-9]* --chunks [0-9]*\)[ ,].*/\1/p' "$T/tune.out")
 set -- $best
 "$C" search "$T/a/idx" --queries "$T/a/queries.npy" -k 10 --recall 0.9 --out "$T/a/prof" \
   >"$T/sr.out" || bad "search --recall failed"
-grep -q "n_probe=$2 k_refine=$4 k_fullbit=$6 chunks=$8," "$T/sr.out" && ok ||
+grep -q "n_probe=$2 k_refine=$4 k_fullbit=$6 chunks=$8[ ,]" "$T/sr.out" && ok ||
   bad "search --recall does not reproduce the tuned setting ($best): $(cat "$T/sr.out")"
 # the profile on queries 120..239, which the tune never saw
 "$C" exact --tokens "$T/a/tokens.npy" --doclens "$T/a/doclens.npy" --queries "$T/a/queries.npy" \

@@ -154,16 +154,24 @@ int cmd_tune(int argc, char **argv)
     }
     printf("tuning on %lld %squeries (the last walk of the tuning target %.4f):\n",
            (long long)res->n_tune, queries ? "" : "pseudo-", res->tune_target);
-    printf("%-8s %-8s %-9s %-7s %-10s %-9s\n", "n_probe", "k_refine", "k_fullbit", "chunks",
-           "Recall@k", "queries/s");
+    /* k_interaction: "-" where off (0, or not below k_refine) */
+    printf("%-8s %-8s %-13s %-9s %-7s %-10s %-9s\n", "n_probe", "k_refine", "k_interaction",
+           "k_fullbit", "chunks", "Recall@k", "queries/s");
     for (int i = 0; i < res->n_points; i++) {
         const chimera_tune_point *p = &res->points[i];
-        printf("%-8u %-8u %-9u %-7u %-10.4f %-9.1f\n", p->params.n_probe, p->params.k_refine,
-               p->params.k_fullbit, p->params.chunks, p->recall, p->qps);
+        char ki[16] = "-";
+        if (p->params.k_interaction && p->params.k_interaction < p->params.k_refine)
+            snprintf(ki, sizeof ki, "%u", p->params.k_interaction);
+        printf("%-8u %-8u %-13s %-9u %-7u %-10.4f %-9.1f\n", p->params.n_probe,
+               p->params.k_refine, ki, p->params.k_fullbit, p->params.chunks, p->recall, p->qps);
     }
-    char depth[40] = "";
+    char depth[80] = "";
+    int n_depth = 0;
+    if (res->best.k_interaction && res->best.k_interaction < res->best.k_refine)
+        n_depth = snprintf(depth, sizeof depth, " --k-interaction %u", res->best.k_interaction);
     if (res->best.rerank_depth)
-        snprintf(depth, sizeof depth, " --rerank-depth %u", res->best.rerank_depth);
+        snprintf(depth + n_depth, sizeof depth - (size_t)n_depth, " --rerank-depth %u",
+                 res->best.rerank_depth);
     printf("held-out Recall@%u %.4f, 95%% interval [%.4f, %.4f] on %lld queries, at --nprobe %u "
            "--k-refine %u --k-fullbit %u --chunks %u%s, %.1f queries/s\n",
            k, res->heldout_recall, res->heldout_low, res->heldout_high, (long long)res->n_heldout,

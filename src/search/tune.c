@@ -6,9 +6,9 @@
  *      is the only one that can recover order among good candidates;
  *   3. shrink k_refine (never below k_fullbit) while the target holds;
  *   4. then shrink n_probe while the target holds;
- *   4b. try centroid interaction: three times k_refine, of which the interaction passes
- *      on as many as 1-bit scoring took before, then fewer while the target holds;
- *      kept when measurably faster;
+ *   4b. where k_refine is still 3 k_fullbit or more, try centroid interaction: three
+ *      times k_refine, of which the interaction passes on as many as 1-bit scoring took
+ *      before, then fewer while the target holds; kept when measurably faster;
  *   5. finally try fewer and more chunks for the chosen setting (throughput only).
  *
  * Each step keeps the cheapest setting that still reaches the target; every trial is
@@ -116,7 +116,7 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
     /* 4b. centroid interaction: refinement keeps three times the documents and only the
      * best of them by the interaction are 1-bit scored, as many as were before, then
      * fewer by factors of ~0.7 while the target holds; kept when measurably faster */
-    if (p.k_refine < docs) {
+    if (p.k_refine < docs && p.k_refine >= 3 * p.k_fullbit) { /* else little to cut */
         chimera_search_params t = p;
         uint64_t kr = (uint64_t)p.k_refine * 3;
         t.k_refine = kr < docs ? (uint32_t)kr : docs;
