@@ -661,12 +661,16 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
     return CHIMERA_OK;
 }
 
+/* Per-document scores of a list of documents, in tasks of `grain` documents: the 1-bit
+ * Chamfer estimate (score1) or the centroid interaction (score_ci), which differ only in
+ * the kernel that takes each query token's maximum over the document's tokens. */
 typedef struct score_job {
     const cpu_ctx *c;
     cpu_worker *w;
     const uint32_t *docs;
     float *scores;
-    uint32_t n;
+    uint32_t n, grain;
+    int interaction; /* 1: centroid interaction; 0: 1-bit estimates */
 } score_job;
 
 static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
@@ -679,8 +683,11 @@ static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
         int64_t d = j->docs[i] - sg->doc_base;
         int64_t t0 = sg->doc_off[d], n = sg->doc_off[d + 1] - t0;
         for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
-        quant_est1_doc_max(j->c->kt, &j->w->qs, sg->d1_codes + (size_t)t0 * cb, sg->d1_fact + t0,
-                           (size_t)n, sg->tok_cid + t0, j->w->S, m, mx);
+        if (j->interaction)
+            quant_ci_doc_max(j->c->kt, sg->tok_cid + t0, (size_t)n, j->w->S, m, m, mx);
+        else
+            quant_est1_doc_max(j->c->kt, &j->w->qs, sg->d1_codes + (size_t)t0 * cb,
+                               sg->d1_fact + t0, (size_t)n, sg->tok_cid + t0, j->w->S, m, mx);
         float s = 0.0f;
         for (uint32_t q = 0; q < m; q++) s += mx[q];
         j->scores[i] = n > 0 ? s : -INFINITY;
@@ -691,53 +698,29 @@ static void score_task(void *ctx, int64_t t, int wi)
 {
     (void)wi;
     const score_job *j = ctx;
-    uint32_t i0 = (uint32_t)t * 16, i1 = i0 + 16 < j->n ? i0 + 16 : j->n;
+    uint32_t i0 = (uint32_t)t * j->grain, i1 = i0 + j->grain < j->n ? i0 + j->grain : j->n;
     score_range(j, i0, i1);
+}
+
+/* A document list scored on the pool, or on the caller's thread when it is under two
+ * tasks' worth. An interaction document costs a fraction of a 1-bit scored one, so its
+ * tasks take four times the documents. */
+static void score_docs(cpu_ctx *c, int worker, const uint32_t *docs, uint32_t n, float *scores,
+                       int interaction)
+{
+    ensure_scores(c, &c->w[worker], docs, n);
+    uint32_t grain = interaction ? 64 : 16;
+    score_job j = {c, &c->w[worker], docs, scores, n, grain, interaction};
+    if (c->pool && n > 2 * grain) cm_pool_run(c->pool, (n + grain - 1) / grain, score_task, &j);
+    else score_range(&j, 0, n);
 }
 
 static chimera_status cpu_score1(void *vctx, int worker, const uint32_t *docs, uint32_t n,
                                  float *scores, chimera_error *err)
 {
     (void)err;
-    cpu_ctx *c = vctx;
-    ensure_scores(c, &c->w[worker], docs, n);
-    score_job j = {c, &c->w[worker], docs, scores, n};
-    if (c->pool && n > 32) cm_pool_run(c->pool, (n + 15) / 16, score_task, &j);
-    else score_range(&j, 0, n);
+    score_docs(vctx, worker, docs, n, scores, 0);
     return CHIMERA_OK;
-}
-
-typedef struct ci_job {
-    const cpu_ctx *c;
-    const cpu_worker *w;
-    const uint32_t *docs;
-    float *scores;
-    uint32_t n;
-} ci_job;
-
-static void ci_range(const ci_job *j, uint32_t i0, uint32_t i1)
-{
-    const be_resident *r = &j->c->r;
-    uint32_t m = j->w->m;
-    float mx[QUANT_QTOK_MAX];
-    for (uint32_t i = i0; i < i1; i++) {
-        const be_segment *sg = be_doc_segment(r, j->docs[i]);
-        int64_t d = j->docs[i] - sg->doc_base;
-        int64_t t0 = sg->doc_off[d], n = sg->doc_off[d + 1] - t0;
-        for (uint32_t q = 0; q < m; q++) mx[q] = -INFINITY;
-        quant_ci_doc_max(j->c->kt, sg->tok_cid + t0, (size_t)n, j->w->S, m, m, mx);
-        float s = 0.0f;
-        for (uint32_t q = 0; q < m; q++) s += mx[q];
-        j->scores[i] = n > 0 ? s : -INFINITY;
-    }
-}
-
-static void ci_task(void *ctx, int64_t t, int wi)
-{
-    (void)wi;
-    const ci_job *j = ctx;
-    uint32_t i0 = (uint32_t)t * 64, i1 = i0 + 64 < j->n ? i0 + 64 : j->n;
-    ci_range(j, i0, i1);
 }
 
 static chimera_status cpu_score_ci(void *vctx, int worker, const uint32_t *docs, uint32_t n,
@@ -747,10 +730,7 @@ static chimera_status cpu_score_ci(void *vctx, int worker, const uint32_t *docs,
     if (n > c->cfg.max_refine)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: score_ci of %u documents "
                        "(max %u)", n, c->cfg.max_refine);
-    ensure_scores(c, &c->w[worker], docs, n);
-    ci_job j = {c, &c->w[worker], docs, scores, n};
-    if (c->pool && n > 128) cm_pool_run(c->pool, (n + 63) / 64, ci_task, &j);
-    else ci_range(&j, 0, n);
+    score_docs(c, worker, docs, n, scores, 1);
     return CHIMERA_OK;
 }
 
