@@ -1088,6 +1088,7 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
        * clusters hold too few documents (pipeline.h) */
         uint64_t room = (uint64_t)cp.n_probe * SP_WIDEN_PROBE_MAX; /* >= the filter's */
         if (room < SP_WIDEN_PROBE_FLOOR) room = SP_WIDEN_PROBE_FLOOR;
+        if (room > SP_PROBE_ROOM_MAX) room = SP_PROBE_ROOM_MAX;
         p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;
         if (p.n_probe_room < p.n_probe) p.n_probe_room = p.n_probe;
     }

@@ -72,6 +72,9 @@ typedef struct sp_engine sp_engine;
 /* ... and up to at least this many clusters whatever n_probe (a calibrated n_probe of 8
  * on a corpus of topics of 75 documents needed 128 for a top-100) */
 #define SP_WIDEN_PROBE_FLOOR 256
+/* The room never exceeds what every backend probes (the CUDA backend's limit, 4096),
+ * though it never falls below the n_probe asked for. */
+#define SP_PROBE_ROOM_MAX 4096
 
 /* An engine over an opened index with `n_workers` concurrent queries, each device call
  * allowed `n_threads` threads (latency mode: 1 worker, n threads), and scratch sized for
