@@ -3,6 +3,7 @@
 otherwise, and an index built from it once per session."""
 import os
 import pathlib
+import signal
 import subprocess
 
 import numpy as np
@@ -26,6 +27,17 @@ def cli():
             pytest.fail(f"CHIMERA_CLI={os.environ['CHIMERA_CLI']} is not executable")
         pytest.skip("no chimera CLI (set CHIMERA_CLI or build build-test/)")
     return p
+
+
+@pytest.fixture(autouse=True)
+def _sigint_raises():
+    """SIGINT as an interactive Python has it: a test runner started in the background of
+    a non-interactive shell inherits SIGINT ignored, and then no Ctrl-C (nor
+    _thread.interrupt_main) ever raises KeyboardInterrupt, which the interrupt tests
+    expect."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 def _normalise(x):
