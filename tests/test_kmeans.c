@@ -75,6 +75,13 @@ static double exact_objective(const float *x, int64_t n, uint32_t d, const float
     return s / (double)n;
 }
 
+static float dotf(const float *a, const float *b, uint32_t d)
+{
+    double s = 0;
+    for (uint32_t t = 0; t < d; t++) s += (double)a[t] * b[t];
+    return (float)s;
+}
+
 static int unit_rows(const float *c, uint32_t k, uint32_t d)
 {
     for (uint32_t j = 0; j < k; j++) {
@@ -181,6 +188,51 @@ static void test_hierarchical(cm_pool *pool)
     ivf_assign(ex, x, na, d, i1, p1);
     ivf_assign(all, x, na, d, i2, p2);
     CHECK(memcmp(i1, i2, sizeof(uint32_t) * na) == 0);
+    /* The default two-level search against a per-row reference (every coarse score,
+     * the p = 8 best, then every child of those), and the same ids whatever the rows
+     * per call: its blocks follow the call, the answer must not. */
+    {
+        ivf_assign(def, x, na, d, i1, p1);
+        int64_t bad = 0, cut[] = {0, 1, 8, 1508, 3333, na};
+        for (int c = 0; c + 1 < (int)(sizeof cut / sizeof *cut); c++)
+            ivf_assign(def, x + (size_t)cut[c] * d, cut[c + 1] - cut[c], d, i2 + cut[c],
+                       p2 + cut[c]);
+        CHECK(memcmp(i1, i2, sizeof(uint32_t) * na) == 0);
+        int64_t skipped = 0;
+        for (int64_t i = 0; i < na; i++) {
+            /* the 9 best coarse clusters, so that a row whose 8th and 9th are closer than
+             * rounding (either may be probed) can be left out */
+            const float *xi = x + (size_t)i * d;
+            uint32_t top[9];
+            float top_ip[9];
+            for (int t = 0; t < 9; t++) top_ip[t] = -INFINITY, top[t] = 0;
+            for (uint32_t m = 0; m < hier.n_coarse; m++) {
+                float v = dotf(xi, hier.coarse + (size_t)m * d, d);
+                int t = 9;
+                while (t > 0 && v > top_ip[t - 1]) t--;
+                if (t == 9) continue;
+                memmove(top + t + 1, top + t, sizeof *top * (size_t)(8 - t));
+                memmove(top_ip + t + 1, top_ip + t, sizeof *top_ip * (size_t)(8 - t));
+                top[t] = m;
+                top_ip[t] = v;
+            }
+            if (top_ip[7] - top_ip[8] < 1e-5f) {
+                skipped++;
+                continue;
+            }
+            float best = -INFINITY;
+            for (int t = 0; t < 8; t++)
+                for (uint32_t j = hier.child_off[top[t]]; j < hier.child_off[top[t] + 1]; j++) {
+                    float v = dotf(xi, hier.centroids + (size_t)j * d, d);
+                    if (v > best) best = v;
+                }
+            float got = dotf(xi, hier.centroids + (size_t)i1[i] * d, d);
+            bad += fabsf(got - best) > 1e-5f || fabsf(p1[i] - best) > 1e-5f;
+        }
+        CHECK(skipped < na / 100);
+        CHECKF(bad == 0, "two-level assignment: %lld of %lld rows differ from the reference",
+               (long long)bad, (long long)na);
+    }
     double rec = ivf_assign_recall(def, x, n, d, 4000, 5);
     printf("two-level assignment (p = 8 of %u coarse): recall of the nearest centroid %.4f\n",
            hier.n_coarse, rec);

@@ -6,7 +6,7 @@
  * than scalar loops. Every sgemm call is single-threaded (core/blas.h) and the pool
  * parallelises over row blocks, so results do not depend on the thread count.
  *
- * Hierarchical search, per block of HIER_ROWS rows: one sgemm against all coarse
+ * Hierarchical search, per block of rows (hier_block_rows): one sgemm against all coarse
  * centroids, a top-p selection per row, then the (row, coarse cluster) pairs are
  * bucketed by cluster (counting sort) so that each cluster's children -- contiguous
  * rows of the fine centroid matrix -- meet all rows that probe it in one gathered
@@ -26,10 +26,15 @@
 #include "core/rng.h"
 #include "core/alloc.h"
 
-/* Rows per hierarchical block: enough rows that each probed coarse cluster sees
- * dozens of them (1024 * p / M rows on average), few enough that the coarse score
- * matrix (HIER_ROWS x M floats) stays a few MiB. */
-#define HIER_ROWS 1024
+/* Rows per hierarchical block: enough that each probed coarse cluster meets about
+ * HIER_ROWS_PER_BUCKET of them (rows * p / M on average), because each of its sgemms
+ * packs the cluster's children again and a GEMM of a few dozen rows runs at a fraction
+ * of the kernel's speed (at M = 315, p = 8, blocks of 1,024 rows gave 26 rows per
+ * bucket and ~10 GFLOP/s). Bounded below by HIER_ROWS_MIN and above by the coarse
+ * score matrix's budget (rows x M floats per worker). */
+#define HIER_ROWS_PER_BUCKET 192
+#define HIER_ROWS_MIN 1024
+#define HIER_COARSE_BYTES ((size_t)32 << 20)
 #define MAX_PROBE_COARSE 64
 
 static inline int better(float a, uint32_t ia, float b, uint32_t ib)
@@ -65,19 +70,22 @@ void ivf_argmax_block(const float *x, int n, size_t ldx, const float *c, uint32_
 
 typedef struct worker_scratch {
     float *tile;       /* IVF_TILE_ROWS * IVF_TILE_COLS */
-    float *coarse_ip;  /* HIER_ROWS * n_coarse */
-    uint32_t *probe;   /* HIER_ROWS * p: coarse ids per row */
+    float *coarse_ip;  /* block_rows * n_coarse */
+    uint32_t *probe;   /* block_rows * p: coarse ids per row */
     uint32_t *cnt;     /* n_coarse + 1 */
-    uint32_t *pair;    /* HIER_ROWS * p: rows bucketed by coarse id */
+    uint32_t *pair;    /* block_rows * p: rows bucketed by coarse id */
     float *gather;     /* IVF_TILE_ROWS * d */
     uint32_t *pid;     /* IVF_TILE_ROWS */
     float *pip;        /* IVF_TILE_ROWS */
+    float *row_ip;     /* block_rows: the block's best inner products when the caller
+                          wants none */
 } worker_scratch;
 
 struct ivf_assigner {
     const float *c, *coarse;
     const uint32_t *child_off;
     uint32_t k, d, n_coarse, p;
+    uint32_t block_rows;       /* rows per hierarchical block (hier_block_rows) */
     cm_pool *pool;
     int n_workers;
     worker_scratch *ws;
@@ -97,9 +105,19 @@ void ivf_assigner_free(ivf_assigner *a)
             cm_free(s->gather);
             cm_free(s->pid);
             cm_free(s->pip);
+            cm_free(s->row_ip);
         }
     cm_free(a->ws);
     cm_free(a);
+}
+
+static uint32_t hier_block_rows(uint32_t M, uint32_t p)
+{
+    uint64_t rows = ((uint64_t)HIER_ROWS_PER_BUCKET * M + p - 1) / p;
+    uint64_t cap = HIER_COARSE_BYTES / (sizeof(float) * (uint64_t)M);
+    if (rows > cap) rows = cap;
+    if (rows < HIER_ROWS_MIN) rows = HIER_ROWS_MIN;
+    return (uint32_t)((rows + 255) / 256 * 256);
 }
 
 chimera_status ivf_assigner_new(const float *centroids, uint32_t k, uint32_t d,
@@ -132,6 +150,7 @@ chimera_status ivf_assigner_new(const float *centroids, uint32_t k, uint32_t d,
     a->p = opts && opts->n_probe_coarse ? opts->n_probe_coarse : 8;
     if (a->p > MAX_PROBE_COARSE) a->p = MAX_PROBE_COARSE;
     if (a->n_coarse && a->p > a->n_coarse) a->p = a->n_coarse;
+    a->block_rows = a->n_coarse ? hier_block_rows(a->n_coarse, a->p) : 0;
     a->n_workers = cm_pool_size(a->pool);
     a->ws = cm_malloc(sizeof *a->ws * (size_t)a->n_workers);
     if (!a->ws) goto nomem;
@@ -144,11 +163,13 @@ chimera_status ivf_assigner_new(const float *centroids, uint32_t k, uint32_t d,
         s->pip = cm_malloc(sizeof(float) * IVF_TILE_ROWS);
         if (!s->tile || !s->gather || !s->pid || !s->pip) goto nomem;
         if (a->n_coarse) {
-            s->coarse_ip = cm_aligned_alloc(64, sizeof(float) * HIER_ROWS * a->n_coarse);
-            s->probe = cm_malloc(sizeof(uint32_t) * HIER_ROWS * a->p);
-            s->pair = cm_malloc(sizeof(uint32_t) * HIER_ROWS * a->p);
+            size_t br = a->block_rows;
+            s->coarse_ip = cm_aligned_alloc(64, sizeof(float) * br * a->n_coarse);
+            s->probe = cm_malloc(sizeof(uint32_t) * br * a->p);
+            s->pair = cm_malloc(sizeof(uint32_t) * br * a->p);
+            s->row_ip = cm_malloc(sizeof(float) * br);
             s->cnt = cm_malloc(sizeof(uint32_t) * (a->n_coarse + 1));
-            if (!s->coarse_ip || !s->probe || !s->pair || !s->cnt) goto nomem;
+            if (!s->coarse_ip || !s->probe || !s->pair || !s->cnt || !s->row_ip) goto nomem;
         }
     }
     *out = a;
@@ -199,7 +220,7 @@ static void exact_task(void *ctx, int64_t task, int worker)
 
 /* ---- hierarchical ----------------------------------------------------------------- */
 
-/* One block of at most HIER_ROWS rows. */
+/* One block of at most a->block_rows rows. */
 static void hier_rows(ivf_assigner *a, worker_scratch *s, const float *x, int n, size_t ldx,
                       uint32_t *ids, float *ips)
 {
@@ -276,28 +297,22 @@ static void hier_task(void *ctx, int64_t task, int worker)
     job *j = ctx;
     worker_scratch *s = &j->a->ws[worker];
     int64_t r0 = task * j->rows_per_task;
-    int64_t r1 = r0 + j->rows_per_task < j->n ? r0 + j->rows_per_task : j->n;
-    for (int64_t b = r0; b < r1; b += HIER_ROWS) {
-        int nb = (int)(r1 - b < HIER_ROWS ? r1 - b : HIER_ROWS);
-        /* ips may be NULL for the caller; the block needs it, so borrow pip-sized space
-         * when absent: the row results go through a small stack buffer instead. */
-        if (j->ips) {
-            hier_rows(j->a, s, j->x + (size_t)b * j->ldx, nb, j->ldx, j->ids + b, j->ips + b);
-        } else {
-            float tmp[HIER_ROWS];
-            hier_rows(j->a, s, j->x + (size_t)b * j->ldx, nb, j->ldx, j->ids + b, tmp);
-        }
-    }
+    int nb = (int)(j->n - r0 < j->rows_per_task ? j->n - r0 : j->rows_per_task);
+    hier_rows(j->a, s, j->x + (size_t)r0 * j->ldx, nb, j->ldx, j->ids + r0,
+              j->ips ? j->ips + r0 : s->row_ip);
 }
 
 static void run(ivf_assigner *a, const float *x, int64_t n, size_t ldx, uint32_t *ids,
                 float *ips, int exact)
 {
     if (n <= 0) return;
-    job j = {a, x, n, ldx, ids, ips, exact || !a->n_coarse ? IVF_TILE_ROWS * 4 : HIER_ROWS};
-    int64_t n_tasks = (n + j.rows_per_task - 1) / j.rows_per_task;
-    cm_task_fn fn = exact || !a->n_coarse ? exact_task : hier_task;
-    cm_pool_run(a->pool, n_tasks, fn, &j);
+    int hier = !exact && a->n_coarse;
+    int64_t rows = hier ? a->block_rows : IVF_TILE_ROWS * 4;
+    int64_t n_tasks = (n + rows - 1) / rows;
+    /* Equal tasks: n = 1.2 blocks would otherwise leave one worker a fifth of a block. */
+    if (hier) rows = (n + n_tasks - 1) / n_tasks;
+    job j = {a, x, n, ldx, ids, ips, rows};
+    cm_pool_run(a->pool, n_tasks, hier ? hier_task : exact_task, &j);
 }
 
 void ivf_assign(ivf_assigner *a, const float *x, int64_t n, size_t ldx, uint32_t *ids,
