@@ -40,6 +40,12 @@
 #include "core/alloc.h"
 
 #define ROWS_PER_TASK 4096
+/* Rows per call of the assigner: it splits them over the pool itself, and its
+ * two-level search wants blocks of thousands of rows per worker (cluster/assign.c).
+ * A corpus gets at least ~64 calls (progress points, each one a chance to cancel)
+ * unless that would make them smaller than ROWS_PER_TASK. */
+#define ASSIGN_ROWS 65536
+#define ASSIGN_MIN_CALLS 64
 #define TRAIN_POINTS_PER_CENTROID IX_TRAIN_POINTS_PER_CENTROID
 /* rows of the sample that only measures a given codebook (assignment recall) */
 #define CHECK_SAMPLE 20000
@@ -89,16 +95,16 @@ typedef struct pass_ctx {
     quant_f1 *f1;
     quant_fB *fB;
     float **conv, **rot_buf; /* per worker: ROWS_PER_TASK x dim, x dim_pad */
+    float *assign_conv;      /* ASSIGN_ROWS x dim: float16 rows converted (else NULL) */
     chimera_status status;  /* first failure (set under no lock: any failure is fatal) */
 } pass_ctx;
 
-static void assign_task(void *ctx, int64_t t, int w)
+static void assign_block(pass_ctx *p, int64_t r0, int64_t max_rows)
 {
-    pass_ctx *p = ctx;
     if (cm_watch_flag(p->watch)) return;
-    int64_t r0 = t * ROWS_PER_TASK, n = p->c->n_tokens - r0;
-    if (n > ROWS_PER_TASK) n = ROWS_PER_TASK;
-    const float *rows = data_corpus_rows(p->c, r0, n, p->conv[w]);
+    int64_t n = p->c->n_tokens - r0;
+    if (n > max_rows) n = max_rows;
+    const float *rows = data_corpus_rows(p->c, r0, n, p->assign_conv);
     ivf_assign(p->assigner, rows, n, p->c->dim, p->assign + r0, NULL);
     cm_progress_add(p->prog, (uint64_t)n);
 }
@@ -256,13 +262,19 @@ static chimera_status stage_assign(build_state *b, chimera_error *err)
                             b->km.child_off, &ao, &b->assigner, err));
     b->assign = cm_malloc((size_t)b->N * sizeof *b->assign);
     if (!b->assign) return nomem(err);
+    float *conv = NULL;
+    if (b->c->dtype != CM_F32 &&
+        !(conv = cm_aligned_alloc(64, (size_t)ASSIGN_ROWS * b->d * sizeof(float))))
+        return nomem(err);
     cm_progress prog;
     cm_progress_begin(&prog, b->o.progress, b->o.progress_user, "assign", (uint64_t)b->N);
     pass_ctx p = {.c = b->c, .prog = &prog, .watch = &b->watch, .assigner = b->assigner,
-                  .assign = b->assign, .conv = b->conv};
-    int64_t n_tasks = (b->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
-    for (int64_t t = 0; t < n_tasks; t++) assign_task(&p, t, 0);
+                  .assign = b->assign, .assign_conv = conv};
+    int64_t rows = b->N / ASSIGN_MIN_CALLS;
+    rows = rows < ROWS_PER_TASK ? ROWS_PER_TASK : rows > ASSIGN_ROWS ? ASSIGN_ROWS : rows;
+    for (int64_t r0 = 0; r0 < b->N; r0 += rows) assign_block(&p, r0, rows);
     cm_progress_end(&prog);
+    cm_free(conv);
     if (cm_watch_flag(&b->watch)) return CHIMERA_ERR_CANCELLED; /* assign is partial */
     b->rep->assign_recall =
         ivf_assign_recall(b->assigner, b->sample, b->n_train, b->d, 20000, b->o.seed + 7);
@@ -410,6 +422,30 @@ done:
     return s;
 }
 
+/* Peak memory: the training sample is dead once assignment is measured, and the
+ * encoded arrays once written (the calibration reads the written index), so each goes
+ * as soon as its last stage ends rather than with the build. */
+static void release_sample(build_state *b)
+{
+    cm_free(b->sample);
+    b->sample = NULL;
+}
+
+static void release_written(build_state *b)
+{
+    void **bufs[] = {(void **)&b->c_rot, (void **)&b->assign, (void **)&b->post_doc,
+                     (void **)&b->d1,    (void **)&b->dB,     (void **)&b->c1,
+                     (void **)&b->f1,    (void **)&b->fB,     (void **)&b->cf1};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        cm_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    ivf_postings_free(&b->post);
+    ivf_assigner_free(b->assigner);
+    b->assigner = NULL;
+    ivf_kmeans_result_free(&b->km);
+}
+
 static void build_state_free(build_state *b)
 {
     if (b->conv)
@@ -533,9 +569,11 @@ chimera_status ix_build(const data_corpus *c, const char *out_dir, const ix_buil
     STAGE("sample", stage_sample(&b, err));
     STAGE("kmeans", stage_train(&b, err));
     STAGE("assign", stage_assign(&b, err));
+    release_sample(&b);
     STAGE("graph", stage_graph(&b, err));
     STAGE("encode", stage_encode(&b, err));
     STAGE("write", stage_write(&b, w, err));
+    release_written(&b);
     /* The calibration measures the written index (a preview of the manifest in the
      * temporary directory makes it openable), so that its defaults are committed with
      * it: one commit, one generation, and no reader ever sees the index without them. */
