@@ -103,6 +103,16 @@ static void test_sample(const chimera_corpus *c, const float *x, uint32_t d)
     CHECKF(found == n, "%lld of %lld sampled rows found in order", (long long)found, (long long)n);
     CHECK_STATUS(chimera_corpus_sample_tokens(c, nt + 1, 9, 0, a, &err), CHIMERA_ERR_INVALID_ARG, &err);
     free(a), free(b);
+    /* the build's sample: 64 per centroid up to 2^21 rows, then 2^21 rows down to 32 per
+     * centroid, never more than the corpus */
+    const int64_t big = (int64_t)1 << 40;
+    CHECK(chimera_codebook_sample_size(1000, big) == 64000);
+    CHECK(chimera_codebook_sample_size(32768, big) == (int64_t)1 << 21);
+    CHECK(chimera_codebook_sample_size(40000, big) == (int64_t)1 << 21);
+    CHECK(chimera_codebook_sample_size(65536, big) == (int64_t)1 << 21);
+    CHECK(chimera_codebook_sample_size(99328, big) == (int64_t)99328 * 32);
+    CHECK(chimera_codebook_sample_size(1000, 5000) == 5000);
+    CHECK(chimera_codebook_sample_size(1000, 0) == 0);
 }
 
 static void test_bytes(const chimera_codebook *cb)

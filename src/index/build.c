@@ -5,10 +5,11 @@
  * ix_build times them and frees the state once.
  *
  * Memory. The token matrix is read through its mapping in blocks and never copied
- * whole; the training sample (at most 64 points per centroid) is the one float32
- * copy. Everything else held in memory is the output itself (codes, factors, lists),
- * so peak RSS is about the index size plus the sample, plus whatever pages of the
- * mapped matrix the kernel keeps cached.
+ * whole; the training sample (ix_codebook_sample_size: at most 64 points per centroid,
+ * 2^21 rows past 32,768 centroids) is the one float32 copy, freed after assignment.
+ * Everything else held in memory is the output itself (codes, factors, lists), freed
+ * once written, so peak RSS is about the larger of the sample and the index, plus
+ * whatever pages of the mapped matrix the kernel keeps cached.
  *
  * Determinism. Every random step takes the build seed; k-means, assignment, the graph
  * and the encoder are independent of the thread count, so the same input, seed and
@@ -46,7 +47,6 @@
  * unless that would make them smaller than ROWS_PER_TASK. */
 #define ASSIGN_ROWS 65536
 #define ASSIGN_MIN_CALLS 64
-#define TRAIN_POINTS_PER_CENTROID IX_TRAIN_POINTS_PER_CENTROID
 /* rows of the sample that only measures a given codebook (assignment recall) */
 #define CHECK_SAMPLE 20000
 

@@ -19,6 +19,9 @@
 int64_t ix_codebook_sample_size(uint32_t k, int64_t n_tokens)
 {
     int64_t n = (int64_t)k * IX_TRAIN_POINTS_PER_CENTROID;
+    if (n > IX_TRAIN_POINTS_MAX) n = IX_TRAIN_POINTS_MAX;
+    if (n < (int64_t)k * IX_TRAIN_POINTS_MIN_PER_CENTROID)
+        n = (int64_t)k * IX_TRAIN_POINTS_MIN_PER_CENTROID;
     return n < n_tokens ? n : n_tokens;
 }
 

@@ -34,9 +34,15 @@ typedef struct ix_codebook {
                              [child_off[m], child_off[m + 1]) */
 } ix_codebook;
 
-/* Training points per centroid (the build's sample cap) and the sample's size for k
- * centroids over n tokens. */
+/* The build's training sample for k centroids over n tokens: 64 points per centroid
+ * (IX_TRAIN_POINTS_PER_CENTROID) while that is at most IX_TRAIN_POINTS_MAX rows, then
+ * IX_TRAIN_POINTS_MAX rows but never under IX_TRAIN_POINTS_MIN_PER_CENTROID per
+ * centroid; never more than the n tokens. The sample is the build's largest buffer
+ * (float32, 3.3 GB at 64 per centroid for 10^7 tokens at d = 128), and half of it
+ * trains a codebook as good there: bench/RESULTS.md section 4. */
 #define IX_TRAIN_POINTS_PER_CENTROID 64
+#define IX_TRAIN_POINTS_MIN_PER_CENTROID 32
+#define IX_TRAIN_POINTS_MAX ((int64_t)1 << 21)
 int64_t ix_codebook_sample_size(uint32_t k, int64_t n_tokens);
 
 /* n rows of c, each kept with probability n / n_tokens (cm_select, seeded by `seed`),
