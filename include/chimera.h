@@ -1170,9 +1170,9 @@ CHIMERA_API double chimera_results_eval_recall(const int64_t *run, uint32_t run_
 
 /* Pseudo-queries for tuning without a query log, made to resemble real queries rather
  * than copies of a document: each has a random target document; its length is m, or
- * with m = 0 uniform in 4..32; each token is, with probability 0.7, a token of the
+ * with m = 0 uniform in 4..32; each token is, with probability 0.95, a token of the
  * target and otherwise one of another random document (real queries bring words their
- * document lacks), perturbed by random noise of relative norm 0.2..0.5 (per query) and
+ * document lacks), perturbed by random noise of relative norm 0.4..0.8 (per query) and
  * rescaled to the source token's norm, so that no query token equals a document token.
  * Deterministic for a seed. @return CHIMERA_OK, _INVALID_ARG (n <= 0, m > 4096), _EMPTY,
  * _NOMEM. */

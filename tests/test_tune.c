@@ -247,6 +247,19 @@ static chimera_status model_check(void *ctx, const chimera_search_params *p, dou
     return CHIMERA_OK;
 }
 
+/* Held-out queries harder than the tuning ones (by 0.03) and few for their spread: the
+ * interval cannot certify 0.95 below the ceiling, but the mean can reach it. */
+static chimera_status model_check_hard(void *ctx, const chimera_search_params *p, double *mean,
+                                       double *sd, int64_t *n, double *qps)
+{
+    (void)ctx;
+    *mean = model_recall(p) - 0.03;
+    *sd = 0.15;
+    *n = 64;
+    *qps = 1;
+    return CHIMERA_OK;
+}
+
 /* The cheapest setting on the walk's own grid (each knob raised by half again from the
  * start, k_refine 4 k_fullbit) whose recall is at least r. */
 static double grid_cheapest(const cost_model *m, const chimera_search_params *start, double r)
@@ -302,6 +315,16 @@ static void test_grow_by_cost(void)
                                   7000, 20000, &start, 0.97, res),
              NULL);
     CHECK(!res->reached && res->best.n_probe < 128 && dear_probe.calls < 30);
+    /* a held-out mean short of a target below the ceiling: the walk grows on by the
+     * shortfall rather than stopping where the interval, too wide to certify anything
+     * near the ceiling, would send the tuning target past it */
+    CHECK_OK(sp_tune_grow_heldout(model_eval, &dear_probe, model_check_hard, NULL, 10, 0.95,
+                                  1.96, 7000, 20000, &start, 0.995, res),
+             NULL);
+    CHECKF(!res->reached && res->heldout_recall >= 0.95 &&
+               model_recall(&res->best) - 0.03 >= 0.95 && model_recall(&res->best) < 0.995,
+           "held-out mean %.4f (bound %.4f) at %u/%u/%u", res->heldout_recall, res->heldout_low,
+           res->best.n_probe, res->best.k_refine, res->best.k_fullbit);
     free(res);
     free(again);
 }
