@@ -425,21 +425,25 @@ done:
 /* Peak memory: the training sample is dead once assignment is measured, and the
  * encoded arrays once written (the calibration reads the written index), so each goes
  * as soon as its last stage ends rather than with the build. */
-static void release_sample(build_state *b)
-{
-    cm_free(b->sample);
-    b->sample = NULL;
-}
+#define RELEASE(ptr)                                                                     \
+    do {                                                                                 \
+        cm_free(ptr);                                                                    \
+        (ptr) = NULL;                                                                    \
+    } while (0)
+
+static void release_sample(build_state *b) { RELEASE(b->sample); }
 
 static void release_written(build_state *b)
 {
-    void **bufs[] = {(void **)&b->c_rot, (void **)&b->assign, (void **)&b->post_doc,
-                     (void **)&b->d1,    (void **)&b->dB,     (void **)&b->c1,
-                     (void **)&b->f1,    (void **)&b->fB,     (void **)&b->cf1};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-        cm_free(*bufs[i]);
-        *bufs[i] = NULL;
-    }
+    RELEASE(b->c_rot);
+    RELEASE(b->assign);
+    RELEASE(b->post_doc);
+    RELEASE(b->d1);
+    RELEASE(b->dB);
+    RELEASE(b->c1);
+    RELEASE(b->f1);
+    RELEASE(b->fB);
+    RELEASE(b->cf1);
     ivf_postings_free(&b->post);
     ivf_assigner_free(b->assigner);
     b->assigner = NULL;
