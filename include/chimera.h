@@ -886,7 +886,9 @@ typedef struct chimera_index_info {
                                is 0.10) */
     int recluster_advised;  /* 1: the appended tokens fit the centroids markedly worse
                                than the built ones and are a large part of the index:
-                               rebuild (chimera_index_build) to retrain the centroids */
+                               retrain them (chimera_index_compact with
+                               chimera_update_opts.recluster; keeps ids and metadata,
+                               which a new chimera_index_build would not) */
     /* Since 0.4.0: the exact re-rank tier (chimera_build_opts.rerank) */
     chimera_rerank rerank;  /* the element type of the stored vectors; NONE: none */
     uint64_t bytes_rerank;  /* their bytes over all segments (host-only, part of

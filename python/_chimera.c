@@ -830,17 +830,24 @@ static PyObject *py_meta_import(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *py_compact(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"path", "no_sync", "lock_timeout_ms", "progress", NULL};
+    static char *names[] = {"path", "no_sync", "lock_timeout_ms", "progress", "recluster",
+                            "n_clusters", "n_threads", "seed", NULL};
     const char *path;
-    int no_sync = 0, lock_ms = 0;
+    int no_sync = 0, lock_ms = 0, recluster = 0, threads = 0;
+    unsigned int clusters = 0;
+    unsigned long long seed = 0;
     PyObject *progress = Py_None;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|piO", names, &path, &no_sync, &lock_ms,
-                                     &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|piOpIiK", names, &path, &no_sync, &lock_ms,
+                                     &progress, &recluster, &clusters, &threads, &seed))
         return NULL;
     chimera_update_opts uo;
     if (update_opts_from(&uo, 0, no_sync, lock_ms, progress))
         return NULL;
+    uo.recluster = recluster;
+    uo.n_clusters = clusters;
+    uo.n_threads = threads;
+    uo.seed = seed;
     change_call c = {.op = CHANGE_COMPACT, .path = path, .uo = &uo};
     return run_change(&c);
 }

@@ -116,7 +116,8 @@ static void print_info(const char *dir, const chimera_index_info *in)
         printf("  drift          %.1f%% of %lld added tokens below the build's 10th-percentile "
                "centroid similarity (%.3f; the build's own: 10%%)%s\n", 100.0 * in->drift_below,
                (long long)in->drift_tokens, in->assign_sim_p10,
-               in->recluster_advised ? ": rebuild advised (chimera build retrains the centroids)"
+               in->recluster_advised ? ": recluster advised (chimera compact --recluster "
+                                       "retrains the centroids, keeping ids and metadata)"
                                      : "");
     if (in->n_docs && in->n_deleted * 5 > in->n_docs)
         printf("  advice         %.0f%% deleted: chimera compact reclaims their space\n",

@@ -716,7 +716,8 @@ def add(path, documents=None, *, tokens=None, doclens=None, ids, metadata=None,
 
     The centroids stay those trained at the build: when the added documents differ from
     the built ones, they fit them worse (report ``drift_below`` well above 0.1), and
-    once many have been added ``info["recluster_advised"]`` turns True: rebuild then.
+    once many have been added ``info["recluster_advised"]`` turns True: then
+    ``compact(path, recluster=True)`` retrains them over every live document.
 
     Each call is one atomic commit under the index's writer lock (shared with builds and
     other processes): when it returns the change is on disk (fsynced unless no_sync);
@@ -813,13 +814,22 @@ def delete(path, ids, *, missing_ok=False, no_sync=False, lock_timeout=None):
                            lock_timeout_ms=_lock_timeout(lock_timeout))
 
 
-def compact(path, *, no_sync=False, lock_timeout=None, progress=False):
+def compact(path, *, recluster=False, n_clusters=None, threads=None, seed=0, no_sync=False,
+            lock_timeout=None, progress=False):
     """Rewrite the index at `path` as one segment without its deleted documents (ids
     kept, nothing re-quantized, so search results are unchanged). Written beside the
     index and swapped in like a build. Worth it when more than about 20% of the
     documents are deleted (``info["n_deleted"]``) or after many small adds. An index
     with one segment and nothing deleted is left as it is (report ``merged`` False,
     generation unchanged).
+
+    recluster: True to retrain the centroids over the live documents and rebuild the
+        index from their stored vectors (``build(..., rerank=...)``) or else from tokens
+        reconstructed from their full-bit codes, calibrating its default search
+        parameters again; ids and metadata are kept. What ``info["recluster_advised"]``
+        asks for once added documents fit the build's centroids badly. n_clusters
+        (None: the build's default for the live tokens), threads and seed as for
+        :meth:`Index.build`.
 
     progress: True for a progress bar, or a callable(phase, fraction), as for
         :meth:`Index.build`.
@@ -831,7 +841,9 @@ def compact(path, *, no_sync=False, lock_timeout=None, progress=False):
     path = _index_dir(path)
     return _chimera.compact(path, no_sync=bool(no_sync),
                             lock_timeout_ms=_lock_timeout(lock_timeout),
-                            progress=_progress(progress))
+                            progress=_progress(progress), recluster=bool(recluster),
+                            n_clusters=int(n_clusters or 0), n_threads=_threads(threads),
+                            seed=int(seed))
 
 
 def meta_import(path, *, jsonl=None, csv=None, records=None, no_sync=False,

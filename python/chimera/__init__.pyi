@@ -166,6 +166,10 @@ def delete(
 def compact(
     path: _Path,
     *,
+    recluster: bool = False,
+    n_clusters: int | None = None,
+    threads: int | None = None,
+    seed: int = 0,
     no_sync: bool = False,
     lock_timeout: float | None = None,
     progress: _Progress = False,

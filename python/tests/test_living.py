@@ -193,6 +193,31 @@ def test_compact_keeps_ids_and_results(living):
     assert index.refresh() is False
 
 
+def test_compact_recluster_keeps_ids_metadata_and_results(living):
+    """compact(recluster=True), what info["recluster_advised"] asks for: new centroids
+    over every live document, the same ids, documents still found, metadata kept."""
+    path, rng, docs = living
+    new = _docs(rng, 40)
+    chimera.add(path, new, ids=np.arange(500, 540), no_sync=True)
+    docs.update(zip(range(500, 540), new))
+    chimera.delete(path, [3, 4, 510], no_sync=True)
+    chimera.meta_import(path, records=[{"id": i, "half": int(i >= 150)} for i in docs],
+                        no_sync=True)
+    index = chimera.Index.open(path)
+    before_ids = sorted(index.ids().tolist())
+    gen = index.generation
+    rep = chimera.compact(path, recluster=True, n_clusters=48, threads=2, seed=3, no_sync=True)
+    assert rep["merged"] and rep["n_deleted"] == 0 and rep["n_segments"] == 1
+    assert index.refresh() and index.generation > gen
+    assert sorted(index.ids().tolist()) == before_ids
+    assert index.info["n_clusters"] == 48
+    _assert_found(index, docs, [0, 1, 150, 299, 500, 539])
+    _, ids = index.search([docs[150], docs[1]], k=5, threads=2, filter="half = ?",
+                          filter_args=(1,))
+    assert ids[0, 0] == 150 and all(i < 0 or i >= 150 for i in ids[1])
+    index.check()
+
+
 def test_bad_inputs_leave_index_unchanged(living, tmp_path):
     path, rng, docs = living
     chimera.add(path, _docs(rng, 5), ids=np.arange(900, 905), no_sync=True)
