@@ -35,6 +35,7 @@ void cm_watch_init(cm_watch *w, chimera_progress_fn fn, void *user, chimera_canc
     w->cancel = cancel;
     w->cancel_user = cancel_user;
     atomic_store(&w->stop, 0);
+    atomic_store(&w->polling, 0);
 }
 
 int cm_watch_flag(cm_watch *w)
@@ -45,8 +46,13 @@ int cm_watch_flag(cm_watch *w)
 int cm_watch_stopped(cm_watch *w)
 {
     if (!w) return 0;
-    if (!cm_watch_flag(w) && w->cancel && w->cancel(w->cancel_user))
-        atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
+    /* One poller at a time: two threads that both saw the flag clear would otherwise
+     * both call the callback, the second after the first was told to stop. The flag is
+     * set before the poll is released, so the next poller sees it and does not call. */
+    if (w->cancel && !cm_watch_flag(w) && !atomic_exchange(&w->polling, 1)) {
+        if (!atomic_load(&w->stop) && w->cancel(w->cancel_user)) atomic_store(&w->stop, 1);
+        atomic_store(&w->polling, 0);
+    }
     return cm_watch_flag(w);
 }
 

@@ -31,7 +31,8 @@ void cm_progress_end(cm_progress *p); /* reports the phase complete */
  * callback, if any, and polls the caller's cancel callback, so every progress point of
  * every stage below becomes a cancellation point without the stages knowing. Once the
  * cancel callback has returned non-zero the watch stays stopped (and is not polled
- * again). Stages that loop check cm_watch_flag (one atomic load) to skip the rest of
+ * again: progress points reached from several threads at once poll it one at a time,
+ * and a thread that finds a poll under way skips its own). Stages that loop check cm_watch_flag (one atomic load) to skip the rest of
  * their work; callers check cm_watch_stopped (which also polls) between stages and
  * return CHIMERA_ERR_CANCELLED. A NULL watch never stops. */
 typedef struct cm_watch {
@@ -40,6 +41,7 @@ typedef struct cm_watch {
     chimera_cancel_fn cancel;
     void *cancel_user;
     _Atomic int stop;
+    _Atomic int polling; /* a thread is in the cancel callback */
 } cm_watch;
 
 void cm_watch_init(cm_watch *w, chimera_progress_fn fn, void *user, chimera_cancel_fn cancel,
