@@ -32,9 +32,10 @@ void cm_progress_end(cm_progress *p); /* reports the phase complete */
  * every stage below becomes a cancellation point without the stages knowing. Once the
  * cancel callback has returned non-zero the watch stays stopped (and is not polled
  * again: progress points reached from several threads at once poll it one at a time,
- * and a thread that finds a poll under way skips its own). Stages that loop check cm_watch_flag (one atomic load) to skip the rest of
- * their work; callers check cm_watch_stopped (which also polls) between stages and
- * return CHIMERA_ERR_CANCELLED. A NULL watch never stops. */
+ * and a thread that finds a poll under way skips its own). Stages that loop check
+ * cm_watch_flag (one atomic load) to skip the rest of their work; callers check
+ * cm_watch_stopped (which also polls) between stages and return CHIMERA_ERR_CANCELLED.
+ * A NULL watch never stops. */
 typedef struct cm_watch {
     chimera_progress_fn fn;
     void *user;

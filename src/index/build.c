@@ -458,21 +458,10 @@ static void build_state_free(build_state *b)
         for (int i = 0; i < b->nw; i++) cm_free(b->rot_buf[i]);
     cm_free(b->conv);
     cm_free(b->rot_buf);
-    cm_free(b->sample);
-    cm_free(b->c_rot);
-    cm_free(b->assign);
-    cm_free(b->post_doc);
-    cm_free(b->d1);
-    cm_free(b->dB);
-    cm_free(b->c1);
-    cm_free(b->f1);
-    cm_free(b->fB);
-    cm_free(b->cf1);
+    release_sample(b);
+    release_written(b);
     cm_free(b->rot);
-    ivf_assigner_free(b->assigner);
-    ivf_postings_free(&b->post);
     graph_free(&b->g);
-    ivf_kmeans_result_free(&b->km);
     cm_pool_free(b->pool);
 }
 
