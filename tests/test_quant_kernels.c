@@ -497,6 +497,139 @@ static void run_ci(const quant_kernels *ref, const quant_kernels *k, cm_rng *r)
             }
 }
 
+/* The 8-bit centroid rows (quant_c8_encode, ip8_q8, quant_c8_scores). Encoding: every
+ * code within +-127, csum their sum, and each rotated coordinate within scale/2 (one
+ * rounding of the quotient on top) of scale x code; all-zero and tiny rows get scale 0.
+ * The integer kernel equals scalar bit for bit and scalar equals its definition (the
+ * one-spike row holds +-127 against query bytes up to 255: AVX2's saturation case), for
+ * row counts around the 8-row block and 4-row group and m = 1..70 (8-, 16- and 32-lane
+ * tails). Scores: each level's quant_c8_scores (ids repeated and out of order, row
+ * stride ld > m, counts around the prefetch distance) equals scalar's bit for bit and
+ * lies within the documented bound of the float64 <q_j, c_k>; a row with extreme
+ * entries (one spike, the rest tiny) saturates nothing. */
+static void run_c8(const quant_kernels *ref, const quant_kernels *k, uint32_t dim, cm_rng *r)
+{
+    quant_rotation rot;
+    CHECK_OK(quant_rotation_init(&rot, dim, 57, NULL), NULL);
+    uint32_t D = rot.dim_pad;
+    enum { K = 41, NMAX = 40, MC = 70 };
+    float *c = cm_malloc((size_t)K * dim * 4), *q = cm_malloc((size_t)MC * dim * 4);
+    float *y = cm_malloc((size_t)D * 4), *qy = cm_malloc((size_t)MC * D * 4);
+    float scale[K];
+    int32_t csum[K];
+    int8_t *codes = cm_malloc((size_t)K * D);
+    int32_t *aa = cm_malloc((size_t)NMAX * MC * 4), *ab = cm_malloc((size_t)NMAX * MC * 4);
+    size_t ldmax = MC + 3;
+    float *Sa = cm_malloc((size_t)K * ldmax * 4), *Sb = cm_malloc((size_t)K * ldmax * 4);
+    uint32_t ids[NMAX];
+    quant_qset qs;
+    CHECK_OK(quant_qset_init(&qs, D, MC, NULL), NULL);
+    for (uint32_t kk = 0; kk < K; kk++)
+        for (uint32_t i = 0; i < dim; i++) {
+            float v = (float)cm_rng_gauss(r);
+            if (kk == 0) v = 0.0f;                  /* all zero */
+            if (kk == 1) v = 1e-35f * v;            /* tiny: under 2^-100 after rotation */
+            if (kk == 2) v = i == 0 ? 50.0f : 1e-3f * v; /* one spike */
+            c[(size_t)kk * dim + i] = v;
+        }
+    quant_c8_encode(&rot, c, K, codes, scale, csum);
+    int enc_ok = 1;
+    for (uint32_t kk = 0; kk < K; kk++) {
+        quant_rotate(&rot, c + (size_t)kk * dim, y);
+        int32_t sum = 0;
+        for (uint32_t i = 0; i < D; i++) {
+            int8_t v = codes[(size_t)kk * D + i];
+            sum += v;
+            enc_ok &= v != -128;
+            enc_ok &= fabs((double)y[i] - (double)scale[kk] * v) <=
+                      0.5 * scale[kk] * (1.0 + 1e-5) + 0x1p-100;
+        }
+        enc_ok &= sum == csum[kk];
+        if (kk < 2) enc_ok &= scale[kk] == 0.0f;
+    }
+    CHECKF(enc_ok, "quant_c8_encode d=%u: codes, sums or rounding bound", dim);
+    const uint32_t ms[] = {1, 3, 8, 9, 16, 17, 31, 32, 33, 48, 64, MC};
+    const size_t ns[] = {0, 1, 3, 4, 5, 7, 8, 9, 16, 17, 23, NMAX};
+    int ip_ok = 1, def_ok = 1, sc_ok = 1, bound_ok = 1;
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        uint32_t m = ms[mi];
+        for (size_t i = 0; i < (size_t)m * dim; i++) q[i] = (float)cm_rng_gauss(r);
+        if (m > 2) /* a constant token and a one-spike token */
+            for (uint32_t i = 0; i < dim; i++) {
+                q[i] = 0.25f;
+                q[dim + i] = i == dim / 2 ? 3.0f : 0.0f;
+            }
+        quant_qset_set(&qs, &rot, q, m);
+        quant_rotate_n(&rot, m, q, dim, qy, D);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            size_t n = ns[ni], ld = m + cm_rng_below(r, 4);
+            for (size_t t = 0; t < n; t++) ids[t] = (uint32_t)cm_rng_below(r, K);
+            /* the kernel on gathered rows, against scalar and the definition */
+            int8_t *rows = cm_malloc(n * D + 1);
+            for (size_t t = 0; t < n; t++) memcpy(rows + t * D, codes + (size_t)ids[t] * D, D);
+            ref->ip8_q8(qs.q8_t, qs.m_pad, m, D, rows, n, aa);
+            k->ip8_q8(qs.q8_t, qs.m_pad, m, D, rows, n, ab);
+            ip_ok &= n == 0 || memcmp(aa, ab, n * m * 4) == 0;
+            for (size_t t = 0; t < n; t++)
+                for (uint32_t j = 0; j < m; j++) {
+                    int64_t a = 0;
+                    for (uint32_t i = 0; i < D; i++)
+                        a += (int64_t)rows[t * D + i] *
+                             qs.q8_t[((size_t)(i / 4) * qs.m_pad + j) * 4 + i % 4];
+                    def_ok &= a == aa[t * m + j];
+                }
+            cm_free(rows);
+            /* scores: scattered rows, bit for bit and within the bound */
+            for (size_t i = 0; i < (size_t)K * ld; i++) Sa[i] = Sb[i] = -7.0f;
+            quant_c8_scores(ref, &qs, codes, scale, csum, ids, n, Sa, ld);
+            quant_c8_scores(k, &qs, codes, scale, csum, ids, n, Sb, ld);
+            sc_ok &= memcmp(Sa, Sb, (size_t)K * ld * 4) == 0;
+            for (size_t t = 0; t < n; t++) {
+                uint32_t kk = ids[t];
+                for (uint32_t j = 0; j < m; j++) {
+                    const float *qj = qy + (size_t)j * D;
+                    double l1q = 0.0, l1c = 0.0;
+                    float lo = qj[0], hi = qj[0];
+                    for (uint32_t i = 0; i < D; i++) {
+                        lo = qj[i] < lo ? qj[i] : lo;
+                        hi = qj[i] > hi ? qj[i] : hi;
+                        l1q += fabs(qj[i]);
+                        l1c += fabs((double)scale[kk] * codes[(size_t)kk * D + i]);
+                    }
+                    double exact = 0.0; /* <q_j, c_k>: the rotation keeps inner products */
+                    for (uint32_t i = 0; i < dim; i++)
+                        exact += (double)q[(size_t)j * dim + i] * c[(size_t)kk * dim + i];
+                    double bound = 0.5 * scale[kk] * l1q + 0.5 * ((double)hi - lo) / 255.0 * l1c +
+                                   1e-5 * (1.0 + l1q) + 1e-5 * l1c;
+                    bound_ok &= fabs(Sa[(size_t)kk * ld + j] - exact) <= bound;
+                }
+            }
+            /* rows not asked for stay untouched */
+            for (uint32_t kk = 0; kk < K; kk++) {
+                int asked = 0;
+                for (size_t t = 0; t < n; t++) asked |= ids[t] == kk;
+                for (uint32_t j = 0; j < ld; j++)
+                    if (!asked || j >= m) sc_ok &= Sa[(size_t)kk * ld + j] == -7.0f;
+            }
+        }
+    }
+    CHECKF(ip_ok, "%s ip8_q8 d=%u differs from scalar", k->name, dim);
+    CHECKF(def_ok, "scalar ip8_q8 d=%u differs from its definition", dim);
+    CHECKF(sc_ok, "%s quant_c8_scores d=%u differs from scalar (or wrote outside its rows)",
+           k->name, dim);
+    CHECKF(bound_ok, "quant_c8_scores d=%u outside the documented bound", dim);
+    quant_qset_free(&qs);
+    cm_free(c);
+    cm_free(q);
+    cm_free(y);
+    cm_free(qy);
+    cm_free(codes);
+    cm_free(aa);
+    cm_free(ab);
+    cm_free(Sa);
+    cm_free(Sb);
+}
+
 int main(void)
 {
     const quant_kernels *ref = quant_kernels_for(CM_SIMD_SCALAR);
@@ -513,6 +646,7 @@ int main(void)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run(ref, k, dims[i], &r);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_q8(ref, k, dims[i], &r);
         run_ci(ref, k, &r);
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_c8(ref, k, dims[i], &r);
         printf("%s: compared with scalar\n", k->name);
     }
     CHECK(quant_kernels_active() == quant_kernels_for(cm_simd_level_get()));

@@ -97,6 +97,69 @@ void quant_est1_doc_max(const quant_kernels *kt, const quant_qset *qs, const uin
         quant_est1_doc_max_lut(kt, qs, codes1, f1, n, cid, cscore, ld, out_max);
 }
 
+void quant_c8_encode(const quant_rotation *rot, const float *c, size_t n, int8_t *codes,
+                     float *scale, int32_t *csum)
+{
+    uint32_t d = rot->dim_pad;
+    float y[QUANT_DIM_MAX];
+    for (size_t k = 0; k < n; k++) {
+        quant_rotate(rot, c + k * rot->dim, y);
+        int8_t *code = codes + k * d;
+        float mx = 0.0f;
+        for (uint32_t i = 0; i < d; i++) mx = fabsf(y[i]) > mx ? fabsf(y[i]) : mx;
+        int32_t sum = 0;
+        float s = mx / 127.0f;
+        if (!(mx >= 0x1p-100f)) s = 0.0f;
+        /* divide by the scale itself: round(y / s) is then the nearest multiple of s up
+         * to one rounding of the quotient */
+        for (uint32_t i = 0; i < d; i++) {
+            float v = s > 0.0f ? nearbyintf(y[i] / s) : 0.0f;
+            code[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+            sum += code[i];
+        }
+        scale[k] = s;
+        csum[k] = sum;
+    }
+}
+
+/* Rows fetched this many ahead of the one being copied (a block of 8 rows is a few
+ * hundred cycles of work; a miss to memory costs about as much). */
+#define QUANT_C8_AHEAD 16
+
+void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t *codes,
+                     const float *scale, const int32_t *csum, const uint32_t *ids, size_t n,
+                     float *S, size_t ld)
+{
+    uint32_t d = qs->dim_pad, m = qs->m;
+    if (n == 0 || m == 0) return;
+    kt = table(kt);
+    _Alignas(64) int8_t rows[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    int32_t a[QUANT_Q8_BLOCK * QUANT_QTOK_MAX];
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        for (size_t t = 0; t < nb; t++) {
+            if (t0 + t + QUANT_C8_AHEAD < n) {
+                uint32_t f = ids[t0 + t + QUANT_C8_AHEAD];
+                for (uint32_t o = 0; o < d; o += 64) __builtin_prefetch(codes + (size_t)f * d + o);
+                __builtin_prefetch(scale + f);
+                __builtin_prefetch(csum + f);
+                __builtin_prefetch(S + (size_t)f * ld, 1);
+            }
+            memcpy(rows + t * d, codes + (size_t)ids[t0 + t] * d, d);
+        }
+        kt->ip8_q8(qs->q8_t, qs->m_pad, m, d, rows, nb, a);
+        for (size_t t = 0; t < nb; t++) {
+            uint32_t k = ids[t0 + t];
+            float s = scale[k], cs = (float)csum[k], *out = S + (size_t)k * ld;
+            for (uint32_t j = 0; j < m; j++) {
+                float y = qs->q8_delta[j] * (float)a[t * m + j];
+                float z = qs->q8_lo[j] * cs;
+                out[j] = s * (y + z);
+            }
+        }
+    }
+}
+
 void quant_ci_doc_max(const quant_kernels *kt, const uint32_t *cid, size_t n,
                       const float *cscore, size_t ld, uint32_t m, float *out_max)
 {

@@ -86,6 +86,12 @@ typedef struct quant_kernels {
      * scalar bit for bit. */
     void (*ci_max)(const uint32_t *cid, size_t n, const float *cscore, size_t ld, uint32_t m,
                    float *out_max);
+    /* The integer core of the 8-bit centroid rows' scores (quant_c8_scores): for n rows
+     * of dim_pad signed bytes, a[t*m + j] = sum_i rows[t*dim_pad + i] qu_ji; q8_t as in
+     * quant_qset; row values within +-127 (quant_c8_encode). Exact integers: every
+     * variant matches scalar bit for bit. */
+    void (*ip8_q8)(const uint8_t *q8_t, uint32_t m_pad, uint32_t m, uint32_t dim_pad,
+                   const int8_t *rows, size_t n, int32_t *a);
     /* Nonzero where doc1_q8_max is this level's faster 1-bit doc form, so that
      * quant_est1_doc_max takes it: AVX-512 (VNNI, 1.6x the LUT form at d = 128, m = 32);
      * scalar and AVX2 keep the LUT form, which their byte products do not beat
@@ -101,6 +107,25 @@ const quant_kernels *quant_kernels_for(cm_simd_level level);
 const quant_kernels *quant_kernels_active(void);
 
 /* In every entry point kt may be NULL (the active table). */
+
+/* 8-bit centroid rows: centroid scores that read a quarter of the float rows' bytes
+ * (the CPU backend's lazily computed rows of S, backend/cpu). Centroid k [rot->dim
+ * floats] is rotated like a query token, y = R c_k [dim_pad], and stored as
+ * codes[k*dim_pad + i] = round(y_i / scale[k]) with scale[k] = max_i |y_i| / 127 and
+ * csum[k] = sum_i codes[k*dim_pad + i]; |y_i - scale[k] codes| <= scale[k] / 2. A row with max |y_i| below 2^-100 gets scale 0 and zero codes.
+ * Finite input only. */
+void quant_c8_encode(const quant_rotation *rot, const float *c, size_t n, int8_t *codes,
+                     float *scale, int32_t *csum);
+/* For t < n and j < qs->m, with k = ids[t]: S[k*ld + j] = scale[k] (q8_delta_j a_j +
+ * q8_lo_j csum[k]), a_j = sum_i codes[k*dim_pad + i] qu_ji (ip8_q8): the inner product
+ * of the 8-bit query token (quant_math.h, qm_query8) with the 8-bit row, so it differs
+ * from <q_j, c_k> by at most (scale[k] / 2) sum_i |q'_ji| + (delta_j / 2) sum_i |scale[k]
+ * codes_ki| (q' = R q_j) plus float rounding: at d = 128 about a fifth of the 4-bit
+ * estimator's error, which it adds to in quadrature. The rows are random reads of a
+ * large table: gathered a block at a time, prefetched ahead. */
+void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t *codes,
+                     const float *scale, const int32_t *csum, const uint32_t *ids, size_t n,
+                     float *S, size_t ld);
 
 /* list shape, 1-bit: est[t] = estimate of <q_j, v_t>. Default form (popcount). */
 void quant_est1_list(const quant_kernels *kt, const quant_qset *qs, uint32_t j,

@@ -529,7 +529,46 @@ static void ci_max(const uint32_t *cid, size_t n, const float *cscore, size_t ld
     }
 }
 
+/* Four rows against eight query lanes at a time. A query byte (up to 255) times a row
+ * byte (up to +-127), two to a 16-bit lane, would saturate vpmaddubsw, so the query
+ * bytes are split into nibbles, qu = 16 hi + lo, and each product pair (at most
+ * 2 x 15 x 127) is widened on its own (vpmaddwd by 1 and by 16). A last partial group of
+ * rows repeats its first row (computed, never stored). */
+static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const int8_t *rows,
+                   size_t n, int32_t *a)
+{
+    const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    for (uint32_t j0 = 0; j0 < m; j0 += 8) {
+        __m256i k = lane_mask(m - j0);
+        for (size_t t = 0; t < n; t += 4) {
+            size_t nr = n - t < 4 ? n - t : 4;
+            const int8_t *ur[4];
+            __m256i c[4];
+            _Pragma("GCC unroll 4")
+            for (size_t r = 0; r < 4; r++) {
+                ur[r] = rows + (t + (r < nr ? r : 0)) * d;
+                c[r] = _mm256_setzero_si256();
+            }
+            for (uint32_t g = 0; g < d / 4; g++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(qt + ((size_t)g * mp + j0) * 4));
+                __m256i lo = _mm256_and_si256(q, nib);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
+                _Pragma("GCC unroll 4")
+                for (size_t r = 0; r < 4; r++) {
+                    __m256i b = _mm256_set1_epi32(load_i32(ur[r] + 4 * g));
+                    __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b), ones);
+                    __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b), sixteen);
+                    c[r] = _mm256_add_epi32(c[r], _mm256_add_epi32(pl, ph));
+                }
+            }
+            for (size_t r = 0; r < nr; r++)
+                _mm256_maskstore_epi32((int *)(a + (t + r) * m + j0), k, c[r]);
+        }
+    }
+}
+
 const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
                                           ipB4_q8,       docB4_q8_max,
-                                          doc1_q8_max,   ci_max, 0};
+                                          doc1_q8_max,   ci_max,       ip8_q8, 0};

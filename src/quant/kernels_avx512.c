@@ -585,7 +585,34 @@ static void ci_max(const uint32_t *cid, size_t n, const float *cscore, size_t ld
     }
 }
 
+/* ipB4_q8's blocks on rows that need no unpacking (a last partial block is copied to
+ * a full one, since q8_block reads QUANT_Q8_BLOCK rows). */
+static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const int8_t *rows,
+                   size_t n, int32_t *a)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
+        size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        const int8_t *blk = rows + t0 * d;
+        if (nb < QUANT_Q8_BLOCK) {
+            memcpy(u, blk, nb * d);
+            memset(u + nb * d, 0, (QUANT_Q8_BLOCK - nb) * d);
+            blk = u;
+        }
+        for (uint32_t j0 = 0; j0 < m; j0 += 32) {
+            __mmask16 mask[2];
+            q8_masks(m - j0, mask);
+            __m512i acc[QUANT_Q8_BLOCK][2];
+            if (m - j0 > 16) q8_block(qt, mp, d, blk, j0, mask, acc, 2);
+            else q8_block(qt, mp, d, blk, j0, mask, acc, 1);
+            for (size_t t = 0; t < nb; t++)
+                for (int v = 0; v < 2 && mask[v]; v++)
+                    _mm512_mask_storeu_epi32(a + (t0 + t) * m + j0 + 16 * v, mask[v], acc[t][v]);
+        }
+    }
+}
+
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
-                                            doc1_q8_max,   ci_max, 1};
+                                            doc1_q8_max,   ci_max,       ip8_q8, 1};

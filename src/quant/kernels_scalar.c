@@ -150,7 +150,13 @@ static void ci_max(const uint32_t *cid, size_t n, const float *cscore, size_t ld
     }
 }
 
+static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad, const int8_t *rows,
+                   size_t n, int32_t *a)
+{
+    for (size_t t = 0; t < n; t++) q8_dots(qt, mp, m, dim_pad, rows + t * dim_pad, a + t * m);
+}
+
 const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
-                                            doc1_q8_max,   ci_max, 0};
+                                            doc1_q8_max,   ci_max,       ip8_q8, 0};

@@ -8,10 +8,16 @@
  * the full S: each token's walk starts from its best centroids among a fixed sample of
  * ~4 sqrt(K) scored by one small sgemm, and the rows of S that document scoring reads
  * (<q_j, c> for the centroid of every token of every refined document) are computed
- * afterwards, once per centroid and query, gathered into small sgemms -- or in full when
- * those documents hold more tokens than there are centroids. At K ~ 5e4 this cuts the
- * generate stage ~4x at equal recall; at K ~ 1e4 the full sgemm is cheaper
- * (bench/RESULTS.md section 5.8, docs/algorithms.md §2.6).
+ * afterwards, once per centroid and query -- or in full when those documents hold more
+ * tokens than there are centroids. At K ~ 5e4 this cuts the generate stage ~4x at equal
+ * recall; at K ~ 1e4 the full sgemm is cheaper (bench/RESULTS.md section 5.8,
+ * docs/algorithms.md §2.6). Those rows are random reads of the K x dim centroid matrix
+ * (~24k rows a query at K = 10^5, k_refine 800), far larger than the caches, and
+ * reading them as floats cost more than refinement itself; they are read from an 8-bit
+ * copy instead (quant_c8_scores: a quarter of the bytes and integer dot products
+ * against the 8-bit query; a score moves by a fifth of the 4-bit estimator's error),
+ * made at upload (c8_make) when probe=auto walks the graph (bench/RESULTS.md section
+ * 5.11).
  *
  * Refinement follows docs/design.md §2.3: for each query token, its probed posting
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
@@ -49,7 +55,7 @@
 #define CPU_BATCH_BYTES ((size_t)64 << 20)
 #define CPU_BATCH_ROWS 256 /* centroids per sgemm block: 256 KiB of scores at 256 columns */
 
-/* Centroids gathered per sgemm when S is computed row by row (CPU_S_LAZY). */
+/* Centroid rows per kernel call when S is computed row by row (CPU_S_LAZY). */
 #define CPU_LAZY_ROWS 128
 
 /* A graph probe seeds each query token's walk with its CPU_SEEDS best centroids among a
@@ -92,8 +98,6 @@ typedef struct cpu_worker {
     uint32_t *S_stamp;   /* [K] lazy mode: rows of S_own computed for this query */
     uint32_t S_epoch;
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
-    float *lz_c;         /* [CPU_LAZY_ROWS x dim] their vectors */
-    float *lz_s;         /* [CPU_LAZY_ROWS x max_m] their scores */
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
     uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
     float *seed_ip;
@@ -132,11 +136,37 @@ typedef struct cpu_ctx {
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
+    int8_t *c8;          /* [K x dim_pad] the lazy rows' 8-bit centroids (c8_make) */
+    float *c8_scale;     /* [K] */
+    int32_t *c8_sum;     /* [K] */
     pthread_mutex_t gs_mu;
     int64_t max_list;
 } cpu_ctx;
 
 /* ---- upload ------------------------------------------------------------------------ */
+
+/* The 8-bit centroids of the lazy rows of S (quant_c8_encode): ~2.5 us a centroid for
+ * the rotation, 0.25 s at K = 10^5, paid at upload when probe=auto walks the graph, else
+ * by the first graph probe. */
+static chimera_status c8_make(cpu_ctx *c, chimera_error *err)
+{
+    size_t K = c->r.n_clusters;
+    c->c8 = cm_malloc(K * c->r.dim_pad + 1);
+    c->c8_scale = cm_malloc(K * sizeof(float) + 1);
+    c->c8_sum = cm_malloc(K * sizeof(int32_t) + 1);
+    if (!c->c8 || !c->c8_scale || !c->c8_sum) {
+        cm_free(c->c8);
+        cm_free(c->c8_scale);
+        cm_free(c->c8_sum);
+        c->c8 = NULL;
+        c->c8_scale = NULL;
+        c->c8_sum = NULL;
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the 8-bit "
+                       "centroids");
+    }
+    quant_c8_encode(c->r.rot, c->r.centroids, K, c->c8, c->c8_scale, c->c8_sum);
+    return CHIMERA_OK;
+}
 
 static void cpu_free(void *vctx)
 {
@@ -149,8 +179,6 @@ static void cpu_free(void *vctx)
             cm_free(w->S_own);
             cm_free(w->S_stamp);
             cm_free(w->lz_id);
-            cm_free(w->lz_c);
-            cm_free(w->lz_s);
             cm_free(w->smp_s);
             cm_free(w->seed_id);
             cm_free(w->seed_ip);
@@ -176,6 +204,9 @@ static void cpu_free(void *vctx)
     cm_free(c->smp_id);
     cm_free(c->smp_c);
     graph_searcher_free(c->gs);
+    cm_free(c->c8);
+    cm_free(c->c8_scale);
+    cm_free(c->c8_sum);
     pthread_mutex_destroy(&c->gs_mu);
     cm_pool_free(c->pool);
     cm_free(c);
@@ -202,6 +233,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
             if (n > c->max_list) c->max_list = n;
         }
     }
+    if (c->auto_graph) CM_TRY(c8_make(c, err));
     if (c->cfg.n_workers == 1 && c->cfg.n_threads > 1) {
         c->pool = cm_pool_new(c->cfg.n_threads);
         if (!c->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot start threads");
@@ -239,13 +271,11 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         }
         w->S_stamp = cm_calloc(r->n_clusters ? r->n_clusters : 1, sizeof(uint32_t));
         w->lz_id = cm_malloc(CPU_LAZY_ROWS * sizeof(uint32_t));
-        w->lz_c = cm_malloc((size_t)CPU_LAZY_ROWS * r->dim * sizeof(float));
-        w->lz_s = cm_malloc((size_t)CPU_LAZY_ROWS * mm * sizeof(float));
         w->smp_s = cm_malloc((size_t)c->n_sample * mm * sizeof(float));
         w->seed_id = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(uint32_t));
         w->seed_ip = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(float));
         w->seed_n = cm_malloc((size_t)mm * sizeof(uint32_t));
-        if (!w->S_stamp || !w->lz_id || !w->lz_c || !w->lz_s || !w->smp_s || !w->seed_id ||
+        if (!w->S_stamp || !w->lz_id || !w->smp_s || !w->seed_id ||
             !w->seed_ip || !w->seed_n)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
@@ -321,19 +351,15 @@ static void batch_compute(const cpu_ctx *c, cpu_worker *w)
     w->b_done = 1;
 }
 
-/* The rows of S_own for this query's first nb gathered centroids (w->lz_id, w->lz_c). */
+/* The rows of S_own for this query's first nb gathered centroids (w->lz_id). */
 static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
 {
-    uint32_t m = w->m, d = c->r.dim;
-    cm_sgemm_nt((int)nb, (int)m, (int)d, 1.0f, w->lz_c, (int)d, w->q, (int)d, 0.0f, w->lz_s,
-                (int)m);
-    for (uint32_t i = 0; i < nb; i++)
-        memcpy(w->S_own + (size_t)w->lz_id[i] * m, w->lz_s + (size_t)i * m, m * sizeof(float));
+    quant_c8_scores(c->kt, &w->qs, c->c8, c->c8_scale, c->c8_sum, w->lz_id, nb, w->S_own, w->m);
 }
 
 /* Makes S usable for the tokens of docs[0..n): in full when nothing was computed yet,
  * and in lazy mode the rows of those tokens' centroids not computed before in this
- * query (gathered CPU_LAZY_ROWS at a time into one small sgemm). Runs on the worker's
+ * query (CPU_LAZY_ROWS at a time, from the 8-bit centroids). Runs on the worker's
  * thread only, before any pool task or the host thread reads those rows. */
 static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs, uint32_t n)
 {
@@ -360,7 +386,7 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
         w->S_state = CPU_S_FULL;
     }
     if (w->S_state != CPU_S_LAZY) return;
-    uint32_t d = r->dim, nb = 0, ep = w->S_epoch;
+    uint32_t nb = 0, ep = w->S_epoch;
     for (uint32_t i = 0; i < n; i++) {
         const be_segment *sg = be_doc_segment(r, docs[i]);
         int64_t ld = docs[i] - sg->doc_base;
@@ -369,7 +395,6 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
             if (w->S_stamp[k] == ep) continue;
             w->S_stamp[k] = ep;
             w->lz_id[nb] = k;
-            memcpy(w->lz_c + (size_t)nb * d, r->centroids + (size_t)k * d, d * sizeof(float));
             if (++nb == CPU_LAZY_ROWS) {
                 lazy_flush(c, w, nb);
                 nb = 0;
@@ -479,6 +504,11 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
             graph_search_params gp = {0};
             s = graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe, nw,
                                    &c->gs, err);
+            if (s == CHIMERA_OK && !c->c8) s = c8_make(c, err);
+            if (s != CHIMERA_OK) {
+                graph_searcher_free(c->gs);
+                c->gs = NULL;
+            }
         }
         pthread_mutex_unlock(&c->gs_mu);
         CM_TRY(s);
