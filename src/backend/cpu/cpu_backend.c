@@ -136,9 +136,7 @@ typedef struct cpu_ctx {
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
-    int8_t *c8;          /* [K x dim_pad] the lazy rows' 8-bit centroids (c8_make) */
-    float *c8_scale;     /* [K] */
-    int32_t *c8_sum;     /* [K] */
+    struct c8_table *c8; /* the lazy rows' 8-bit centroids (c8_make) */
     pthread_mutex_t gs_mu;
     int64_t max_list;
 } cpu_ctx;
@@ -146,25 +144,112 @@ typedef struct cpu_ctx {
 /* ---- upload ------------------------------------------------------------------------ */
 
 /* The 8-bit centroids of the lazy rows of S (quant_c8_encode): ~2.5 us a centroid for
- * the rotation, 0.25 s at K = 10^5, paid at upload when probe=auto walks the graph, else
- * by the first graph probe. */
+ * the rotation, 0.25 s at K = 10^5. A session makes its engine anew when a query
+ * outgrows it (a longer query, a deeper k), and an index update makes new engines over
+ * the same centroids, so the tables are shared by every engine of one set of centroids
+ * (the resident's shared_key: checksums of rotation, centroids and graph), counted, and
+ * the last one released is kept until another is made: an engine made right after its
+ * predecessor was freed finds it. A resident without a key (0) gets its own. */
+typedef struct c8_table {
+    uint64_t key;
+    uint32_t n, dim_pad;
+    int8_t *codes;
+    float *scale;
+    int32_t *sum;
+    int refs;
+    struct c8_table *next;
+} c8_table;
+
+static pthread_mutex_t c8_mu = PTHREAD_MUTEX_INITIALIZER;
+static c8_table *c8_tables; /* under c8_mu */
+
+static void c8_table_free(c8_table *t)
+{
+    if (!t) return;
+    cm_free(t->codes);
+    cm_free(t->scale);
+    cm_free(t->sum);
+    cm_free(t);
+}
+
+/* Unlinks and frees every unreferenced table but `keep`; under c8_mu. */
+static void c8_prune(const c8_table *keep)
+{
+    for (c8_table **pp = &c8_tables; *pp;) {
+        c8_table *t = *pp;
+        if (t != keep && t->refs == 0) {
+            *pp = t->next;
+            c8_table_free(t);
+        } else {
+            pp = &t->next;
+        }
+    }
+}
+
+static void c8_release(c8_table *t)
+{
+    if (!t) return;
+    if (!t->key) {
+        c8_table_free(t);
+        return;
+    }
+    pthread_mutex_lock(&c8_mu);
+    if (--t->refs == 0) c8_prune(t);
+    pthread_mutex_unlock(&c8_mu);
+}
+
+static c8_table *c8_find(uint64_t key, uint32_t n, uint32_t dim_pad)
+{
+    for (c8_table *t = c8_tables; t; t = t->next)
+        if (t->key == key && t->n == n && t->dim_pad == dim_pad) return t;
+    return NULL;
+}
+
 static chimera_status c8_make(cpu_ctx *c, chimera_error *err)
 {
-    size_t K = c->r.n_clusters;
-    c->c8 = cm_malloc(K * c->r.dim_pad + 1);
-    c->c8_scale = cm_malloc(K * sizeof(float) + 1);
-    c->c8_sum = cm_malloc(K * sizeof(int32_t) + 1);
-    if (!c->c8 || !c->c8_scale || !c->c8_sum) {
-        cm_free(c->c8);
-        cm_free(c->c8_scale);
-        cm_free(c->c8_sum);
-        c->c8 = NULL;
-        c->c8_scale = NULL;
-        c->c8_sum = NULL;
+    uint64_t key = c->r.shared_key;
+    uint32_t K = c->r.n_clusters, dp = c->r.dim_pad;
+    if (key) {
+        pthread_mutex_lock(&c8_mu);
+        c8_table *t = c8_find(key, K, dp);
+        if (t) t->refs++;
+        pthread_mutex_unlock(&c8_mu);
+        if (t) {
+            c->c8 = t;
+            return CHIMERA_OK;
+        }
+    }
+    c8_table *t = cm_calloc(1, sizeof *t);
+    if (t) {
+        *t = (c8_table){.key = key, .n = K, .dim_pad = dp, .refs = 1};
+        t->codes = cm_malloc((size_t)K * dp + 1);
+        t->scale = cm_malloc((size_t)K * sizeof(float) + 1);
+        t->sum = cm_malloc((size_t)K * sizeof(int32_t) + 1);
+    }
+    if (!t || !t->codes || !t->scale || !t->sum) {
+        c8_table_free(t);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the 8-bit "
                        "centroids");
     }
-    quant_c8_encode(c->r.rot, c->r.centroids, K, c->c8, c->c8_scale, c->c8_sum);
+    /* encoded outside the lock: another engine's lookup never waits 0.25 s for it */
+    quant_c8_encode(c->r.rot, c->r.centroids, K, t->codes, t->scale, t->sum);
+    if (key) {
+        pthread_mutex_lock(&c8_mu);
+        c8_table *o = c8_find(key, K, dp); /* made meanwhile by another engine */
+        if (o) {
+            o->refs++;
+        } else {
+            t->next = c8_tables;
+            c8_tables = t;
+            c8_prune(t);
+        }
+        pthread_mutex_unlock(&c8_mu);
+        if (o) {
+            c8_table_free(t);
+            t = o;
+        }
+    }
+    c->c8 = t;
     return CHIMERA_OK;
 }
 
@@ -204,9 +289,7 @@ static void cpu_free(void *vctx)
     cm_free(c->smp_id);
     cm_free(c->smp_c);
     graph_searcher_free(c->gs);
-    cm_free(c->c8);
-    cm_free(c->c8_scale);
-    cm_free(c->c8_sum);
+    c8_release(c->c8);
     pthread_mutex_destroy(&c->gs_mu);
     cm_pool_free(c->pool);
     cm_free(c);
@@ -354,7 +437,8 @@ static void batch_compute(const cpu_ctx *c, cpu_worker *w)
 /* The rows of S_own for this query's first nb gathered centroids (w->lz_id). */
 static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
 {
-    quant_c8_scores(c->kt, &w->qs, c->c8, c->c8_scale, c->c8_sum, w->lz_id, nb, w->S_own, w->m);
+    quant_c8_scores(c->kt, &w->qs, c->c8->codes, c->c8->scale, c->c8->sum, w->lz_id, nb,
+                    w->S_own, w->m);
 }
 
 /* Makes S usable for the tokens of docs[0..n): in full when nothing was computed yet,
