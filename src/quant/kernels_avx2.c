@@ -96,6 +96,11 @@ doc1_chunk(const float *T, uint32_t mp, uint32_t G, uint32_t cb, const uint8_t *
     const float *Tj = T + j0;
     size_t t = 0;
     for (; t + 2 <= n; t += 2) {
+        /* the S rows of the pair after next (see prefetch_rows) */
+        if (t + 5 < n) {
+            _mm_prefetch((const char *)(cscore + (size_t)cid[t + 4] * ld + j0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(cscore + (size_t)cid[t + 5] * ld + j0), _MM_HINT_T0);
+        }
         const uint8_t *c0 = codes + t * cb, *c1 = c0 + cb;
         __m256 a0[4], a1[4];
         _Pragma("GCC unroll 4")
@@ -446,6 +451,15 @@ static inline void q8_chunks(const quant_qset *qs, const int8_t *u, size_t nb, c
     }
 }
 
+/* The S rows (cscore + cid[t] * ld) of the block of tokens from t0, fetched one block
+ * ahead: random reads of a matrix of K rows (see kernels_avx512.c). */
+static inline void prefetch_rows(const uint32_t *cid, const float *cscore, size_t ld, size_t t0,
+                                 size_t n)
+{
+    size_t t1 = t0 + QUANT_Q8_BLOCK < n ? t0 + QUANT_Q8_BLOCK : n;
+    for (size_t t = t0; t < t1; t++) _mm_prefetch((const char *)(cscore + (size_t)cid[t] * ld), _MM_HINT_T0);
+}
+
 static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max)
@@ -458,6 +472,7 @@ static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *cod
     for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        prefetch_rows(cid, cscore, ld, t0 + QUANT_Q8_BLOCK, n);
         unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
         for (size_t t = 0; t < nb; t++) {
             al[t] = qm_f16_to_f32(fB[t0 + t].alpha);
@@ -479,6 +494,7 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
     for (uint32_t j = 0; j < qs->m; j++) hsq[j] = -0.5f * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        prefetch_rows(cid, cscore, ld, t0 + QUANT_Q8_BLOCK, n);
         unpack1_block(codes + t0 * (d / 8), d, nb, u, sb);
         for (size_t t = 0; t < nb; t++) {
             al[t] = qm_f16_to_f32(f1[t0 + t].alpha);
