@@ -434,6 +434,23 @@ static inline void q8_masks(uint32_t left, __mmask16 *mask)
     }
 }
 
+/* a[t*m + j] for the nb (<= QUANT_Q8_BLOCK) tokens of one block u, every query token,
+ * 32 at a time. */
+static inline void q8_sums(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d,
+                           const int8_t *u, size_t nb, int32_t *a)
+{
+    for (uint32_t j0 = 0; j0 < m; j0 += 32) {
+        __mmask16 mask[2];
+        q8_masks(m - j0, mask);
+        __m512i acc[QUANT_Q8_BLOCK][2];
+        if (m - j0 > 16) q8_block(qt, mp, d, u, j0, mask, acc, 2);
+        else q8_block(qt, mp, d, u, j0, mask, acc, 1);
+        for (size_t t = 0; t < nb; t++)
+            for (int v = 0; v < 2 && mask[v]; v++)
+                _mm512_mask_storeu_epi32(a + t * m + j0 + 16 * v, mask[v], acc[t][v]);
+    }
+}
+
 static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const uint8_t *codes,
                     size_t n, int32_t *a, int32_t *st)
 {
@@ -443,16 +460,7 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, cons
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
         for (size_t t = 0; t < nb; t++) st[t0 + t] = sb[t];
-        for (uint32_t j0 = 0; j0 < m; j0 += 32) {
-            __mmask16 mask[2];
-            q8_masks(m - j0, mask);
-            __m512i acc[QUANT_Q8_BLOCK][2];
-            if (m - j0 > 16) q8_block(qt, mp, d, u, j0, mask, acc, 2);
-            else q8_block(qt, mp, d, u, j0, mask, acc, 1);
-            for (size_t t = 0; t < nb; t++)
-                for (int v = 0; v < 2 && mask[v]; v++)
-                    _mm512_mask_storeu_epi32(a + (t0 + t) * m + j0 + 16 * v, mask[v], acc[t][v]);
-        }
+        q8_sums(qt, mp, m, d, u, nb, a + t0 * m);
     }
 }
 
@@ -616,16 +624,7 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const
             memset(u + nb * d, 0, (QUANT_Q8_BLOCK - nb) * d);
             blk = u;
         }
-        for (uint32_t j0 = 0; j0 < m; j0 += 32) {
-            __mmask16 mask[2];
-            q8_masks(m - j0, mask);
-            __m512i acc[QUANT_Q8_BLOCK][2];
-            if (m - j0 > 16) q8_block(qt, mp, d, blk, j0, mask, acc, 2);
-            else q8_block(qt, mp, d, blk, j0, mask, acc, 1);
-            for (size_t t = 0; t < nb; t++)
-                for (int v = 0; v < 2 && mask[v]; v++)
-                    _mm512_mask_storeu_epi32(a + (t0 + t) * m + j0 + 16 * v, mask[v], acc[t][v]);
-        }
+        q8_sums(qt, mp, m, d, blk, nb, a + t0 * m);
     }
 }
 
