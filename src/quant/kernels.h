@@ -112,8 +112,8 @@ const quant_kernels *quant_kernels_active(void);
  * (the CPU backend's lazily computed rows of S, backend/cpu). Centroid k [rot->dim
  * floats] is rotated like a query token, y = R c_k [dim_pad], and stored as
  * codes[k*dim_pad + i] = round(y_i / scale[k]) with scale[k] = max_i |y_i| / 127 and
- * csum[k] = sum_i codes[k*dim_pad + i]; |y_i - scale[k] codes| <= scale[k] / 2. A row with max |y_i| below 2^-100 gets scale 0 and zero codes.
- * Finite input only. */
+ * csum[k] = sum_i codes[k*dim_pad + i]; |y_i - scale[k] codes| <= scale[k] / 2. A row
+ * with max |y_i| below 2^-100 gets scale 0 and zero codes. Finite input only. */
 void quant_c8_encode(const quant_rotation *rot, const float *c, size_t n, int8_t *codes,
                      float *scale, int32_t *csum);
 /* For t < n and j < qs->m, with k = ids[t]: S[k*ld + j] = scale[k] (q8_delta_j a_j +

@@ -522,7 +522,8 @@ static inline void prefetch_rows(const uint32_t *cid, const float *cscore, size_
                                  size_t n)
 {
     size_t t1 = t0 + QUANT_Q8_BLOCK < n ? t0 + QUANT_Q8_BLOCK : n;
-    for (size_t t = t0; t < t1; t++) _mm_prefetch((const char *)(cscore + (size_t)cid[t] * ld), _MM_HINT_T0);
+    for (size_t t = t0; t < t1; t++)
+        _mm_prefetch((const char *)(cscore + (size_t)cid[t] * ld), _MM_HINT_T0);
 }
 
 static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,

@@ -101,7 +101,8 @@ static void flip(float *x, const uint8_t *signs, uint32_t n, float scale)
     for (uint32_t i = 0; i < n; i += 4) {
         __m128i nib = _mm_set1_epi32((signs[i >> 3] >> (i & 7)) & 15);
         __m128i neg = _mm_and_si128(_mm_cmpeq_epi32(_mm_and_si128(nib, bit), bit), sign);
-        _mm_storeu_ps(x + i, _mm_xor_ps(_mm_mul_ps(_mm_loadu_ps(x + i), sc), _mm_castsi128_ps(neg)));
+        __m128 v = _mm_mul_ps(_mm_loadu_ps(x + i), sc);
+        _mm_storeu_ps(x + i, _mm_xor_ps(v, _mm_castsi128_ps(neg)));
     }
 #else
     for (uint32_t i = 0; i < n; i++)
