@@ -143,8 +143,8 @@ typedef struct cpu_ctx {
 
 /* ---- upload ------------------------------------------------------------------------ */
 
-/* The 8-bit centroids of the lazy rows of S (quant_c8_encode): ~2.5 us a centroid for
- * the rotation, 0.25 s at K = 10^5. A session makes its engine anew when a query
+/* The 8-bit centroids of the lazy rows of S (quant_c8_encode): ~1 us a centroid, mostly
+ * the rotation, ~0.1 s at K = 10^5. A session makes its engine anew when a query
  * outgrows it (a longer query, a deeper k), and an index update makes new engines over
  * the same centroids, so the tables are shared by every engine of one set of centroids
  * (the resident's shared_key: checksums of rotation, centroids and graph), counted, and
@@ -231,7 +231,7 @@ static chimera_status c8_make(cpu_ctx *c, chimera_error *err)
         return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the 8-bit "
                        "centroids");
     }
-    /* encoded outside the lock: another engine's lookup never waits 0.25 s for it */
+    /* encoded outside the lock: another engine's lookup never waits for it */
     quant_c8_encode(c->r.rot, c->r.centroids, K, t->codes, t->scale, t->sum);
     if (key) {
         pthread_mutex_lock(&c8_mu);
