@@ -57,6 +57,8 @@
 
 /* Centroid rows per kernel call when S is computed row by row (CPU_S_LAZY). */
 #define CPU_LAZY_ROWS 128
+#define CPU_DOCS_AHEAD 4    /* documents between prefetches of their centroid ids and use */
+#define CPU_REFINE_AHEAD 8 /* posting entries between a prefetch of doc_ref and its use */
 
 /* A graph probe seeds each query token's walk with its CPU_SEEDS best centroids among a
  * fixed strided sample of about CPU_SAMPLE_PER_ROOT * sqrt(K) of them, scored by one
@@ -74,8 +76,15 @@
 enum {
     CPU_S_FULL = 0,    /* all K rows */
     CPU_S_PENDING = 1, /* nothing yet: computed in full by the first stage that needs it */
-    CPU_S_LAZY = 2,    /* rows k with S_stamp[k] == S_epoch only (a graph probe) */
+    CPU_S_LAZY = 2,    /* rows k with bit k of S_have set only (a graph probe) */
 };
+
+/* A document's place in refinement's M table, valid when stamp is the query's epoch. One
+ * record, not two arrays: the posting walk reaches documents at random, and each visit
+ * then misses one cache line instead of two. */
+typedef struct cpu_doc_ref {
+    uint32_t stamp, slot;
+} cpu_doc_ref;
 
 typedef struct cpu_worker {
     quant_qset qs;
@@ -95,8 +104,9 @@ typedef struct cpu_worker {
     uint32_t m;
     const float *q;      /* current query tokens (caller's, valid during the query) */
     int S_state;         /* CPU_S_* */
-    uint32_t *S_stamp;   /* [K] lazy mode: rows of S_own computed for this query */
-    uint32_t S_epoch;
+    uint64_t *S_have;    /* [K bits] lazy mode: rows of S_own computed for this query; a
+                            bitmap, not per-row stamps: 12 KiB at K = 10^5 stays in L1
+                            while the refined documents' tokens test it at random */
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
     uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
@@ -109,7 +119,7 @@ typedef struct cpu_worker {
     float *probe_qc;
     /* refinement */
     uint32_t epoch;
-    uint32_t *doc_stamp, *doc_slot; /* [n_docs] */
+    cpu_doc_ref *doc_ref;           /* [n_docs] */
     uint32_t *slot_doc;
     float *M;                       /* [cap_slots x max_m]; rows use the current m as stride */
     uint32_t cap_slots, max_m;
@@ -262,7 +272,7 @@ static void cpu_free(void *vctx)
             cpu_worker *w = &c->w[i];
             quant_qset_free(&w->qs);
             cm_free(w->S_own);
-            cm_free(w->S_stamp);
+            cm_free(w->S_have);
             cm_free(w->lz_id);
             cm_free(w->smp_s);
             cm_free(w->seed_id);
@@ -273,8 +283,7 @@ static void cpu_free(void *vctx)
             cm_free(w->blk);
             cm_free(w->probe_cid);
             cm_free(w->probe_qc);
-            cm_free(w->doc_stamp);
-            cm_free(w->doc_slot);
+            cm_free(w->doc_ref);
             cm_free(w->slot_doc);
             cm_free(w->M);
             cm_free(w->est);
@@ -352,19 +361,18 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
             if (!w->Sb || !w->bq || !w->blk)
                 return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for batches");
         }
-        w->S_stamp = cm_calloc(r->n_clusters ? r->n_clusters : 1, sizeof(uint32_t));
+        w->S_have = cm_calloc(((size_t)r->n_clusters + 63) / 64 + 1, sizeof(uint64_t));
         w->lz_id = cm_malloc(CPU_LAZY_ROWS * sizeof(uint32_t));
         w->smp_s = cm_malloc((size_t)c->n_sample * mm * sizeof(float));
         w->seed_id = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(uint32_t));
         w->seed_ip = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(float));
         w->seed_n = cm_malloc((size_t)mm * sizeof(uint32_t));
-        if (!w->S_stamp || !w->lz_id || !w->smp_s || !w->seed_id ||
+        if (!w->S_have || !w->lz_id || !w->smp_s || !w->seed_id ||
             !w->seed_ip || !w->seed_n)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
         w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
-        w->doc_stamp = cm_calloc((size_t)r->n_docs, sizeof(uint32_t));
-        w->doc_slot = cm_malloc((size_t)r->n_docs * sizeof(uint32_t));
+        w->doc_ref = cm_calloc((size_t)r->n_docs, sizeof(cpu_doc_ref));
         w->cap_slots = r->n_docs < 4096 ? (uint32_t)r->n_docs : 4096;
         w->slot_doc = cm_malloc((size_t)w->cap_slots * sizeof(uint32_t));
         w->M = cm_malloc((size_t)w->cap_slots * mm * sizeof(float));
@@ -377,7 +385,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->sel_i = cm_malloc((size_t)mm * mp * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
         w->sel_thr = cm_malloc((size_t)mm * sizeof(float));
-        if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->doc_stamp || !w->doc_slot ||
+        if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->doc_ref ||
             !w->slot_doc || !w->M || !w->est || !w->heap_s || !w->heap_i || !w->sel_s ||
             !w->sel_i || !w->sel || !w->sel_thr)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
@@ -441,6 +449,24 @@ static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
                     w->S_own, w->m);
 }
 
+static inline void prefetch_doc_off(const be_resident *r, uint32_t d)
+{
+    const be_segment *sg = be_doc_segment(r, d);
+    __builtin_prefetch(&sg->doc_off[d - sg->doc_base]);
+}
+
+/* The first cache lines of document d's centroid ids (its offsets should be in cache);
+ * the hardware prefetcher follows a long document's further lines. */
+static inline void prefetch_doc_cids(const be_resident *r, uint32_t d)
+{
+    const be_segment *sg = be_doc_segment(r, d);
+    int64_t ld = d - sg->doc_base, n = sg->doc_off[ld + 1] - sg->doc_off[ld];
+    if (n > 128) n = 128;
+    const char *a = (const char *)(sg->tok_cid + sg->doc_off[ld]), *b = a + n * 4;
+    for (const char *p = a; p < b; p += 64) __builtin_prefetch(p);
+    if (b > a) __builtin_prefetch(b - 1); /* a range that starts mid-line ends a line on */
+}
+
 /* Makes S usable for the tokens of docs[0..n): in full when nothing was computed yet,
  * and in lazy mode the rows of those tokens' centroids not computed before in this
  * query (CPU_LAZY_ROWS at a time, from the 8-bit centroids). Runs on the worker's
@@ -470,14 +496,20 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
         w->S_state = CPU_S_FULL;
     }
     if (w->S_state != CPU_S_LAZY) return;
-    uint32_t nb = 0, ep = w->S_epoch;
+    uint32_t nb = 0;
+    uint64_t *have = w->S_have;
     for (uint32_t i = 0; i < n; i++) {
+        /* the documents lie at random in the token arrays: the loads of their first
+         * centroid ids stalled this loop; fetch their offsets, then their ids, ahead */
+        if (i + 2 * CPU_DOCS_AHEAD < n) prefetch_doc_off(r, docs[i + 2 * CPU_DOCS_AHEAD]);
+        if (i + CPU_DOCS_AHEAD < n) prefetch_doc_cids(r, docs[i + CPU_DOCS_AHEAD]);
         const be_segment *sg = be_doc_segment(r, docs[i]);
         int64_t ld = docs[i] - sg->doc_base;
         for (int64_t t = sg->doc_off[ld]; t < sg->doc_off[ld + 1]; t++) {
             uint32_t k = sg->tok_cid[t];
-            if (w->S_stamp[k] == ep) continue;
-            w->S_stamp[k] = ep;
+            uint64_t bit = (uint64_t)1 << (k & 63);
+            if (have[k >> 6] & bit) continue;
+            have[k >> 6] |= bit;
             w->lz_id[nb] = k;
             if (++nb == CPU_LAZY_ROWS) {
                 lazy_flush(c, w, nb);
@@ -616,10 +648,7 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         else
             for (uint32_t j = 0; j < m; j++) g_task(&gj, j, worker);
         if (w->S_state == CPU_S_PENDING) { /* rows of S as scoring asks for them */
-            if (++w->S_epoch == 0) {
-                memset(w->S_stamp, 0, (size_t)K * sizeof(uint32_t));
-                w->S_epoch = 1;
-            }
+            memset(w->S_have, 0, ((size_t)K + 63) / 64 * sizeof(uint64_t));
             w->S = w->S_own;
             w->S_state = CPU_S_LAZY;
         }
@@ -666,8 +695,9 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
 static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_slots,
                            uint32_t *slot)
 {
-    if (w->doc_stamp[d] == w->epoch) {
-        *slot = w->doc_slot[d];
+    cpu_doc_ref *ref = &w->doc_ref[d];
+    if (ref->stamp == w->epoch) {
+        *slot = ref->slot;
         return 0;
     }
     if (*n_slots == w->cap_slots) {
@@ -682,8 +712,8 @@ static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_sl
         w->cap_slots = cap;
     }
     uint32_t s = (*n_slots)++;
-    w->doc_stamp[d] = w->epoch;
-    w->doc_slot[d] = s;
+    ref->stamp = w->epoch;
+    ref->slot = s;
     w->slot_doc[s] = d;
     float *row = w->M + (size_t)s * m;
     for (uint32_t j = 0; j < m; j++) row[j] = -INFINITY;
@@ -704,7 +734,7 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
                        k_refine, c->cfg.max_refine);
     if (m > c->cfg.max_m) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: no query");
     if (++w->epoch == 0) { /* wrapped: stamps from 2^32 queries ago could collide */
-        memset(w->doc_stamp, 0, (size_t)r->n_docs * sizeof(uint32_t));
+        memset(w->doc_ref, 0, (size_t)r->n_docs * sizeof(cpu_doc_ref));
         w->epoch = 1;
     }
     uint32_t n_slots = 0;
@@ -727,9 +757,19 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
                                 sg->c1_fact + p0, (size_t)n, qc, w->est);
                 scored += (uint64_t)n;
                 uint32_t base = (uint32_t)sg->doc_base;
+                const uint32_t *pd = sg->post_doc + p0;
                 for (int64_t t = 0; t < n; t++) {
+                    /* a list's documents are scattered over doc_ref and M: fetch a
+                     * document's doc_ref ahead, then, once it has arrived, its cell */
+                    if (t + 2 * CPU_REFINE_AHEAD < n)
+                        __builtin_prefetch(&w->doc_ref[base + pd[t + 2 * CPU_REFINE_AHEAD]]);
+                    if (t + CPU_REFINE_AHEAD < n) {
+                        const cpu_doc_ref *ahead = &w->doc_ref[base + pd[t + CPU_REFINE_AHEAD]];
+                        if (ahead->stamp == w->epoch)
+                            __builtin_prefetch(&w->M[(size_t)ahead->slot * m + j], 1);
+                    }
                     uint32_t slot;
-                    if (get_slot(w, base + sg->post_doc[p0 + t], m, &n_slots, &slot) != 0)
+                    if (get_slot(w, base + pd[t], m, &n_slots, &slot) != 0)
                         return cm_fail(err, CHIMERA_ERR_NOMEM,
                                        "cpu backend: out of memory (refine)");
                     float *cell = &w->M[(size_t)slot * m + j], e = w->est[t];
