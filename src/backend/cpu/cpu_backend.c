@@ -72,6 +72,12 @@
  * brute selection over S are cheaper (bench/RESULTS.md section 5.8). */
 #define CPU_GRAPH_AUTO_K 49152
 
+/* In latency mode the full S is one query's own sgemm, shared with no batch: the lazy
+ * rows stay cheaper up to about twice as many tokens as centroids (K = 99,328, k = 100,
+ * n_probe 24, two threads: k_refine 1,200, ~1.2 K tokens, 105 queries/s lazy against 88
+ * brute; 3,000 about even; 6,000 44 against 50; bench/RESULTS.md section 5.12). */
+#define CPU_LAZY_LATENCY_FACTOR 2
+
 /* What w->S holds for the current query. */
 enum {
     CPU_S_FULL = 0,    /* all K rows */
@@ -149,6 +155,7 @@ typedef struct cpu_ctx {
     struct c8_table *c8; /* the lazy rows' 8-bit centroids (c8_make) */
     pthread_mutex_t gs_mu;
     int64_t max_list;
+    uint64_t lazy_tokens; /* refined documents' tokens up to which S stays lazy */
 } cpu_ctx;
 
 /* ---- upload ------------------------------------------------------------------------ */
@@ -312,10 +319,12 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     c->cfg = *cfg;
     if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
     c->kt = quant_kernels_active();
+    int latency = c->cfg.n_workers == 1 && c->cfg.n_threads > 1; /* the pool, below */
+    c->lazy_tokens = (uint64_t)r->n_clusters * (latency ? CPU_LAZY_LATENCY_FACTOR : 1);
     double scored = (double)cfg->max_refine * (double)r->n_tokens /
                     (double)(r->n_docs > 0 ? r->n_docs : 1);
     c->auto_graph = r->n_clusters >= CPU_GRAPH_AUTO_K && r->degree > 0 &&
-                    scored <= (double)r->n_clusters;
+                    scored <= (double)c->lazy_tokens;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
     for (uint32_t i = 0; i < r->n_segments; i++) {
@@ -326,7 +335,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         }
     }
     if (c->auto_graph) CM_TRY(c8_make(c, err));
-    if (c->cfg.n_workers == 1 && c->cfg.n_threads > 1) {
+    if (latency) {
         c->pool = cm_pool_new(c->cfg.n_threads);
         if (!c->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot start threads");
     }
@@ -475,15 +484,15 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
 {
     const be_resident *r = &c->r;
     if (w->S_state == CPU_S_LAZY) {
-        /* as many tokens as centroids: the full (or batched) sgemm is cheaper than
-         * gathering rows (bench/RESULTS.md section 5.8); rows computed so far are recomputed */
+        /* past lazy_tokens the full (or batched) sgemm is cheaper than gathering rows
+         * (bench/RESULTS.md section 5.8); rows computed so far are recomputed */
         uint64_t n_tok = 0;
-        for (uint32_t i = 0; i < n && n_tok <= r->n_clusters; i++) {
+        for (uint32_t i = 0; i < n && n_tok <= c->lazy_tokens; i++) {
             const be_segment *sg = be_doc_segment(r, docs[i]);
             int64_t ld = docs[i] - sg->doc_base;
             n_tok += (uint64_t)(sg->doc_off[ld + 1] - sg->doc_off[ld]);
         }
-        if (n_tok > r->n_clusters) w->S_state = CPU_S_PENDING;
+        if (n_tok > c->lazy_tokens) w->S_state = CPU_S_PENDING;
     }
     if (w->S_state == CPU_S_PENDING) {
         if (w->b_cur < w->b_n) { /* a query of the batch: all the batch's scores at once */
