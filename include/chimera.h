@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 6
+#define CHIMERA_VERSION_MINOR 7
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.6.0"
+#define CHIMERA_VERSION_STRING "0.7.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -482,6 +482,7 @@ typedef struct chimera_calibration {
     int reached;            /* 1: recall_low >= the target (0.95); 0: the index's bits cap
                                recall below it and this is the best setting found */
     uint32_t k_interaction; /* since 0.6.0 (0: off) */
+    float impute_scale;     /* since 0.7.0: the probe floor's scale it chose (0: none, 1) */
 } chimera_calibration;
 
 #define CHIMERA_MAX_CALIBRATED 4
@@ -941,6 +942,14 @@ typedef struct chimera_search_params {
      * k_interaction >= k_refine: off. Not applied when a selective filter scores its
      * allowed documents directly. */
     uint32_t k_interaction;
+    /* Since 0.7.0: the probe floor's scale (impute PROBE). Refinement counts a query
+     * token that none of a document's probed tokens scored at a floor: the n_probe-th
+     * centroid score of that token, moved toward zero by (1 - impute_scale) of its size.
+     * An unprobed token scores below its cluster's centroid, by an amount that depends on
+     * the corpus: the best scale measured 0.55-0.85 on five corpora, where 1 (the score
+     * itself) lost up to 0.05 of Recall@10 at the same cost (bench/RESULTS.md 5.12), so
+     * the build calibrates it. In (0, 1]; 0: the index's calibrated scale, else 1. */
+    float impute_scale;
 } chimera_search_params;
 
 /* Sets every field of *p that is zero to the library's fixed default for top-k: on a

@@ -892,6 +892,16 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
                 return -1;
             continue;
         }
+        if (!strcmp(name, "impute_scale")) {
+            double x = PyFloat_AsDouble(val);
+            if (x == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "params[impute_scale]: expected a number");
+                return -1;
+            }
+            p->impute_scale = (float)x; /* outside [0, 1] (NaN too): the search refuses it */
+            continue;
+        }
         const char *s = PyUnicode_Check(val) ? PyUnicode_AsUTF8(val) : NULL;
         if (!strcmp(name, "impute") || !strcmp(name, "probe")) {
             chimera_status st = !s ? CHIMERA_ERR_INVALID_ARG
@@ -906,7 +916,7 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
         }
         PyErr_Format(PyExc_ValueError,
                      "params: unknown key '%s' (n_probe, k_refine, k_fullbit, chunks, impute, probe, "
-                     "rerank_depth, k_interaction)",
+                     "rerank_depth, k_interaction, impute_scale)",
                      name);
         return -1;
     }
@@ -918,10 +928,11 @@ static PyObject *params_to_dict(const chimera_search_params *p)
     const char *imp = chimera_impute_name(p->impute), *pr = chimera_probe_name(p->probe);
     /* k_interaction at or above k_refine is off: shown as 0 */
     uint32_t ki = p->k_interaction < p->k_refine ? p->k_interaction : 0;
-    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s,s:I,s:I}", "n_probe", p->n_probe, "k_refine",
-                         p->k_refine, "k_fullbit", p->k_fullbit, "chunks", p->chunks, "impute",
-                         imp ? imp : "?", "probe", pr ? pr : "?", "rerank_depth", p->rerank_depth,
-                         "k_interaction", ki);
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:s,s:s,s:I,s:I,s:d}", "n_probe", p->n_probe,
+                         "k_refine", p->k_refine, "k_fullbit", p->k_fullbit, "chunks", p->chunks,
+                         "impute", imp ? imp : "?", "probe", pr ? pr : "?", "rerank_depth",
+                         p->rerank_depth, "k_interaction", ki, "impute_scale",
+                         (double)p->impute_scale);
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -68,7 +68,8 @@ static int same_group(const srv_search *a, const srv_search *b)
            a->params.k_refine == b->params.k_refine && a->params.k_fullbit == b->params.k_fullbit &&
            a->params.chunks == b->params.chunks && a->params.impute == b->params.impute &&
            a->params.probe == b->params.probe && a->params.rerank_depth == b->params.rerank_depth &&
-           a->params.k_interaction == b->params.k_interaction;
+           a->params.k_interaction == b->params.k_interaction &&
+           a->params.impute_scale == b->params.impute_scale;
 }
 
 static void answer(srv_search *s, srv_answer *a)
@@ -134,6 +135,9 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
                 cJSON_AddNumberToObject(pp, "rerank_depth", d.rerank_depth);
                 cJSON_AddNumberToObject(pp, "k_interaction",
                                         d.k_interaction < d.k_refine ? d.k_interaction : 0);
+                /* only when given: unset, the index's calibrated scale applies */
+                if (s->params.impute_scale > 0)
+                    cJSON_AddNumberToObject(pp, "impute_scale", s->params.impute_scale);
             }
         }
     }

@@ -543,6 +543,14 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
             srv_fail(e, 422, "INVALID_VALUE", "params.impute must be \"probe\", \"zero\" or \"min\"");
             goto fail;
         }
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(params, "impute_scale");
+        if (sc && !cJSON_IsNull(sc)) {
+            if (!cJSON_IsNumber(sc) || !(sc->valuedouble > 0 && sc->valuedouble <= 1)) {
+                srv_fail(e, 422, "INVALID_VALUE", "params.impute_scale must be a number in (0, 1]");
+                goto fail;
+            }
+            p.impute_scale = (float)sc->valuedouble;
+        }
         const cJSON *pr = cJSON_GetObjectItemCaseSensitive(params, "probe");
         if (pr && !cJSON_IsNull(pr) &&
             (!cJSON_IsString(pr) || chimera_probe_parse(pr->valuestring, &p.probe) != CHIMERA_OK)) {
@@ -578,6 +586,7 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
         if (!p.chunks) p.chunks = tuned.chunks;
         if (!p.rerank_depth) p.rerank_depth = tuned.rerank_depth;
         if (!p.k_interaction) p.k_interaction = tuned.k_interaction;
+        if (p.impute_scale == 0) p.impute_scale = tuned.impute_scale;
     }
     /* Unset fields stay 0 for the library to fill: its defaults depend on the call (a
      * filtered search takes more candidates when k_fullbit is its default), so filling

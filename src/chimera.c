@@ -534,7 +534,8 @@ chimera_status chimera_index_build(const chimera_corpus *corpus, const char *dir
             const ix_default *e = &r.defaults.d[i];
             report->calibrated[i] = (chimera_calibration){
                 e->k, e->params.n_probe, e->params.k_refine, e->params.k_fullbit,
-                e->params.chunks, e->recall, e->recall_low, e->reached, e->params.k_interaction};
+                e->params.chunks, e->recall, e->recall_low, e->reached, e->params.k_interaction,
+                e->params.impute_scale};
         }
     }
     return s;
@@ -971,6 +972,7 @@ void chimera_search_params_default(uint32_t k, chimera_search_params *p)
     if (!p->k_fullbit) p->k_fullbit = k * 4 > 40 ? k * 4 : 40;
     if (!p->k_refine) p->k_refine = p->k_fullbit * 4;
     if (!p->chunks) p->chunks = 4;
+    if (p->impute_scale == 0) p->impute_scale = 1.0f;
 }
 
 static chimera_status search_view(index_view *v, const data_queries *q, uint32_t k,
@@ -991,6 +993,7 @@ static int view_params_default(const ix_index *ix, uint32_t k, chimera_search_pa
         if (!p->k_refine) p->k_refine = cal.k_refine;
         if (!p->k_fullbit) p->k_fullbit = cal.k_fullbit;
         if (!p->chunks) p->chunks = cal.chunks;
+        if (p->impute_scale == 0) p->impute_scale = cal.impute_scale; /* 0 when none */
     }
     chimera_search_params_default(k, p);
     return used;
@@ -1047,6 +1050,10 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
      * is kept, and queries without a filter are searched as in an unfiltered call. */
     int filtered = opts && (opts->filter || opts->query_filters);
     int own_k_fullbit = cp.k_fullbit != 0;
+    if (!(cp.impute_scale >= 0 && cp.impute_scale <= 1)) /* NaN too */
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: impute_scale %g, expected a value in (0, 1], or 0 for the "
+                       "index's calibrated scale", (double)cp.impute_scale);
     view_params_default(&v->ix, k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.rerank_depth) {
@@ -1078,8 +1085,11 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
                        "search: chunks must be 1..64, impute 0..2, probe 0..2");
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
-    sp_params p = {k, cp.n_probe, cp.k_refine, cp.k_fullbit, cp.chunks, (be_impute)cp.impute,
-                   (be_probe_mode)cp.probe, NULL, 0, 0, cp.rerank_depth, cp.k_interaction};
+    sp_params p = {.k = k, .n_probe = cp.n_probe, .k_refine = cp.k_refine,
+                   .k_fullbit = cp.k_fullbit, .chunks = cp.chunks,
+                   .impute = (be_impute)cp.impute, .impute_scale = cp.impute_scale,
+                   .probe = (be_probe_mode)cp.probe, .rerank_depth = cp.rerank_depth,
+                   .k_interaction = cp.k_interaction};
     if (filtered && !own_k_fullbit) { /* only the queries that have a filter */
         uint32_t scored1 = cp.k_interaction ? cp.k_interaction : cp.k_refine;
         p.k_fullbit_filtered = 2 * cp.k_fullbit < scored1 ? 2 * cp.k_fullbit : scored1;
@@ -1161,6 +1171,7 @@ typedef struct sp_tune_ctx {
     int rerank; /* tune with the exact re-rank tier on (chimera_index_tune) */
     uint32_t dim;   /* the index's, and its mean document length: for tune_cost_eval */
     double doc_len;
+    float impute_scale; /* every search's, where the setting leaves it at 0 */
 } sp_tune_ctx;
 
 /* The setting with the re-rank tier on: every document the full-bit stage scores is
@@ -1172,6 +1183,22 @@ static void tune_rerank(uint32_t k, chimera_search_params *p)
     p->rerank_depth = d.k_fullbit > k ? d.k_fullbit : k;
 }
 
+/* The probe floor's scale a search of ix at top-k takes when left at 0: the index's
+ * calibrated one, else 1. A tune measures with it and writes it into its result, so
+ * that a saved profile reproduces it whatever the index calibrates later. */
+static float view_impute_scale(const ix_index *ix, uint32_t k)
+{
+    chimera_search_params d = {0};
+    view_params_default(ix, k, &d);
+    return d.impute_scale;
+}
+
+static void tune_result_scale(chimera_tune_result *res, float scale)
+{
+    res->best.impute_scale = scale;
+    for (int i = 0; i < res->n_points; i++) res->points[i].params.impute_scale = scale;
+}
+
 /* One search of the tuning queries at p (with the re-rank tier when tuning it): its
  * recall, and in *sp and *prof what ran and what it measured. */
 static chimera_status tune_run(sp_tune_ctx *t, const chimera_search_params *p,
@@ -1179,6 +1206,7 @@ static chimera_status tune_run(sp_tune_ctx *t, const chimera_search_params *p,
                                double *recall)
 {
     *sp = *p;
+    if (sp->impute_scale == 0) sp->impute_scale = t->impute_scale;
     if (t->rerank) tune_rerank(t->k, sp);
     CM_TRY(chimera_index_search(t->h, t->q, t->k, sp, t->opts, t->ids, t->scores, prof, t->err));
     *recall = sp_eval_recall_ids(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k);
@@ -1232,6 +1260,7 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
                      err,
                      0,
                      0,
+                     0,
                      0};
     chimera_status s = CHIMERA_ERR_NOMEM;
     if (!t.ids || !t.scores) s = cm_fail(err, CHIMERA_ERR_NOMEM, "tune: out of memory");
@@ -1239,8 +1268,10 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
     /* A target the 4-bit estimates alone rarely reach, on an index that keeps its
      * vectors: tune with the exact re-rank on (bench/RESULTS.md section 5.5). */
     t.rerank = target_recall >= 0.99 && v->ix.vec_complete;
+    t.impute_scale = view_impute_scale(&v->ix, k);
     if (t.ids && t.scores)
         s = sp_tune_backward(tune_eval, &t, k, target_recall, v->ix.n_clusters, v->ix.n_docs, res);
+    if (s == CHIMERA_OK) tune_result_scale(res, t.impute_scale);
     if (s == CHIMERA_OK && t.rerank) { /* what was measured, in the result and its profile */
         tune_rerank(k, &res->best);
         for (int i = 0; i < res->n_points; i++) tune_rerank(k, &res->points[i].params);
@@ -1298,6 +1329,7 @@ typedef struct check_ctx {
     float *scores;
     chimera_error *err;
     int rerank; /* as sp_tune_ctx.rerank */
+    float impute_scale; /* as sp_tune_ctx.impute_scale */
 } check_ctx;
 
 static chimera_status check_eval(void *vctx, const chimera_search_params *p, double *mean,
@@ -1306,6 +1338,7 @@ static chimera_status check_eval(void *vctx, const chimera_search_params *p, dou
     check_ctx *t = vctx;
     chimera_search_profile prof = {0};
     chimera_search_params sp = *p;
+    if (sp.impute_scale == 0) sp.impute_scale = t->impute_scale;
     if (t->rerank) tune_rerank(t->k, &sp);
     CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
     sp_eval_recall_stats(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k, mean, sd, n);
@@ -1347,13 +1380,14 @@ static chimera_status pick_queries(const data_queries *q, const int64_t *perm, i
 }
 
 /* The held-out tune over queries already split: tuning part (tq, tt), held-out part
- * (hq, ht). Shared by chimera_index_tune_heldout and the build's calibration. */
+ * (hq, ht), every search with the floor's scale impute_scale (0: the index's). Shared by
+ * chimera_index_tune_heldout and the build's calibration. */
 static chimera_status tune_split(const chimera_index *index, const chimera_queries *tq,
                                  const int64_t *tt, const chimera_queries *hq, const int64_t *ht,
                                  uint32_t truth_k, uint32_t k, double target,
                                  const chimera_search_params *grow_from, double ceiling,
-                                 const chimera_search_opts *opts, chimera_tune_result *res,
-                                 chimera_error *err)
+                                 float impute_scale, const chimera_search_opts *opts,
+                                 chimera_tune_result *res, chimera_error *err)
 {
     int64_t nt = tq->q.n, nh = hq->q.n, nmax = nt > nh ? nt : nh;
     int64_t *ids = cm_malloc((size_t)nmax * k * sizeof *ids);
@@ -1366,9 +1400,11 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
         /* as chimera_index_tune: a target of 0.99 or more on an index with its vectors is
          * tuned with the exact re-rank on (the build's calibration, at 0.95, never is) */
         int rerank = target >= 0.99 && v->ix.vec_complete;
+        float scale = impute_scale > 0 ? impute_scale : view_impute_scale(&v->ix, k);
         sp_tune_ctx t = {index, tq, tt, truth_k, k, opts, ids, sc, err, rerank, v->ix.dim,
-                         v->ix.n_docs ? (double)v->ix.n_tokens / (double)v->ix.n_docs : 1};
-        check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank};
+                         v->ix.n_docs ? (double)v->ix.n_tokens / (double)v->ix.n_docs : 1,
+                         scale};
+        check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank, scale};
         int64_t live = v->ix.n_docs - v->ix.n_deleted;
         s = grow_from ? sp_tune_grow_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
                                              v->ix.n_clusters, live, grow_from, ceiling, res)
@@ -1380,6 +1416,7 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
             for (int i = 0; i < res->n_points; i++) tune_rerank(k, &res->points[i].params);
         }
         if (s == CHIMERA_OK) {
+            tune_result_scale(res, scale);
             ix_profile_identity(&v->ix, &res->index_generation, &res->index_data_id);
             res->n_tune = nt;
         }
@@ -1433,7 +1470,7 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
     if (s == CHIMERA_OK)
         s = pick_queries(&queries->q, perm, n - nh, n, truth_ids, truth_k, &hq, &ht, err);
     if (s == CHIMERA_OK)
-        s = tune_split(index, tq, tt, hq, ht, truth_k, k, target_recall, NULL, 0, opts, res,
+        s = tune_split(index, tq, tt, hq, ht, truth_k, k, target_recall, NULL, 0, 0, opts, res,
                        err);
     chimera_queries_free(tq);
     chimera_queries_free(hq);
@@ -1469,6 +1506,47 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
 #define CAL_TOKENS_PER_QUERY 20000
 #define CAL_POOL 3
 #define CAL_SEED 0xca11b
+
+/* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for the
+ * whole index: the one of CAL_SCALES whose refinement ranks best on the tuning queries
+ * of the first k, at the library's n_probe with every refined document scored in full
+ * (k_fullbit = k_refine = CAL_SCALE_DEPTH k), so that recall there is refinement's
+ * alone. A smaller scale must beat the larger by CAL_SCALE_GAIN to be taken: on a tie,
+ * the floor stays nearer the centroid score. On the corpora of bench/RESULTS.md section
+ * 5.12 this picks 0.55-0.85, as their real queries would. */
+static const float CAL_SCALES[] = {1.0f, 0.85f, 0.7f, 0.55f, 0.4f};
+#define CAL_SCALE_DEPTH 8
+#define CAL_SCALE_GAIN 0.002
+
+static chimera_status calibrate_scale(const chimera_index *ix, const chimera_queries *q,
+                                      const int64_t *truth, uint32_t truth_k, uint32_t k,
+                                      const chimera_search_opts *so, float *out,
+                                      chimera_error *err)
+{
+    int64_t n = q->q.n;
+    int64_t *ids = cm_malloc((size_t)n * k * sizeof *ids);
+    float *sc = cm_malloc((size_t)n * k * sizeof *sc);
+    chimera_status s = CHIMERA_OK;
+    if (!ids || !sc) s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
+    double best = -1;
+    *out = 1.0f;
+    for (size_t i = 0; s == CHIMERA_OK && i < sizeof CAL_SCALES / sizeof *CAL_SCALES; i++) {
+        chimera_search_params p = {0};
+        chimera_search_params_default(k, &p);
+        p.k_fullbit = p.k_refine = CAL_SCALE_DEPTH * k;
+        p.impute_scale = CAL_SCALES[i];
+        s = chimera_index_search(ix, q, k, &p, so, ids, sc, NULL, err);
+        if (s != CHIMERA_OK) break;
+        double r = sp_eval_recall_ids(ids, k, truth, truth_k, n, k);
+        if (r > best + CAL_SCALE_GAIN) {
+            best = r;
+            *out = CAL_SCALES[i];
+        }
+    }
+    cm_free(ids);
+    cm_free(sc);
+    return s;
+}
 
 static chimera_status calibrate_index(void *user, const data_corpus *c, const char *dir,
                                       ix_defaults *out, chimera_error *err)
@@ -1566,6 +1644,9 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
          (s = pick_queries(&q->q, perm, 2 * u, 4 * u, truth, kmax, &hq[1], &ht[1], err)) !=
              CHIMERA_OK))
         goto done;
+    float scale;
+    if ((s = calibrate_scale(ix, tq[0], tt[0], kmax, kv[0], &so, &scale, err)) != CHIMERA_OK)
+        goto done;
     for (uint32_t i = 0; i < nk; i++) {
         /* from half the library's defaults: cheaper settings are rarely enough, and the
          * walk pays for every step below the answer */
@@ -1587,7 +1668,7 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
                                           truth + (size_t)perm[j] * kmax, kmax, 1, kv[i]);
         ceiling /= (double)nt;
         if ((s = tune_split(ix, tq[i], tt[i], hq[i], ht[i], kmax, kv[i], CAL_TARGET, &start,
-                            ceiling, &so, res, err)) != CHIMERA_OK)
+                            ceiling, scale, &so, res, err)) != CHIMERA_OK)
             goto done;
         ix_default *e = &out->d[out->n++];
         e->k = kv[i];

@@ -289,7 +289,7 @@ static int run_query(cm_backend *b, int worker, const float *q, run *x, chimera_
     if (it->probe(b->ctx, worker, NP, BE_PROBE_BRUTE, x->cid, x->qc, err) != CHIMERA_OK) return -1;
     for (int imp = 0; imp < 3; imp++) {
         be_refine_stats st;
-        if (it->refine(b->ctx, worker, KR, (be_impute)imp, NULL, x->docs[imp], x->partial[imp], &x->n[imp],
+        if (it->refine(b->ctx, worker, KR, (be_floor){(be_impute)imp, 1.0f}, NULL, x->docs[imp], x->partial[imp], &x->n[imp],
                        &st, err) != CHIMERA_OK)
             return -1;
     }
@@ -398,7 +398,7 @@ static void compare_fixture(fix *f)
     /* argument errors and edge cases */
     uint32_t d1[1], n1;
     float p1[1];
-    CHECK_STATUS(gpu.iface->refine(gpu.ctx, 0, 1000, BE_IMPUTE_ZERO, NULL, d1, p1, &n1, NULL, &err),
+    CHECK_STATUS(gpu.iface->refine(gpu.ctx, 0, 1000, (be_floor){BE_IMPUTE_ZERO, 1.0f}, NULL, d1, p1, &n1, NULL, &err),
                  CHIMERA_ERR_INVALID_ARG, &err);
     CHECK_STATUS(gpu.iface->query_begin(gpu.ctx, 5, f->s.queries, M, &err), CHIMERA_ERR_INVALID_ARG,
                  &err);

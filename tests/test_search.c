@@ -560,6 +560,24 @@ static double c8_bound(const float *scale, const double *c8l1, uint32_t k, const
     return 0.5 * scale[k] * l1q + 0.5 * delta * c8l1[k] + 1e-5 * (1.0 + l1q);
 }
 
+/* The one-segment resident of a built index, for the tests that drive a backend
+ * directly (seg must outlive r). */
+static void resident_of(const ix_index *ix, be_segment *seg, be_resident *r)
+{
+    const ix_segment *s0 = &ix->segs[0];
+    *seg = (be_segment){.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
+                        .n_lists = s0->n_lists, .post_cid = s0->post_cid,
+                        .post_off = s0->post_off, .post_doc = s0->post_doc,
+                        .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
+                        .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact,
+                        .tok_cid = s0->tok_cid, .doc_off = s0->doc_off};
+    *r = (be_resident){.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
+                       .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
+                       .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
+                       .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
+                       .segments = seg, .deleted = ix->deleted};
+}
+
 /* The CPU backend's graph probe against its brute-force probe, on the backend directly:
  * the graph walk finds at least 0.99 of the exact top n_probe centroids of each query
  * token, with their exact scores (within float rounding); a graph-probed query computes
@@ -570,16 +588,9 @@ static void test_graph_probe(const bench *b)
 {
     const ix_index *ix = &b->ix;
     const ix_segment *s0 = &ix->segs[0];
-    be_segment seg = {.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
-                      .n_lists = s0->n_lists, .post_cid = s0->post_cid, .post_off = s0->post_off,
-                      .post_doc = s0->post_doc, .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
-                      .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact, .tok_cid = s0->tok_cid,
-                      .doc_off = s0->doc_off};
-    be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
-                     .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
-                     .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
-                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
-                     .segments = &seg, .deleted = ix->deleted};
+    be_segment seg;
+    be_resident r;
+    resident_of(ix, &seg, &r);
     /* NR documents hold fewer tokens than there are centroids: the rows stay lazy */
     enum { NP_MAX = 32, NR = 16 };
     be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP_MAX,
@@ -616,7 +627,7 @@ static void test_graph_probe(const bench *b)
             const float *q = query(&b->q, i, &m);
             CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
             CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cb, qb, &err), &err);
-            CHECK_OK(f->refine(be.ctx, 0, NR, BE_IMPUTE_PROBE_FLOOR, NULL, docs, NULL, &n_b, NULL,
+            CHECK_OK(f->refine(be.ctx, 0, NR, (be_floor){BE_IMPUTE_PROBE_FLOOR, 1.0f}, NULL, docs, NULL, &n_b, NULL,
                                &err), &err);
             memcpy(Sb, f->host_centroid_scores(be.ctx, 0), (size_t)K * m * sizeof *Sb);
             CHECK_OK(f->score1(be.ctx, 0, docs, n_b, s1b, &err), &err);
@@ -635,7 +646,7 @@ static void test_graph_probe(const bench *b)
                         }
                 }
             total += (uint64_t)m * np;
-            CHECK_OK(f->refine(be.ctx, 0, NR, BE_IMPUTE_PROBE_FLOOR, NULL, dg, NULL, &n_g, NULL,
+            CHECK_OK(f->refine(be.ctx, 0, NR, (be_floor){BE_IMPUTE_PROBE_FLOOR, 1.0f}, NULL, dg, NULL, &n_g, NULL,
                                &err), &err);
             /* score the brute probe's documents: rows refinement did not ask for */
             CHECK_OK(f->score1(be.ctx, 0, docs, n_b, s1g, &err), &err);
@@ -733,17 +744,9 @@ static void test_seeded_walk(const bench *b)
 static void test_graph_batched(const bench *b)
 {
     const ix_index *ix = &b->ix;
-    const ix_segment *s0 = &ix->segs[0];
-    be_segment seg = {.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
-                      .n_lists = s0->n_lists, .post_cid = s0->post_cid, .post_off = s0->post_off,
-                      .post_doc = s0->post_doc, .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
-                      .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact, .tok_cid = s0->tok_cid,
-                      .doc_off = s0->doc_off};
-    be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
-                     .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
-                     .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = ix->centroids,
-                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
-                     .segments = &seg, .deleted = ix->deleted};
+    be_segment seg;
+    be_resident r;
+    resident_of(ix, &seg, &r);
     enum { NP = 8, NQ = 4 };
     be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP,
                      .max_refine = 16};
@@ -836,6 +839,95 @@ static void test_impute_modes(const bench *b)
            b->name, names[0], r[0], names[1], r[1], names[2], r[2]);
     CHECKF(r[BE_IMPUTE_PROBE_FLOOR] >= r[BE_IMPUTE_ZERO] - 0.02,
            "probe-floor imputation %.3f is worse than zero %.3f", r[0], r[1]);
+}
+
+/* The probe floor's scale (be_probe_floor, chimera_search_params.impute_scale). The
+ * floor itself: qc at scale 1 bit for bit, qc - (1 - s)|qc| otherwise, never above qc,
+ * rising with s, non-finite qc kept. In refinement, with every touched document
+ * returned: a scale near 0 ranks and scores as the zero floor where the query's floors
+ * are positive; each document's partial score rises with the scale, and below 1 some
+ * fall (the scale is applied). */
+static void test_floor_scale(const bench *b)
+{
+    const float qcs[] = {0.73f, -0.41f, 0.0f, 3e-8f, -2.5f};
+    for (size_t i = 0; i < sizeof qcs / sizeof *qcs; i++) {
+        float qc = qcs[i], prev = -INFINITY;
+        CHECK(be_probe_floor(qc, 1.0f) == qc);
+        for (float sc = 0.1f; sc < 1.0f; sc += 0.1f) {
+            float f = be_probe_floor(qc, sc);
+            CHECKF(f <= qc && f >= prev && fabsf(f - (qc - (1.0f - sc) * fabsf(qc))) <= 1e-7f,
+                   "floor(%g, %g) = %g", (double)qc, (double)sc, (double)f);
+            prev = f;
+        }
+    }
+    CHECK(be_probe_floor(-INFINITY, 0.5f) == -INFINITY && isnan(be_probe_floor(NAN, 0.5f)));
+
+    const ix_index *ix = &b->ix;
+    be_segment seg;
+    be_resident r;
+    resident_of(ix, &seg, &r);
+    enum { NP = 4 };
+    uint32_t nd = (uint32_t)ix->n_docs;
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP,
+                     .max_refine = nd};
+    cm_backend be;
+    chimera_error err;
+    CHECK_OK(backend_new("cpu", &be, &err), &err);
+    CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
+    const struct cm_backend_i *f = be.iface;
+    static const float scales[3] = {1e-30f, 0.5f, 1.0f};
+    uint32_t *docs = cm_malloc((size_t)nd * sizeof *docs), *dz = cm_malloc((size_t)nd * sizeof *dz);
+    float *part = cm_malloc((size_t)nd * sizeof *part), *pz = cm_malloc((size_t)nd * sizeof *pz);
+    float *by_doc = cm_malloc((size_t)3 * nd * sizeof *by_doc);
+    float *qc = cm_malloc((size_t)64 * NP * sizeof *qc);
+    int compared_zero = 0, bad_zero = 0, bad_order = 0, lowered = 0;
+    for (int64_t i = 0; i < b->q.n && i < 16; i++) {
+        uint32_t m;
+        const float *q = query(&b->q, i, &m);
+        CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
+        CHECK_OK(f->probe(be.ctx, 0, NP, BE_PROBE_BRUTE, NULL, qc, &err), &err);
+        int positive = 1;
+        for (uint32_t j = 0; j < m; j++) positive &= qc[(size_t)j * NP + NP - 1] > 0.0f;
+        for (size_t t = 0; t < (size_t)3 * nd; t++) by_doc[t] = NAN;
+        uint32_t n_s[3], n_z;
+        for (int si = 0; si < 3; si++) {
+            CHECK_OK(f->refine(be.ctx, 0, nd, (be_floor){BE_IMPUTE_PROBE_FLOOR, scales[si]}, NULL,
+                               docs, part, &n_s[si], NULL, &err), &err);
+            for (uint32_t c = 0; c < n_s[si]; c++) by_doc[(size_t)si * nd + docs[c]] = part[c];
+            if (si == 0 && positive) {
+                CHECK_OK(f->refine(be.ctx, 0, nd, (be_floor){BE_IMPUTE_ZERO, 1.0f}, NULL, dz, pz,
+                                   &n_z, NULL, &err), &err);
+                compared_zero++;
+                if (n_z != n_s[0]) bad_zero++;
+                for (uint32_t c = 0; c < n_z && n_z == n_s[0]; c++)
+                    if (dz[c] != docs[c] || fabsf(pz[c] - part[c]) > 1e-5f * (1.0f + fabsf(pz[c])))
+                        bad_zero++;
+            }
+        }
+        CHECK(n_s[0] == n_s[1] && n_s[1] == n_s[2]); /* every touched document, each time */
+        for (uint32_t d = 0; d < nd; d++) {
+            float a = by_doc[d], h = by_doc[nd + d], o = by_doc[(size_t)2 * nd + d];
+            if (isnan(a) != isnan(o) || isnan(h) != isnan(o)) bad_order++;
+            if (isnan(o)) continue;
+            float tol = 1e-5f * (1.0f + fabsf(o));
+            if (a > h + tol || h > o + tol) bad_order++;
+            lowered += h < o - tol;
+        }
+    }
+    printf("floor scale (%s, n_probe %d): %d queries compared with the zero floor, %d "
+           "documents scored lower at scale 0.5 than at 1\n", b->name, NP, compared_zero, lowered);
+    CHECKF(compared_zero > 0 && bad_zero == 0, "scale ~0 against the zero floor: %d of %d differ",
+           bad_zero, compared_zero);
+    CHECKF(bad_order == 0, "%d documents whose partial score does not rise with the scale",
+           bad_order);
+    CHECK(lowered > 0);
+    cm_free(docs);
+    cm_free(dz);
+    cm_free(part);
+    cm_free(pz);
+    cm_free(by_doc);
+    cm_free(qc);
+    backend_free(&be);
 }
 
 /* ---- deletion ---------------------------------------------------------------------- */
@@ -1200,17 +1292,10 @@ static void test_probe_unfilled(const bench *b)
     float *cent = cm_malloc(nc * sizeof *cent), *q = cm_malloc((size_t)4 * ix->dim * sizeof *q);
     for (size_t i = 0; i < nc; i++) cent[i] = -3e38f;
     for (size_t i = 0; i < (size_t)4 * ix->dim; i++) q[i] = 1.0f;
-    const ix_segment *s0 = &ix->segs[0];
-    be_segment seg = {.doc_base = 0, .n_docs = s0->n_docs, .n_tokens = s0->n_tokens,
-                      .n_lists = s0->n_lists, .post_cid = s0->post_cid, .post_off = s0->post_off,
-                      .post_doc = s0->post_doc, .c1_codes = s0->c1_codes, .c1_fact = s0->c1_fact,
-                      .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact, .tok_cid = s0->tok_cid,
-                      .doc_off = s0->doc_off};
-    be_resident r = {.dim = ix->dim, .dim_pad = ix->dim_pad, .n_clusters = ix->n_clusters,
-                     .degree = ix->degree, .n_entry = ix->n_entry, .n_docs = ix->n_docs,
-                     .n_tokens = ix->n_tokens, .rot = &ix->rot, .centroids = cent,
-                     .graph_adj = ix->g.adj, .graph_entry = ix->g.entry, .n_segments = 1,
-                     .segments = &seg, .deleted = ix->deleted};
+    be_segment seg;
+    be_resident r;
+    resident_of(ix, &seg, &r);
+    r.centroids = cent;
     be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 4, .max_probe = 8, .max_refine = 16};
     cm_backend be;
     chimera_error err;
@@ -1226,7 +1311,7 @@ static void test_probe_unfilled(const bench *b)
     CHECKF(padded, "probe over -inf scores: cid %u score %g (want padding)", cids[0], qc[0]);
     uint32_t docs[16], n_out = 99;
     float partial[16];
-    CHECK_OK(be.iface->refine(be.ctx, 0, 16, BE_IMPUTE_ZERO, NULL, docs, partial, &n_out, NULL, &err),
+    CHECK_OK(be.iface->refine(be.ctx, 0, 16, (be_floor){BE_IMPUTE_ZERO, 1.0f}, NULL, docs, partial, &n_out, NULL, &err),
              &err);
     CHECKF(n_out == 0, "refine after an empty probe found %u documents", n_out);
     backend_free(&be);
@@ -1305,6 +1390,7 @@ int main(void)
         test_interaction(&sh[0]);
         test_determinism(&sh[0]);
         test_impute_modes(&sh[0]);
+        test_floor_scale(&sh[0]);
         test_deleted(&sh[0]);
         test_public_api(&sh[0]);
         test_long_document(&sh[0]);

@@ -262,6 +262,15 @@ def test_search(srv, corpus, idx):
                   "params": {"n_probe": 16, "k_refine": 64, "k_fullbit": 20, "chunks": 2, "impute": "min",
                              "probe": "brute"}})
     check(st == 200, f"search params: {st}") and same(b["results"], pids, pscores, "explicit params")
+    # the probe floor's scale: as the CLI's flag, and refused outside (0, 1]
+    cids, cscores = cli_search(idx, qnpy, 7, "--nprobe", 4, "--impute-scale", 0.5)
+    st, b = call(srv, "POST", "/indexes/main/search",
+                 {"queries": {"base64": b64(q), "shape": list(q.shape)}, "k": 7,
+                  "params": {"n_probe": 4, "impute_scale": 0.5}})
+    check(st == 200, f"search impute_scale: {st}") and same(b["results"], cids, cscores, "impute_scale 0.5")
+    for bad in (0, 1.5, -1, "half"):
+        is_error(*call(srv, "POST", "/indexes/main/search",
+                       {"queries": q[:1].tolist(), "k": 10, "params": {"impute_scale": bad}}), 422, "INVALID_VALUE")
     # a tuned profile
     rids, rscores = cli_search(idx, qnpy, 10, "--recall", 0.8)
     st, b = call(srv, "POST", "/indexes/main/search",

@@ -119,6 +119,11 @@ static void test_calibrated(void)
         CHECK(cal->recall_low <= cal->recall && cal->recall <= 1);
         CHECK(cal->k_fullbit >= cal->k && cal->k_refine >= cal->k_fullbit && cal->n_probe >= 1);
         CHECK(!cal->reached || cal->recall_low >= 0.95);
+        /* the probe floor's scale: one of the calibration's, the same for every k */
+        float s = cal->impute_scale;
+        CHECKF(s == 1.0f || s == 0.85f || s == 0.7f || s == 0.55f || s == 0.4f,
+               "calibrated impute_scale %g", (double)s);
+        CHECK(s == rep.calibrated[0].impute_scale);
     }
     chimera_index_info info;
     CHECK_OK(chimera_index_info_read(dir, &info, &err), &err);
@@ -128,6 +133,7 @@ static void test_calibrated(void)
         const chimera_calibration *a = &info.calibrated[i], *b = &rep.calibrated[i];
         CHECKF(a->k == b->k && a->n_probe == b->n_probe && a->k_refine == b->k_refine &&
                    a->k_fullbit == b->k_fullbit && a->chunks == b->chunks &&
+                   a->impute_scale == b->impute_scale &&
                    fabs(a->recall - b->recall) < 1e-12 &&
                    fabs(a->recall_low - b->recall_low) < 1e-12 && a->reached == b->reached,
                "k=%u stored %u/%u/%u %.17g %.17g, reported %u/%u/%u %.17g %.17g", b->k,
@@ -140,7 +146,26 @@ static void test_calibrated(void)
         chimera_search_params p = {0};
         CHECK(chimera_index_params_default(ix, 10, &p) == 1);
         CHECK(p.n_probe == rep.calibrated[0].n_probe && p.k_fullbit == rep.calibrated[0].k_fullbit &&
-              p.k_refine == rep.calibrated[0].k_refine && p.chunks == rep.calibrated[0].chunks);
+              p.k_refine == rep.calibrated[0].k_refine && p.chunks == rep.calibrated[0].chunks &&
+              p.impute_scale == rep.calibrated[0].impute_scale);
+        memset(&p, 0, sizeof p);
+        p.impute_scale = 0.3f; /* the caller's scale is kept */
+        CHECK(chimera_index_params_default(ix, 10, &p) == 1 && p.impute_scale == 0.3f);
+        /* a scale outside (0, 1] is refused by name, NaN too */
+        {
+            int64_t one_id[10];
+            float one_sc[10];
+            chimera_queries *one = NULL;
+            CHECK_OK(chimera_queries_slice(q, 0, 1, &one, &err), &err);
+            const float bad[] = {-0.5f, 1.5f, NAN};
+            for (int i = 0; i < 3 && one; i++) {
+                chimera_search_params bp = {.impute_scale = bad[i]};
+                CHECK_STATUS(chimera_index_search(ix, one, 10, &bp, NULL, one_id, one_sc, NULL, &err),
+                             CHIMERA_ERR_INVALID_ARG, &err);
+                CHECKF(strstr(err.msg, "impute_scale") != NULL, "message: %s", err.msg);
+            }
+            chimera_queries_free(one);
+        }
         memset(&p, 0, sizeof p);
         CHECK(chimera_index_params_default(ix, 50, &p) == 1); /* the k = 100 setting */
         CHECK(p.n_probe == rep.calibrated[1].n_probe && p.k_fullbit == rep.calibrated[1].k_fullbit);
@@ -177,6 +202,15 @@ static void test_calibrated(void)
         CHECK(res->heldout_low <= res->heldout_recall && res->heldout_recall <= res->heldout_high);
         CHECK(!res->reached || res->heldout_low >= 0.9);
         CHECK(res->recall == res->heldout_recall && res->tune_target >= 0.9);
+        /* measured with the index's scale, and a saved profile gives it back */
+        CHECK(res->best.impute_scale == rep.calibrated[0].impute_scale);
+        CHECK_OK(chimera_index_profile_save(dir, 10, 0.9, res, &err), &err);
+        chimera_index *ix2 = NULL;
+        CHECK_OK(chimera_index_open(dir, NULL, &ix2, &err), &err);
+        chimera_search_params tuned;
+        if (ix2) CHECK_OK(chimera_index_profile_get(ix2, 10, 0.9, &tuned, &err), &err);
+        CHECK(ix2 && tuned.impute_scale == res->best.impute_scale);
+        chimera_index_close(ix2);
         /* another held-out fraction: another split */
         CHECK_OK(chimera_index_tune_heldout(ix, q, truth, 10, 10, 0.9, 0.25, 1, &so, res, &err),
                  &err);

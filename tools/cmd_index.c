@@ -11,10 +11,13 @@
 static void print_calibration(const char *label, double target, int n,
                               const chimera_calibration *cal, int stale)
 {
-    for (int i = 0; i < n; i++)
-        printf("  %-14s k=%-4u --nprobe %u --k-refine %u --k-fullbit %u --chunks %u: held-out "
+    for (int i = 0; i < n; i++) {
+        char scale[40] = ""; /* shown where it moved: an index from before 0.7.0 has none */
+        if (cal[i].impute_scale > 0 && cal[i].impute_scale != 1.0f)
+            snprintf(scale, sizeof scale, " --impute-scale %.2f", (double)cal[i].impute_scale);
+        printf("  %-14s k=%-4u --nprobe %u --k-refine %u --k-fullbit %u --chunks %u%s: held-out "
                "Recall@%u %.4f (95%% lower bound %.4f)%s%s\n", i ? "" : label, cal[i].k,
-               cal[i].n_probe, cal[i].k_refine, cal[i].k_fullbit, cal[i].chunks, cal[i].k,
+               cal[i].n_probe, cal[i].k_refine, cal[i].k_fullbit, cal[i].chunks, scale, cal[i].k,
                cal[i].recall, cal[i].recall_low,
                cal[i].reached ? ""
                : cal[i].recall >= target
@@ -23,6 +26,7 @@ static void print_calibration(const char *label, double target, int n,
                    : "; below the target: the best found (the index's bits cap recall; "
                      "build --bits 8, or --rerank f16 and search --rerank-depth, lift it)",
                stale ? "; stale (a fifth of the documents changed): not used" : "");
+    }
     if (n) printf("  %-14s the defaults of a search without --nprobe etc. (target Recall@k %.2f)\n",
                   "", target);
 }

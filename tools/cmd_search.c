@@ -163,7 +163,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     const char *impute_s = NULL, *probe_s = NULL, *subset = NULL, *exclude = NULL;
     const char *per_query = NULL, *filter_expr = NULL;
     int64_t batch = 0;
-    double want_recall = 0;
+    double want_recall = 0, impute_scale = 0;
     cli_opt opts[] = {
         {"--queries", OPT_STR, &queries, "queries .npy [n, m, dim] or [total, dim]", 1, 0},
         {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
@@ -180,6 +180,9 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
          "re-score the top N by exact Chamfer over the stored vectors (build --rerank; "
          "default 0: off)", 0, 0},
         {"--impute", OPT_STR, &impute_s, "refinement floor: probe (default), zero, min", 0, 0},
+        {"--impute-scale", OPT_F64, &impute_scale,
+         "the probe floor's scale in (0, 1] (default: the index's calibrated scale, else 1)",
+         0, 0},
         {"--probe", OPT_STR, &probe_s, "centroid search: auto (default), brute, graph", 0, 0},
         {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
         {"--batch", OPT_I64, &batch, "queries per call (default: all)", 0, 0},
@@ -208,6 +211,12 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         fprintf(stderr, "chimera search: --impute must be probe, zero or min\n");
         return 2;
     }
+    if (!(impute_scale >= 0 && impute_scale <= 1)) {
+        fprintf(stderr, "chimera search: --impute-scale %g: expected a value in (0, 1]\n",
+                impute_scale);
+        return 2;
+    }
+    sp.impute_scale = (float)impute_scale;
     if (probe_s && chimera_probe_parse(probe_s, &sp.probe) != CHIMERA_OK) {
         fprintf(stderr, "chimera search: --probe must be auto, brute or graph\n");
         return 2;
@@ -324,6 +333,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         if (!probe_s) sp.probe = tuned.probe;
         if (!sp.rerank_depth) sp.rerank_depth = tuned.rerank_depth;
         if (!sp.k_interaction) sp.k_interaction = tuned.k_interaction;
+        if (sp.impute_scale == 0) sp.impute_scale = tuned.impute_scale;
     }
     /* what is still unset: the index's calibrated defaults for this k, else the
      * library's (the same the search itself would pick; filled here to be printed) */
@@ -404,10 +414,13 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     double mean = 0;
     for (int64_t i = 0; i < nq; i++) mean += lat[i];
     mean /= (double)nq;
-    char rr[64] = "";
+    char rr[96] = "";
     int o = 0;
     if (sp.k_interaction) o = snprintf(rr, sizeof rr, " k_interaction=%u", sp.k_interaction);
-    if (sp.rerank_depth) snprintf(rr + o, sizeof rr - (size_t)o, " rerank_depth=%u", sp.rerank_depth);
+    if (sp.rerank_depth)
+        o += snprintf(rr + o, sizeof rr - (size_t)o, " rerank_depth=%u", sp.rerank_depth);
+    if (sp.impute == CHIMERA_IMPUTE_PROBE && sp.impute_scale != 1.0f)
+        snprintf(rr + o, sizeof rr - (size_t)o, " impute_scale=%.2f", (double)sp.impute_scale);
     printf("search: %lld queries, k=%u, n_probe=%u k_refine=%u k_fullbit=%u chunks=%u%s, %s "
            "backend, %s mode: %.3fs, %.1f queries/s; latency ms mean %.2f p50 %.2f p95 %.2f p99 "
            "%.2f\n",

@@ -165,10 +165,13 @@ int cmd_tune(int argc, char **argv)
         printf("%-8u %-8u %-13s %-9u %-7u %-10.4f %-9.1f\n", p->params.n_probe,
                p->params.k_refine, ki, p->params.k_fullbit, p->params.chunks, p->recall, p->qps);
     }
-    char depth[80] = "";
+    char depth[120] = "";
     int n_depth = 0;
+    if (res->best.impute_scale > 0 && res->best.impute_scale != 1.0f)
+        n_depth = snprintf(depth, sizeof depth, " --impute-scale %.2f", (double)res->best.impute_scale);
     if (res->best.k_interaction && res->best.k_interaction < res->best.k_refine)
-        n_depth = snprintf(depth, sizeof depth, " --k-interaction %u", res->best.k_interaction);
+        n_depth += snprintf(depth + n_depth, sizeof depth - (size_t)n_depth, " --k-interaction %u",
+                            res->best.k_interaction);
     if (res->best.rerank_depth)
         snprintf(depth + n_depth, sizeof depth - (size_t)n_depth, " --rerank-depth %u",
                  res->best.rerank_depth);

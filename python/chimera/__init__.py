@@ -567,7 +567,7 @@ class Index:
             target >= recall (ValueError if there is none).
         params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks,
             rerank_depth, k_interaction (ints), impute ("probe", "zero", "min"), probe ("auto", "brute",
-            "graph"). Unset ones take the index's calibrated defaults for k (or the
+            "graph"), impute_scale (the probe floor's scale, a float in (0, 1]). Unset ones take the index's calibrated defaults for k (or the
             library's, for an index built without calibration), or the profile's with
             recall=.
         threads: worker threads for this call (None: one per CPU). Give concurrent

@@ -27,6 +27,7 @@ class SearchParams(TypedDict, total=False):
     probe: str   # "auto" | "brute" | "graph"
     rerank_depth: int
     k_interaction: int
+    impute_scale: float  # the probe floor's scale in (0, 1]
 
 class UpdateReport(TypedDict):
     docs_added: int

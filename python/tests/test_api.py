@@ -109,7 +109,9 @@ def test_tune_profile_info_check(corpus, tmp_path):
     res = ix.tune(queries, k=10, target_recall=0.9, threads=2, save=True)
     assert res["reached"] and res["saved"] and res["recall"] >= 0.9
     assert set(res["params"]) == {"n_probe", "k_refine", "k_fullbit", "chunks", "impute", "probe",
-                                  "rerank_depth", "k_interaction"}
+                                  "rerank_depth", "k_interaction", "impute_scale"}
+    # the floor's scale the tune measured with: the index's calibrated one, in (0, 1]
+    assert 0 < res["params"]["impute_scale"] <= 1
     # With explicit truth, on a reopened handle (the choice among settings that reach the
     # target depends on measured speed, so only the recall is compared).
     truth = chimera.exact_search((tokens, lens), queries, k=10)[1]

@@ -43,6 +43,14 @@ def test_bad_queries(index, corpus):
         index.search(q, k=10, params={"nprobe": 3})
     with pytest.raises(ValueError, match="impute"):
         index.search(q, k=10, params={"impute": "never"})
+    for bad in (1.5, -0.25, float("nan")):
+        with pytest.raises(ValueError, match="impute_scale"):
+            index.search(q, k=10, params={"impute_scale": bad})
+    with pytest.raises(ValueError, match="impute_scale"):
+        index.search(q, k=10, params={"impute_scale": "half"})
+    # in range: the floor moves, the search runs (the scale's effect: tests/test_search.c)
+    s, i = index.search(q, k=10, params={"impute_scale": 0.5})
+    assert s.shape == i.shape and (i >= 0).all()
     with pytest.raises(ValueError, match="threads"):
         index.search(q, k=10, threads=0)
     with pytest.raises(ValueError, match="recall"):

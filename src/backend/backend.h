@@ -25,6 +25,7 @@
 #ifndef CHIMERA_BACKEND_BACKEND_H
 #define CHIMERA_BACKEND_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,7 +34,7 @@
 #include "quant/quant_math.h"
 #include "quant/rotation.h"
 
-#define BE_API_VERSION 2
+#define BE_API_VERSION 3
 
 /* One segment of the index (index/index.h: ix_segment): documents doc_base ..
  * doc_base + n_docs - 1 and their tokens. Numbers inside are local to the segment
@@ -101,6 +102,30 @@ typedef enum be_impute {
     BE_IMPUTE_MIN_SEEN = 2,    /* the smallest estimate seen for that query token */
 } be_impute;
 
+/* Refinement's floor: the kind, and for BE_IMPUTE_PROBE_FLOOR a scale in (0, 1]. */
+typedef struct be_floor {
+    be_impute impute;
+    float scale;
+} be_floor;
+
+#ifdef __CUDACC__
+#define BE_HOST_DEVICE __host__ __device__
+#else
+#define BE_HOST_DEVICE
+#endif
+
+/* The probe floor of a query token whose n_probe-th centroid score is qc: qc moved
+ * toward zero by (1 - scale) |qc|, never above qc. An unprobed document token lies in a
+ * cluster scoring below qc, and its own score is below its centroid's by its offset
+ * from it, so qc itself overstates it by how fast centroid scores fall past the probed
+ * ones (bench/RESULTS.md section 5.12: the best scale is 0.55-0.85 by corpus, which the
+ * build calibrates). A non-finite qc (padding of a probe that found fewer) stays. */
+static inline BE_HOST_DEVICE float be_probe_floor(float qc, float scale)
+{
+    if (scale == 1.0f || !(qc > -INFINITY && qc < INFINITY)) return qc;
+    return qc - (1.0f - scale) * (qc < 0.0f ? -qc : qc);
+}
+
 typedef enum be_probe_mode {
     BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, or the graph
                            from K = 49,152 when the refined documents' tokens are a
@@ -144,7 +169,7 @@ struct cm_backend_i {
      * documents, host memory, valid during the call) is given, those whose bit is
      * clear: a search filter applied inside refinement, so disallowed documents never
      * take a place among the k_refine. */
-    chimera_status (*refine)(void *ctx, int worker, uint32_t k_refine, be_impute impute,
+    chimera_status (*refine)(void *ctx, int worker, uint32_t k_refine, be_floor floor,
                              const uint8_t *allow, uint32_t *docs, float *partial,
                              uint32_t *n_out, be_refine_stats *stats, chimera_error *err);
     /* scores[i] = 1-bit Chamfer estimate of docs[i] over all its tokens. */

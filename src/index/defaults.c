@@ -52,6 +52,9 @@ int ix_defaults_to_meta(cJSON *meta, const ix_defaults *d)
          * key, then searches with every refined document 1-bit scored (more recall) */
         if (e->params.k_interaction)
             cJSON_AddNumberToObject(s, "k_interaction", e->params.k_interaction);
+        /* written only when calibrated: absent reads as the unscaled floor */
+        if (e->params.impute_scale > 0)
+            cJSON_AddNumberToObject(s, "impute_scale", e->params.impute_scale);
         cJSON_AddNumberToObject(s, "recall", e->recall);
         cJSON_AddNumberToObject(s, "recall_low", e->recall_low);
         cJSON_AddNumberToObject(s, "reached", e->reached);
@@ -126,6 +129,8 @@ void ix_defaults_read(const cJSON *meta, int64_t live_docs, ix_defaults *out, in
         /* optional (0 when absent: off) */
         double ki = cJSON_HasObjectItem(it, "k_interaction") ? jnum(it, "k_interaction") : 0;
         ok = ok && ki >= 0 && ki <= 1 << 24 && ki == floor(ki);
+        double sc = cJSON_HasObjectItem(it, "impute_scale") ? jnum(it, "impute_scale") : 0;
+        ok = ok && (sc == 0 || (sc > 0 && sc <= 1));
         if (!ok || !(r >= 0 && r <= 1) || !(lo >= 0 && lo <= 1)) continue;
         /* kept in increasing k: a search takes the first k' >= its k */
         if (out->n && v[0] <= out->d[out->n - 1].k) continue;
@@ -137,6 +142,7 @@ void ix_defaults_read(const cJSON *meta, int64_t live_docs, ix_defaults *out, in
         e->params.k_fullbit = (uint32_t)v[3];
         e->params.chunks = (uint32_t)v[4];
         e->params.k_interaction = (uint32_t)ki;
+        e->params.impute_scale = (float)sc;
         e->recall = r;
         e->recall_low = lo;
         e->reached = re == 1;

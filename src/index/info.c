@@ -157,6 +157,7 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
         cal->k_fullbit = d.d[i].params.k_fullbit;
         cal->chunks = d.d[i].params.chunks;
         cal->k_interaction = d.d[i].params.k_interaction;
+        cal->impute_scale = d.d[i].params.impute_scale;
         cal->recall = d.d[i].recall;
         cal->recall_low = d.d[i].recall_low;
         cal->reached = d.d[i].reached;

@@ -32,6 +32,8 @@ static cJSON *profile_json(const ix_profile *p)
     /* since 0.6.0, only when on (below k_refine) */
     if (p->params.k_interaction && p->params.k_interaction < p->params.k_refine)
         cJSON_AddNumberToObject(o, "k_interaction", p->params.k_interaction);
+    /* since 0.7.0, the floor's scale the tune measured with */
+    if (p->params.impute_scale > 0) cJSON_AddNumberToObject(o, "impute_scale", p->params.impute_scale);
     return o;
 }
 
@@ -176,6 +178,17 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
                            "integer in 1..%u", best_k, best_t,
                            cJSON_IsNumber(ki) ? "out of range" : "not a number", 1u << 24);
         out->k_interaction = (uint32_t)x;
+    }
+    /* optional; absent (a profile from before 0.7.0, tuned with the unscaled floor): 1 */
+    out->impute_scale = 1.0f;
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(best, "impute_scale");
+    if (sc) {
+        double x = cJSON_IsNumber(sc) ? sc->valuedouble : -1;
+        if (!(x > 0 && x <= 1))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): 'impute_scale' is %s, expected a value in "
+                           "(0, 1]", best_k, best_t, cJSON_IsNumber(sc) ? "out of range" : "not a number");
+        out->impute_scale = (float)x;
     }
     return CHIMERA_OK;
 }

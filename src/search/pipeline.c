@@ -490,6 +490,11 @@ static chimera_status rerank(sp_engine *e, sp_worker *w, const float *q, uint32_
     return CHIMERA_OK;
 }
 
+static be_floor floor_of(const sp_params *p)
+{
+    return (be_floor){p->impute, p->impute_scale > 0 ? p->impute_scale : 1.0f};
+}
+
 chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err)
@@ -529,7 +534,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         }
         CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
         t1 = cm_now();
-        CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, f ? f->allow : NULL, w->cand,
+        CM_TRY(be->refine(ctx, worker, p->k_refine, floor_of(p), f ? f->allow : NULL, w->cand,
                           w->partial, &n_cand, &rs, err));
         /* the probed clusters hold fewer documents than full-bit scoring ranks (a strongly
          * clustered corpus: every cluster near the query's tokens holds the same few
@@ -542,7 +547,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
             np = np * 2 < room ? np * 2 : room;
             uint64_t scored = rs.tokens_scored;
             CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
-            CM_TRY(be->refine(ctx, worker, p->k_refine, p->impute, NULL, w->cand, w->partial,
+            CM_TRY(be->refine(ctx, worker, p->k_refine, floor_of(p), NULL, w->cand, w->partial,
                               &n_cand, &rs, err));
             rs.tokens_scored += scored;
         }

@@ -36,6 +36,8 @@ typedef struct sp_filter {
 typedef struct sp_params {
     uint32_t k, n_probe, k_refine, k_fullbit, chunks;
     be_impute impute;
+    float impute_scale;      /* the probe floor's scale in (0, 1] (backend.h, be_probe_floor);
+                                0: 1, the unscaled n_probe-th centroid score */
     be_probe_mode probe;
     const sp_filter *filter; /* NULL: every document */
     uint32_t n_probe_room;   /* the largest n_probe a filtered query may probe (>= n_probe;

@@ -730,7 +730,7 @@ static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_sl
     return 0;
 }
 
-static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_impute impute,
+static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_floor imp,
                                  const uint8_t *allow, uint32_t *docs, float *partial,
                                  uint32_t *n_out, be_refine_stats *stats, chimera_error *err)
 {
@@ -787,10 +787,10 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_i
                 }
             }
         }
-        switch (impute) {
+        switch (imp.impute) {
         case BE_IMPUTE_ZERO: floor_[j] = 0.0f; break;
         case BE_IMPUTE_MIN_SEEN: floor_[j] = min_seen < INFINITY ? min_seen : 0.0f; break;
-        default: floor_[j] = w->probe_qc[(size_t)j * np + np - 1]; break;
+        default: floor_[j] = be_probe_floor(w->probe_qc[(size_t)j * np + np - 1], imp.scale); break;
         }
     }
     cm_topk h;

@@ -755,7 +755,7 @@ static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, be_prob
     return CHIMERA_OK;
 }
 
-static chimera_status cu_refine(void *vctx, int worker, uint32_t k_refine, be_impute impute,
+static chimera_status cu_refine(void *vctx, int worker, uint32_t k_refine, be_floor imp,
                                 const uint8_t *allow, uint32_t *docs, float *partial,
                                 uint32_t *n_out, be_refine_stats *stats, chimera_error *err)
 {
@@ -783,7 +783,7 @@ static chimera_status cu_refine(void *vctx, int worker, uint32_t k_refine, be_im
     if (w->m == 0 || w->n_probe == 0)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cuda backend: refine before probe");
     CM_TRY(stage_start(w, CU_ST_REFINE, err));
-    CM_TRY(cu_refine_run(c, w, k_refine, impute, err));
+    CM_TRY(cu_refine_run(c, w, k_refine, imp, err));
     CM_TRY(stage_end(w, CU_ST_REFINE, err));
     CUDA_CHECK(cudaMemcpyAsync(w->h_ids, w->d_out_ids, (size_t)k_refine * 4,
                                cudaMemcpyDeviceToHost, w->stream));

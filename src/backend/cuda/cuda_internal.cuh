@@ -178,7 +178,7 @@ size_t cu_graph_smem(const cu_ctx *c, uint32_t n_probe);
 size_t cu_probe_brute_smem(uint32_t n_probe);
 chimera_status cu_centroid_prepare(cu_ctx *c, chimera_error *err);
 // refine.cu
-chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impute impute,
+chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_floor imp,
                              chimera_error *err);
 chimera_status cu_refine_prepare(cu_ctx *c, chimera_error *err);
 chimera_status cu_lut_build(cu_ctx *c, cu_worker *w, chimera_error *err);

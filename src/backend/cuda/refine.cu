@@ -192,6 +192,7 @@ struct sum_args {
     const float *probe_qc;
     uint32_t m, np;
     int impute;
+    float floor_scale;
     unsigned long long *keys;
 };
 
@@ -203,7 +204,7 @@ __global__ void __launch_bounds__(CU_THREADS) refine_sum_kernel(sum_args a)
         if (a.impute == BE_IMPUTE_ZERO) f = 0.0f;
         else if (a.impute == BE_IMPUTE_MIN_SEEN)
             f = a.minkey[j] == CU_KEY_EMPTY_MIN ? 0.0f : cu_funkey(a.minkey[j]);
-        else f = a.probe_qc[(size_t)j * a.np + a.np - 1];
+        else f = be_probe_floor(a.probe_qc[(size_t)j * a.np + a.np - 1], a.floor_scale);
         floor_[j] = f;
     }
     __syncthreads();
@@ -243,7 +244,7 @@ chimera_status cu_refine_prepare(cu_ctx *c, chimera_error *err)
     return CHIMERA_OK;
 }
 
-chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impute impute,
+chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_floor imp,
                              chimera_error *err)
 {
     const cu_resident *r = &c->r;
@@ -303,7 +304,8 @@ chimera_status cu_refine_run(cu_ctx *c, cu_worker *w, uint32_t k_refine, be_impu
     b.probe_qc = w->d_probe_qc;
     b.m = m;
     b.np = np;
-    b.impute = (int)impute;
+    b.impute = (int)imp.impute;
+    b.floor_scale = imp.scale;
     b.keys = w->d_cand;
     unsigned grid = (unsigned)(c->n_sm * CU_BLOCKS_PER_SM);
     refine_sum_kernel<<<grid, CU_THREADS, 0, s>>>(b);
