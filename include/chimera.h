@@ -946,7 +946,7 @@ typedef struct chimera_search_params {
      * token that none of a document's probed tokens scored at a floor: the n_probe-th
      * centroid score of that token, moved toward zero by (1 - impute_scale) of its size.
      * An unprobed token scores below its cluster's centroid, by an amount that depends on
-     * the corpus: the best scale measured 0.55-0.85 on five corpora, where 1 (the score
+     * the corpus: the best scale measured 0.55-0.85 on four corpora, where 1 (the score
      * itself) lost up to 0.05 of Recall@10 at the same cost (bench/RESULTS.md 5.12), so
      * the build calibrates it. In (0, 1]; 0: the index's calibrated scale, else 1. */
     float impute_scale;

@@ -152,7 +152,7 @@ int mpi_cmd_search(int argc, char **argv)
     uint32_t k = 10, threads = 0;
     int64_t batch = 0;
     int latency = 0, profile = 0;
-    double timeout = 60;
+    double timeout = 60, impute_scale = 0;
     search_run run = {0};
     chimera_search_params *sp = &run.sp;
     cli_opt opts[] = {
@@ -166,6 +166,8 @@ int mpi_cmd_search(int argc, char **argv)
         {"--chunks", OPT_U32, &sp->chunks, "document-scoring chunks", 0, 0},
         {"--rerank-depth", OPT_U32, &sp->rerank_depth, "exact re-rank depth (build --rerank)", 0, 0},
         {"--impute", OPT_STR, &impute_s, "refinement floor: probe (default), zero, min", 0, 0},
+        {"--impute-scale", OPT_F64, &impute_scale,
+         "the probe floor's scale in (0, 1] (default: each shard's calibrated scale)", 0, 0},
         {"--probe", OPT_STR, &probe_s, "centroid search: auto (default), brute, graph", 0, 0},
         {"--threads", OPT_THREADS, &threads, "threads per rank (default: all CPUs)", 0, 0},
         {"--batch", OPT_I64, &batch, "queries per broadcast (default: all)", 0, 0},
@@ -190,10 +192,14 @@ int mpi_cmd_search(int argc, char **argv)
     mpi_world.timeout = timeout;
     if ((impute_s && chimera_impute_parse(impute_s, &sp->impute) != CHIMERA_OK) ||
         (probe_s && chimera_probe_parse(probe_s, &sp->probe) != CHIMERA_OK) ||
+        !(impute_scale >= 0 && impute_scale <= 1) ||
         cli_backend("search", backend, &run.so.backend)) {
-        if (rank == 0) fprintf(stderr, "chimera-mpi search: bad --impute, --probe or --backend\n");
+        if (rank == 0)
+            fprintf(stderr, "chimera-mpi search: bad --impute, --impute-scale (0, 1], --probe or "
+                            "--backend\n");
         return 2;
     }
+    sp->impute_scale = (float)impute_scale;
     run.k = k;
     run.so.n_threads = (int)threads;
     run.so.latency_mode = latency;
