@@ -72,7 +72,8 @@ chimera_status graph_check(const graph *g, graph_check_stats *st, chimera_error 
 
 /* Zero in any field means its default. */
 typedef struct graph_search_params {
-    uint32_t itopk;          /* candidate list length (0: max(64, 3k) rounded up to 32) */
+    uint32_t itopk;          /* candidate list length (0: max(64, 3k) rounded up to 32;
+                                seeded walks max(32, 2.5k) rounded up to 8) */
     uint32_t search_width;   /* parents expanded per iteration (0: 1) */
     uint32_t max_iterations; /* (0: until every candidate in the list is expanded) */
 } graph_search_params;
@@ -99,7 +100,8 @@ uint32_t graph_search(graph_searcher *s, int worker, const float *q, uint32_t k,
  * first). seed_ips: their inner products with q when the caller has them (NULL: computed
  * here). A seed near the answer spares the walk its way there and the local optima on
  * it: the CPU backend seeds each query token with its best centroids among a fixed
- * sample it scores by one small sgemm (docs/algorithms.md §2.6). Never allocates. */
+ * sample it scores from 8-bit rows (docs/algorithms.md §2.6). Unless params set itopk,
+ * a seeded walk keeps a shorter list than graph_search. Never allocates. */
 uint32_t graph_search_seeded(graph_searcher *s, int worker, const float *q, uint32_t k,
                              const uint32_t *seeds, const float *seed_ips, uint32_t n_seed,
                              uint32_t *ids, float *ips);

@@ -16,7 +16,9 @@
  * search is a pure function of (graph, query). (3) Insertion into the sorted list is a
  * memmove (itopk <= a few hundred) instead of bitonic merges, which suit a warp and
  * not a core. Children of a parent are prefetched before their dot products, because
- * the vectors (512 B each at d = 128) are random reads from a table larger than L2.
+ * the vectors (512 B each at d = 128) are random reads from a table larger than L2, and
+ * a node's graph row as it enters the list, well before it is expanded (at K = 99,328
+ * the row's load was the walk's largest stall; 1.1-1.3x).
  * No allocation happens in graph_search: all scratch lives in the searcher. */
 #include <math.h>
 #include <string.h>
@@ -72,6 +74,16 @@ static uint32_t round32(uint32_t x) { return (x + 31) / 32 * 32; }
  * Recall@32 0.981 and Recall@64 0.978, 3k gave 0.992 and 0.996, at ~1.4x the work. */
 static uint32_t default_itopk(uint32_t k) { return round32(3 * k > 64 ? 3 * k : 64); }
 
+/* A seeded walk starts beside its answer and needs less room for the way there:
+ * max(32, 2.5k) rounded up to 8. On K = 99,328 centroids with the CPU backend's seeds,
+ * n_probe 16: probe recall 0.993-0.999 at 40 (two query sets) for about 0.6x the time
+ * of the unseeded default, 64 (bench/RESULTS.md section 5.13). */
+static uint32_t seeded_itopk(uint32_t k)
+{
+    uint32_t l = (5 * k / 2 + 7) / 8 * 8;
+    return l > 32 ? l : 32;
+}
+
 chimera_status graph_searcher_new(const graph *g, const float *vecs, uint32_t d,
                                   const graph_search_params *params, uint32_t max_k,
                                   int n_workers, graph_searcher **out, chimera_error *err)
@@ -116,12 +128,13 @@ nomem:
                    n_workers);
 }
 
-/* Inserts (id, ip) into the sorted list of length *len (capacity L). */
-static inline void list_insert(worker *w, uint32_t *len, uint32_t L, uint32_t id, float ip)
+/* Inserts (id, ip) into the sorted list of length *len (capacity L); 0 when it did not
+ * make the list. */
+static inline int list_insert(worker *w, uint32_t *len, uint32_t L, uint32_t id, float ip)
 {
     uint32_t n = *len;
     if (n == L) {
-        if (!gh_better(ip, id, w->bip[n - 1], w->bid[n - 1])) return;
+        if (!gh_better(ip, id, w->bip[n - 1], w->bid[n - 1])) return 0;
         n--; /* the last entry falls off */
     }
     uint32_t pos = n;
@@ -133,17 +146,18 @@ static inline void list_insert(worker *w, uint32_t *len, uint32_t L, uint32_t id
     w->bip[pos] = ip;
     w->done[pos] = 0;
     *len = n + 1;
+    return 1;
 }
 
 /* The walk from n_seed seeds (their scores given in seed_ips, or computed when NULL). */
 static uint32_t walk(graph_searcher *s, int worker_id, const float *q, uint32_t k,
-                     const uint32_t *seeds, const float *seed_ips, uint32_t n_seed,
+                     const uint32_t *seeds, const float *seed_ips, uint32_t n_seed, int seeded,
                      uint32_t *ids, float *ips)
 {
     const graph *g = s->g;
     worker *w = &s->w[worker_id];
     if (k > s->max_k) k = s->max_k;
-    uint32_t L = s->itopk ? s->itopk : default_itopk(k);
+    uint32_t L = s->itopk ? s->itopk : seeded ? seeded_itopk(k) : default_itopk(k);
     if (L < k) L = k;
     if (L > s->cap) L = s->cap;
     if (++w->epoch == 0) { /* wrapped after 2^32 searches: restart the stamps */
@@ -179,7 +193,13 @@ static uint32_t walk(graph_searcher *s, int worker_id, const float *q, uint32_t 
         w->n_dist += nk;
         for (uint32_t j = 0; j < nk; j++) {
             uint32_t c = w->kids[j];
-            list_insert(w, &len, L, c, s->dot(q, s->v + (size_t)c * d, d));
+            /* a listed node is expanded later unless pushed out: fetch its row of the
+             * graph now, while other misses are outstanding, not when it is the parent */
+            if (list_insert(w, &len, L, c, s->dot(q, s->v + (size_t)c * d, d))) {
+                const char *adj = (const char *)(g->adj + (size_t)c * deg);
+                for (uint32_t b = 0; b < deg * sizeof(uint32_t); b += 64)
+                    __builtin_prefetch(adj + b);
+            }
         }
     }
     w->n_search++;
@@ -195,14 +215,14 @@ static uint32_t walk(graph_searcher *s, int worker_id, const float *q, uint32_t 
 uint32_t graph_search(graph_searcher *s, int worker_id, const float *q, uint32_t k,
                       uint32_t *ids, float *ips)
 {
-    return walk(s, worker_id, q, k, s->g->entry, NULL, s->g->n_entry, ids, ips);
+    return walk(s, worker_id, q, k, s->g->entry, NULL, s->g->n_entry, 0, ids, ips);
 }
 
 uint32_t graph_search_seeded(graph_searcher *s, int worker_id, const float *q, uint32_t k,
                              const uint32_t *seeds, const float *seed_ips, uint32_t n_seed,
                              uint32_t *ids, float *ips)
 {
-    return walk(s, worker_id, q, k, seeds, seed_ips, n_seed, ids, ips);
+    return walk(s, worker_id, q, k, seeds, seed_ips, n_seed, 1, ids, ips);
 }
 
 void graph_searcher_counters(const graph_searcher *s, uint64_t *n_search, uint64_t *n_dist,

@@ -6,7 +6,7 @@
  * brute-probed query needs it) and selects the top n_probe per token from it. A graph
  * probe (BE_PROBE_GRAPH; probe=auto from CPU_GRAPH_AUTO_K centroids up) never computes
  * the full S: each token's walk starts from its best centroids among a fixed sample of
- * ~4 sqrt(K) scored by one small sgemm, and the rows of S that document scoring reads
+ * ~16 sqrt(K), scored from their 8-bit rows, and the rows of S that document scoring reads
  * (<q_j, c> for the centroid of every token of every refined document) are computed
  * afterwards, once per centroid and query -- or in full when those documents hold more
  * tokens than there are centroids. At K ~ 5e4 this cuts the generate stage ~4x at equal
@@ -61,10 +61,14 @@
 #define CPU_REFINE_AHEAD 8 /* posting entries between a prefetch of doc_ref and its use */
 
 /* A graph probe seeds each query token's walk with its CPU_SEEDS best centroids among a
- * fixed strided sample of about CPU_SAMPLE_PER_ROOT * sqrt(K) of them, scored by one
- * small sgemm (docs/algorithms.md §2.6). */
+ * fixed strided sample of about CPU_SAMPLE_PER_ROOT * sqrt(K) of them, scored from
+ * their 8-bit rows (docs/algorithms.md §2.6). At K = 99,328 (n_probe 16) a sample of
+ * 4 sqrt(K) left the walks at probe recall 0.970-0.976; 16 sqrt(K) gives 0.993-0.999
+ * with a shorter list, and its 8-bit rows cost less than the float sgemm (whose
+ * packing of the sample was a quarter of a graph probe) did for the smaller sample
+ * (bench/bench_probe.c, bench/RESULTS.md section 5.13). */
 #define CPU_SEEDS 16
-#define CPU_SAMPLE_PER_ROOT 4
+#define CPU_SAMPLE_PER_ROOT 16
 
 /* probe=auto walks the graph (and computes S lazily) from this many centroids up, when
  * the largest k_refine's documents hold fewer tokens (on average) than there are
@@ -116,7 +120,6 @@ typedef struct cpu_worker {
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
     uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
-    float *seed_ip;
     uint32_t *seed_n;    /* [max_m] seeds found (0: the walk starts at the entry points) */
     float seed_hs[CPU_SEEDS + 1];
     int64_t seed_hi[CPU_SEEDS + 1];
@@ -146,9 +149,10 @@ typedef struct cpu_ctx {
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
     int auto_graph;      /* probe=auto walks the graph (CPU_GRAPH_AUTO_K) */
-    uint32_t n_sample;   /* seed sample: centroids smp_id, vectors smp_c [n_sample x dim] */
-    uint32_t *smp_id;
-    float *smp_c;
+    uint32_t n_sample;   /* seed sample: centroids smp_id; their 8-bit rows (c8 codes, */
+    uint32_t *smp_id;    /* scale, sum, side by side: smp8) made with the searcher, and */
+    uint32_t *smp_row;   /* smp_row[i] = i, the rows quant_c8_scores reads */
+    struct c8_table *smp8;
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
@@ -283,7 +287,6 @@ static void cpu_free(void *vctx)
             cm_free(w->lz_id);
             cm_free(w->smp_s);
             cm_free(w->seed_id);
-            cm_free(w->seed_ip);
             cm_free(w->seed_n);
             cm_free(w->Sb);
             cm_free(w->bq);
@@ -303,7 +306,8 @@ static void cpu_free(void *vctx)
         }
     cm_free(c->w);
     cm_free(c->smp_id);
-    cm_free(c->smp_c);
+    cm_free(c->smp_row);
+    c8_table_free(c->smp8);
     graph_searcher_free(c->gs);
     c8_release(c->c8);
     pthread_mutex_destroy(&c->gs_mu);
@@ -341,18 +345,17 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     }
     int nw = c->cfg.n_workers;
     uint32_t mm = cfg->max_m, mp = cfg->max_probe ? cfg->max_probe : 1;
-    /* the seed sample: every (K / n_sample)-th centroid, copied side by side */
+    /* the seed sample: every (K / n_sample)-th centroid */
     double ns = ceil(CPU_SAMPLE_PER_ROOT * sqrt((double)r->n_clusters));
     c->n_sample = ns < (double)r->n_clusters ? (uint32_t)ns : r->n_clusters;
     if (c->n_sample == 0) c->n_sample = 1;
     c->smp_id = cm_calloc(c->n_sample, sizeof(uint32_t));
-    c->smp_c = cm_calloc((size_t)c->n_sample * r->dim, sizeof(float));
-    if (!c->smp_id || !c->smp_c)
+    c->smp_row = cm_calloc(c->n_sample, sizeof(uint32_t));
+    if (!c->smp_id || !c->smp_row)
         return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
     for (uint32_t i = 0; i < c->n_sample && r->n_clusters; i++) {
         c->smp_id[i] = (uint32_t)((uint64_t)i * r->n_clusters / c->n_sample);
-        memcpy(c->smp_c + (size_t)i * r->dim, r->centroids + (size_t)c->smp_id[i] * r->dim,
-               r->dim * sizeof(float));
+        c->smp_row[i] = i;
     }
     c->w = cm_calloc((size_t)nw, sizeof *c->w);
     if (!c->w) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
@@ -374,10 +377,8 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->lz_id = cm_malloc(CPU_LAZY_ROWS * sizeof(uint32_t));
         w->smp_s = cm_malloc((size_t)c->n_sample * mm * sizeof(float));
         w->seed_id = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(uint32_t));
-        w->seed_ip = cm_malloc((size_t)mm * CPU_SEEDS * sizeof(float));
         w->seed_n = cm_malloc((size_t)mm * sizeof(uint32_t));
-        if (!w->S_have || !w->lz_id || !w->smp_s || !w->seed_id ||
-            !w->seed_ip || !w->seed_n)
+        if (!w->S_have || !w->lz_id || !w->smp_s || !w->seed_id || !w->seed_n)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
         w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
@@ -597,13 +598,40 @@ typedef struct g_job {
     uint32_t n_probe;
 } g_job;
 
+/* The seed sample's 8-bit rows side by side (a copy of the c8 table's rows smp_id, so
+ * that scoring the sample reads one contiguous block); under gs_mu, after c8_make. */
+static chimera_status sample_make(cpu_ctx *c, chimera_error *err)
+{
+    if (c->smp8) return CHIMERA_OK;
+    uint32_t n = c->n_sample, dp = c->r.dim_pad;
+    c8_table *t = cm_calloc(1, sizeof *t);
+    if (t) {
+        *t = (c8_table){.n = n, .dim_pad = dp, .refs = 1};
+        t->codes = cm_malloc((size_t)n * dp + 1);
+        t->scale = cm_malloc((size_t)n * sizeof(float) + 1);
+        t->sum = cm_malloc((size_t)n * sizeof(int32_t) + 1);
+    }
+    if (!t || !t->codes || !t->scale || !t->sum) {
+        c8_table_free(t);
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the seed sample");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t k = c->smp_id[i];
+        memcpy(t->codes + (size_t)i * dp, c->c8->codes + (size_t)k * dp, dp);
+        t->scale[i] = c->c8->scale[k];
+        t->sum[i] = c->c8->sum[k];
+    }
+    c->smp8 = t;
+    return CHIMERA_OK;
+}
+
 static void g_task(void *ctx, int64_t j, int wi)
 {
     const g_job *g = ctx;
     size_t o = (size_t)j * g->n_probe, so = (size_t)j * CPU_SEEDS;
     const float *q = g->w->q + (size_t)j * g->c->r.dim;
     if (g->w->seed_n[j])
-        graph_search_seeded(g->c->gs, wi, q, g->n_probe, g->w->seed_id + so, g->w->seed_ip + so,
+        graph_search_seeded(g->c->gs, wi, q, g->n_probe, g->w->seed_id + so, NULL,
                             g->w->seed_n[j], g->w->probe_cid + o, g->w->probe_qc + o);
     else
         graph_search(g->c->gs, wi, q, g->n_probe, g->w->probe_cid + o, g->w->probe_qc + o);
@@ -626,10 +654,11 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         if (!c->gs) {
             /* in latency mode the pool's threads walk for the query's tokens */
             int nw = c->pool ? cm_pool_size(c->pool) : c->cfg.n_workers;
-            graph_search_params gp = {0};
+            graph_search_params gp = {.itopk = c->cfg.graph_list};
             s = graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe, nw,
                                    &c->gs, err);
             if (s == CHIMERA_OK && !c->c8) s = c8_make(c, err);
+            if (s == CHIMERA_OK) s = sample_make(c, err);
             if (s != CHIMERA_OK) {
                 graph_searcher_free(c->gs);
                 c->gs = NULL;
@@ -637,19 +666,23 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         }
         pthread_mutex_unlock(&c->gs_mu);
         CM_TRY(s);
-        /* seeds: each token's best of the sample */
-        uint32_t n_s = c->n_sample, d = c->r.dim;
-        cm_sgemm_nt((int)n_s, (int)m, (int)d, 1.0f, c->smp_c, (int)d, w->q, (int)d, 0.0f,
-                    w->smp_s, (int)m);
+        /* seeds: each token's best of the sample by its 8-bit rows' scores; the walk
+         * scores the seeds it starts from exactly */
+        uint32_t n_s = c->n_sample;
+        quant_c8_scores(c->kt, &w->qs, c->smp8->codes, c->smp8->scale, c->smp8->sum,
+                        c->smp_row, n_s, w->smp_s, m);
         for (uint32_t j = 0; j < m; j++) {
             cm_topk h;
             cm_topk_init(&h, CPU_SEEDS, w->seed_hs, w->seed_hi);
-            for (uint32_t i = 0; i < n_s; i++) cm_topk_push(&h, w->smp_s[(size_t)i * m + j], i);
+            float thr = cm_topk_threshold(&h);
+            for (uint32_t i = 0; i < n_s; i++)
+                if (w->smp_s[(size_t)i * m + j] > thr) {
+                    cm_topk_push(&h, w->smp_s[(size_t)i * m + j], i);
+                    thr = cm_topk_threshold(&h);
+                }
             cm_topk_sort(&h);
-            for (uint32_t a = 0; a < h.n; a++) {
+            for (uint32_t a = 0; a < h.n; a++)
                 w->seed_id[(size_t)j * CPU_SEEDS + a] = c->smp_id[h.id[a]];
-                w->seed_ip[(size_t)j * CPU_SEEDS + a] = h.score[a];
-            }
             w->seed_n[j] = h.n;
         }
         g_job gj = {c, w, n_probe};
