@@ -44,6 +44,7 @@
 #include "index/index.h"
 #include "index/store.h"
 #include "quant/kernels.h"
+#include "quant/quant_math.h"
 #include "quant/rotation.h"
 #include "search/exact.h"
 #include "search/pipeline.h"
@@ -933,6 +934,133 @@ static void test_floor_scale(const bench *b)
     backend_free(&be);
 }
 
+/* Refinement against a dense reference: each query token's probed lists estimated with
+ * the same list kernel, max-reduced per (document, token) in an n_docs x m table and
+ * summed as max(M, floor). With k_refine = n_docs every touched document comes back
+ * once with that partial score, best first, whatever order the backend reduces in and
+ * however its tables grow: the fixture has thousands of documents, and with every
+ * cluster probed a 64-token query sends millions of estimates into them. */
+static void test_refine_reference(const bench *b)
+{
+    const ix_index *ix = &b->ix;
+    const ix_segment *s0 = &ix->segs[0];
+    be_segment seg;
+    be_resident r;
+    resident_of(ix, &seg, &r);
+    enum { MM = 64 };
+    uint32_t nd = (uint32_t)ix->n_docs, K = ix->n_clusters, dim = ix->dim;
+    uint32_t cb = qm_code1_bytes(ix->dim_pad);
+    be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = MM, .max_probe = K,
+                     .max_refine = nd};
+    cm_backend be;
+    chimera_error err;
+    CHECK_OK(backend_new("cpu", &be, &err), &err);
+    CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
+    const struct cm_backend_i *f = be.iface;
+    quant_qset qs;
+    CHECK_OK(quant_qset_init(&qs, ix->dim_pad, MM, &err), &err);
+    const quant_kernels *kt = quant_kernels_active();
+    float *q64 = cm_malloc((size_t)MM * dim * sizeof *q64);
+    uint32_t *cids = cm_malloc((size_t)MM * K * sizeof *cids);
+    float *qc = cm_malloc((size_t)MM * K * sizeof *qc);
+    float *ref = cm_malloc((size_t)nd * MM * sizeof *ref);
+    float *want = cm_malloc((size_t)nd * sizeof *want);
+    float *est = cm_malloc((size_t)s0->n_tokens * sizeof *est);
+    float *part = cm_malloc((size_t)nd * sizeof *part);
+    uint32_t *docs = cm_malloc((size_t)nd * sizeof *docs);
+    uint64_t most = 0;
+    int bad_n = 0, bad_doc = 0, bad_score = 0, bad_order = 0, cases = 0;
+    for (int qi = 0; qi < 4; qi++) {
+        uint32_t m;
+        const float *q;
+        if (qi < 3) {
+            q = query(&b->q, qi, &m);
+        } else { /* 64 tokens: the queries' tokens one after another */
+            m = MM;
+            for (uint32_t t = 0, i = 0; t < MM; i++) {
+                uint32_t mi;
+                const float *qq = query(&b->q, i % b->q.n, &mi);
+                for (uint32_t a = 0; a < mi && t < MM; a++, t++)
+                    memcpy(q64 + (size_t)t * dim, qq + (size_t)a * dim, dim * sizeof *q64);
+            }
+            q = q64;
+        }
+        quant_qset_set(&qs, &ix->rot, q, m);
+        uint32_t nps[2] = {4, K};
+        for (int pi = 0; pi < 2; pi++) {
+            uint32_t np = nps[pi], n_out;
+            CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
+            CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cids, qc, &err), &err);
+            CHECK_OK(f->refine(be.ctx, 0, nd, (be_floor){BE_IMPUTE_PROBE_FLOOR, 0.5f}, NULL, docs,
+                               part, &n_out, NULL, &err), &err);
+            for (size_t t = 0; t < (size_t)nd * m; t++) ref[t] = -INFINITY;
+            uint64_t gathered = 0;
+            for (uint32_t j = 0; j < m; j++)
+                for (uint32_t p = 0; p < np; p++) {
+                    uint32_t cid = cids[(size_t)j * np + p];
+                    int64_t p0, n;
+                    if (cid >= K) continue;
+                    ix_segment_list(s0, cid, &p0, &n);
+                    quant_est1_list(kt, &qs, j, s0->c1_codes + (size_t)p0 * cb, s0->c1_fact + p0,
+                                    (size_t)n, qc[(size_t)j * np + p], est);
+                    gathered += (uint64_t)n;
+                    for (int64_t t = 0; t < n; t++) {
+                        float *cell = &ref[(size_t)s0->post_doc[p0 + t] * m + j];
+                        if (est[t] > *cell) *cell = est[t];
+                    }
+                }
+            most = gathered > most ? gathered : most;
+            uint32_t n_want = 0;
+            for (uint32_t d = 0; d < nd; d++) {
+                want[d] = NAN;
+                int seen = 0;
+                for (uint32_t j = 0; j < m; j++) seen |= ref[(size_t)d * m + j] > -INFINITY;
+                if (!seen || ((ix->deleted[d >> 3] >> (d & 7)) & 1)) continue;
+                float sum = 0.0f;
+                for (uint32_t j = 0; j < m; j++) {
+                    float fl = be_probe_floor(qc[(size_t)j * np + np - 1], 0.5f);
+                    sum += ref[(size_t)d * m + j] > fl ? ref[(size_t)d * m + j] : fl;
+                }
+                want[d] = sum;
+                n_want++;
+            }
+            cases++;
+            bad_n += n_out != n_want;
+            for (uint32_t c = 0; c < n_out; c++) {
+                uint32_t d = docs[c];
+                if (d >= nd || isnan(want[d])) {
+                    bad_doc++;
+                    continue;
+                }
+                bad_score += fabsf(part[c] - want[d]) > 1e-5f * (1.0f + fabsf(want[d]));
+                want[d] = NAN; /* each document once */
+                if (c > 0 && (part[c] > part[c - 1] || (part[c] == part[c - 1] && d < docs[c - 1])))
+                    bad_order++;
+            }
+        }
+    }
+    printf("refinement against a dense reference (%s, %u documents): %d cases, up to %llu "
+           "estimates gathered\n", b->name, nd, cases, (unsigned long long)most);
+    CHECKF(bad_n == 0, "refinement: %d of %d cases return another number of documents", bad_n,
+           cases);
+    CHECKF(bad_doc == 0, "refinement: %d documents returned twice or never touched", bad_doc);
+    CHECKF(bad_score == 0, "refinement: %d partial scores differ from the reference", bad_score);
+    CHECKF(bad_order == 0, "refinement: %d out of order", bad_order);
+    /* the fixture must reach what the test is about */
+    CHECKF(nd > 8192 && most > 2000000, "refinement fixture: %u documents, %llu estimates: "
+           "too few", nd, (unsigned long long)most);
+    quant_qset_free(&qs);
+    cm_free(q64);
+    cm_free(cids);
+    cm_free(qc);
+    cm_free(ref);
+    cm_free(want);
+    cm_free(est);
+    cm_free(part);
+    cm_free(docs);
+    backend_free(&be);
+}
+
 /* ---- deletion ---------------------------------------------------------------------- */
 
 static void test_deleted(const bench *b)
@@ -1420,6 +1548,9 @@ int main(void)
         test_graph_probe(&pm);
         test_graph_end_to_end(&pm);
     }
+    bench_free(&pm);
+    /* many short documents: refinement against its reference */
+    if (bench_make(&pm, "refine", 9000, 32, 4, 8, 256, 2, 13, 10)) test_refine_reference(&pm);
     bench_free(&pm);
     test_table_growth();
     printf("total %.1fs\n", cm_now() - t0);
