@@ -141,7 +141,7 @@ typedef struct be_config {
     uint32_t max_m;       /* largest query */
     uint32_t max_probe;   /* largest n_probe */
     uint32_t max_refine;  /* largest k_refine */
-    uint32_t graph_list;  /* a graph probe's candidate list (0: the backend's rule) */
+    uint32_t graph_list;  /* the CPU graph probe's candidate list (0: its own rule) */
     size_t device_memory_budget; /* bytes (0: the device's free memory) */
 } be_config;
 

@@ -18,7 +18,7 @@
  * not a core. Children of a parent are prefetched before their dot products, because
  * the vectors (512 B each at d = 128) are random reads from a table larger than L2, and
  * a node's graph row as it enters the list, well before it is expanded (at K = 99,328
- * the row's load was the walk's largest stall; 1.1-1.3x).
+ * the row's load was the walk's largest stall: 1.07-1.24x on the probe).
  * No allocation happens in graph_search: all scratch lives in the searcher. */
 #include <math.h>
 #include <string.h>
@@ -76,8 +76,9 @@ static uint32_t default_itopk(uint32_t k) { return round32(3 * k > 64 ? 3 * k : 
 
 /* A seeded walk starts beside its answer and needs less room for the way there:
  * max(32, 2.5k) rounded up to 8. On K = 99,328 centroids with the CPU backend's seeds,
- * n_probe 16: probe recall 0.993-0.999 at 40 (two query sets) for about 0.6x the time
- * of the unseeded default, 64 (bench/RESULTS.md section 5.13). */
+ * n_probe 16: probe recall 0.993-0.999 at 40 on two query sets, where 2k (32) gave
+ * 0.990-0.998 and 48 adds another 0.001-0.002 for a longer walk (bench/RESULTS.md
+ * section 5.13). */
 static uint32_t seeded_itopk(uint32_t k)
 {
     uint32_t l = (5 * k / 2 + 7) / 8 * 8;
