@@ -193,6 +193,23 @@ static void c8_table_free(c8_table *t)
     cm_free(t);
 }
 
+/* An empty table of n rows (codes, scale and sum allocated, one reference); NULL when
+ * out of memory. */
+static c8_table *c8_table_new(uint64_t key, uint32_t n, uint32_t dim_pad)
+{
+    c8_table *t = cm_calloc(1, sizeof *t);
+    if (!t) return NULL;
+    *t = (c8_table){.key = key, .n = n, .dim_pad = dim_pad, .refs = 1};
+    t->codes = cm_malloc((size_t)n * dim_pad + 1);
+    t->scale = cm_malloc((size_t)n * sizeof(float) + 1);
+    t->sum = cm_malloc((size_t)n * sizeof(int32_t) + 1);
+    if (!t->codes || !t->scale || !t->sum) {
+        c8_table_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* Unlinks and frees every unreferenced table but `keep`; under c8_mu. */
 static void c8_prune(const c8_table *keep)
 {
@@ -240,18 +257,10 @@ static chimera_status c8_make(cpu_ctx *c, chimera_error *err)
             return CHIMERA_OK;
         }
     }
-    c8_table *t = cm_calloc(1, sizeof *t);
-    if (t) {
-        *t = (c8_table){.key = key, .n = K, .dim_pad = dp, .refs = 1};
-        t->codes = cm_malloc((size_t)K * dp + 1);
-        t->scale = cm_malloc((size_t)K * sizeof(float) + 1);
-        t->sum = cm_malloc((size_t)K * sizeof(int32_t) + 1);
-    }
-    if (!t || !t->codes || !t->scale || !t->sum) {
-        c8_table_free(t);
+    c8_table *t = c8_table_new(key, K, dp);
+    if (!t)
         return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the 8-bit "
                        "centroids");
-    }
     /* encoded outside the lock: another engine's lookup never waits for it */
     quant_c8_encode(c->r.rot, c->r.centroids, K, t->codes, t->scale, t->sum);
     if (key) {
@@ -604,17 +613,8 @@ static chimera_status sample_make(cpu_ctx *c, chimera_error *err)
 {
     if (c->smp8) return CHIMERA_OK;
     uint32_t n = c->n_sample, dp = c->r.dim_pad;
-    c8_table *t = cm_calloc(1, sizeof *t);
-    if (t) {
-        *t = (c8_table){.n = n, .dim_pad = dp, .refs = 1};
-        t->codes = cm_malloc((size_t)n * dp + 1);
-        t->scale = cm_malloc((size_t)n * sizeof(float) + 1);
-        t->sum = cm_malloc((size_t)n * sizeof(int32_t) + 1);
-    }
-    if (!t || !t->codes || !t->scale || !t->sum) {
-        c8_table_free(t);
-        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the seed sample");
-    }
+    c8_table *t = c8_table_new(0, n, dp);
+    if (!t) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the seed sample");
     for (uint32_t i = 0; i < n; i++) {
         uint32_t k = c->smp_id[i];
         memcpy(t->codes + (size_t)i * dp, c->c8->codes + (size_t)k * dp, dp);
