@@ -486,6 +486,21 @@ static inline void prefetch_doc_cids(const be_resident *r, uint32_t d)
     if (b > a) __builtin_prefetch(b - 1); /* a range that starts mid-line ends a line on */
 }
 
+/* The first lines of document d's token data a scoring kernel reads (its centroid ids,
+ * and for 1-bit scoring its codes and factors): the documents lie at random in the
+ * token arrays, and the first loads of each stalled the kernel on memory. */
+static inline void prefetch_doc_head(const be_resident *r, uint32_t d, uint32_t cb,
+                                     int ids_only)
+{
+    const be_segment *sg = be_doc_segment(r, d);
+    int64_t t0 = sg->doc_off[d - sg->doc_base];
+    __builtin_prefetch(sg->tok_cid + t0);
+    if (ids_only) return;
+    const char *a = (const char *)(sg->d1_codes + (size_t)t0 * cb);
+    for (int i = 0; i < 4; i++) __builtin_prefetch(a + 64 * i);
+    __builtin_prefetch(sg->d1_fact + t0);
+}
+
 /* Makes S usable for the tokens of docs[0..n): in full when nothing was computed yet,
  * and in lazy mode the rows of those tokens' centroids not computed before in this
  * query (CPU_LAZY_ROWS at a time, from the 8-bit centroids). Runs on the worker's
@@ -875,6 +890,7 @@ static void score_range(const score_job *j, uint32_t i0, uint32_t i1)
     uint32_t m = j->w->m, cb = qm_code1_bytes(r->dim_pad);
     float mx[QUANT_QTOK_MAX];
     for (uint32_t i = i0; i < i1; i++) {
+        if (i + 1 < i1) prefetch_doc_head(r, j->docs[i + 1], cb, j->interaction);
         const be_segment *sg = be_doc_segment(r, j->docs[i]);
         int64_t d = j->docs[i] - sg->doc_base;
         int64_t t0 = sg->doc_off[d], n = sg->doc_off[d + 1] - t0;
