@@ -141,6 +141,19 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
     return s;
 }
 
+/* The first lines of the token data fullbit_score reads for `doc`: the candidates lie at
+ * random in the token arrays, and the first loads of each stalled the kernel on memory
+ * (the hardware prefetcher follows a document's further lines). */
+static void prefetch_doc_head(const ix_index *ix, uint32_t doc)
+{
+    const ix_segment *sg = ix_doc_segment(ix, doc);
+    int64_t t0 = sg->doc_off[doc - sg->doc_base];
+    const char *a = (const char *)(sg->dB_codes + (size_t)t0 * qm_codeB_bytes(ix->dim_pad, ix->bits));
+    for (int i = 0; i < 4; i++) __builtin_prefetch(a + 64 * i);
+    __builtin_prefetch(sg->dB_fact + t0);
+    __builtin_prefetch(sg->tok_cid + t0);
+}
+
 /* Rescoring after chunk i (0-based) of n_chunks; the first chunk_end[i+1] candidates
  * have 1-bit scores. */
 static void host_step(sp_worker *w, uint32_t i)
@@ -157,6 +170,7 @@ static void host_step(sp_worker *w, uint32_t i)
         uint32_t c = (uint32_t)sel.id[r];
         if (w->scored[c]) continue;
         w->scored[c] = 1;
+        if (r + 1 < sel.n) prefetch_doc_head(e->ix, w->cand[sel.id[r + 1]]);
         float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c],
                                 w->cs_local, w->cid_local);
         w->n_fullbit++;
