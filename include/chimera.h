@@ -926,7 +926,9 @@ typedef struct chimera_search_params {
      * index stores (chimera_build_opts.rerank), on the host whatever the backend, and
      * the best k of them are returned with their exact scores (as chimera_corpus_search
      * computes them, within the stored element type's rounding). k_fullbit is raised to
-     * rerank_depth when smaller. An index without the vectors fails the search with
+     * rerank_depth when smaller; when the two are equal the top k_fullbit by 1-bit
+     * score are re-scored directly (full-bit scores would pick the same documents, and
+     * the exact scores replace them). An index without the vectors fails the search with
      * CHIMERA_ERR_INVALID_ARG. At most 2^24. */
     uint32_t rerank_depth;
     /* Since 0.6.0: centroid interaction. When below k_refine, refinement's k_refine

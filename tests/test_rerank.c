@@ -22,8 +22,8 @@
  *   tune         a target of 0.99 on an index with vectors tunes with the re-rank on
  *                (rerank_depth = k_fullbit in the result) and reaches it; 0.9 does not
  *   kernels      every maxsim and widening variant the CPU runs against the scalar
- *                reference on awkward shapes (rows 1..5, dim not a multiple of 8, m_pad
- *                8..40): maxima within the float rounding of the inner products, the
+ *                reference on awkward shapes (rows 1..19, dim not a multiple of 8, m_pad
+ *                8..64): maxima within the float rounding of the inner products, the
  *                widening bit for bit, a NaN or infinite value always reported */
 #include <fcntl.h>
 #include <math.h>
@@ -200,32 +200,41 @@ static void test_exact(chimera_rerank type, uint32_t dim)
     if (type == CHIMERA_RERANK_F32)
         CHECKF(same_results(ids, sc, tid, tsc, nq, 2e-6f, name), "%s: f32 re-rank != exact", name);
 
-    /* partial: a shallow depth returns exact scores of the documents it returns */
+    /* partial: a shallow depth returns exact scores of the documents it returns, both
+     * when it covers k_fullbit (the 1-bit top goes to the re-rank, no full-bit scores)
+     * and when full-bit scores pick its documents from a deeper k_fullbit */
     chimera_index *ix = NULL;
     CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);
-    chimera_search_params p = {.rerank_depth = 2 * K};
+    chimera_search_params p = {0};
     chimera_search_profile prof = {0};
-    CHECK_OK(chimera_index_search(ix, q, K, &p, NULL, ids, sc, &prof, &err), &err);
-    CHECK(prof.n_reranked == (uint64_t)(nq * 2 * K) && prof.t_rerank > 0);
-    double *all = cm_malloc((size_t)c.s.n_docs * sizeof *all);
-    int exact_scores = 1;
-    for (int64_t i = 0; i < nq; i++)
-        for (int r = 0; r < K; r++) {
-            int64_t d = (ids[i * K + r] - 500) / 3; /* the row of the id */
-            double s = 0;
-            for (uint32_t j = 0; j < c.s.query_len; j++) {
-                const float *qt = c.s.queries + ((size_t)i * c.s.query_len + j) * dim;
-                double best = -INFINITY;
-                for (int64_t t = c.off[d]; t < c.off[d + 1]; t++) {
-                    double dot = 0;
-                    for (uint32_t x = 0; x < dim; x++) dot += (double)qt[x] * tok[(size_t)t * dim + x];
-                    if (dot > best) best = dot;
+    for (int deeper = 0; deeper < 2; deeper++) {
+        p = (chimera_search_params){.rerank_depth = 2 * K, .k_fullbit = (deeper ? 4 : 2) * K};
+        memset(&prof, 0, sizeof prof);
+        CHECK_OK(chimera_index_search(ix, q, K, &p, NULL, ids, sc, &prof, &err), &err);
+        CHECK(prof.n_reranked == (uint64_t)(nq * 2 * K) && prof.t_rerank > 0);
+        CHECKF(deeper ? prof.n_fullbit >= (uint64_t)(nq * 4 * K) : prof.n_fullbit == 0,
+               "%s: %llu documents full-bit scored with k_fullbit %u, rerank_depth %u", name,
+               (unsigned long long)prof.n_fullbit, p.k_fullbit, p.rerank_depth);
+        int exact_scores = 1;
+        for (int64_t i = 0; i < nq; i++)
+            for (int r = 0; r < K; r++) {
+                int64_t d = (ids[i * K + r] - 500) / 3; /* the row of the id */
+                double s = 0;
+                for (uint32_t j = 0; j < c.s.query_len; j++) {
+                    const float *qt = c.s.queries + ((size_t)i * c.s.query_len + j) * dim;
+                    double best = -INFINITY;
+                    for (int64_t t = c.off[d]; t < c.off[d + 1]; t++) {
+                        double dot = 0;
+                        for (uint32_t x = 0; x < dim; x++) dot += (double)qt[x] * tok[(size_t)t * dim + x];
+                        if (dot > best) best = dot;
+                    }
+                    s += best;
                 }
-                s += best;
+                if (fabs(s - sc[i * K + r]) > 1e-4 * (1 + fabs(s))) exact_scores = 0;
             }
-            if (fabs(s - sc[i * K + r]) > 1e-4 * (1 + fabs(s))) exact_scores = 0;
-        }
-    CHECKF(exact_scores, "%s: a shallow re-rank returned a score that is not exact", name);
+        CHECKF(exact_scores, "%s: a shallow re-rank (k_fullbit %u) returned a score that is not "
+               "exact", name, p.k_fullbit);
+    }
     /* without it, the same index returns full-bit estimates (and n_reranked stays 0) */
     p.rerank_depth = 0;
     CHECK_OK(chimera_index_search(ix, q, K, &p, NULL, ids, sc, &prof, &err), &err);
@@ -237,7 +246,6 @@ static void test_exact(chimera_rerank type, uint32_t dim)
     CHECK_OK(chimera_index_info_read(dir, &in, &err), &err);
     uint64_t want = (uint64_t)c.s.n_tokens * dim * (type == CHIMERA_RERANK_F32 ? 4 : 2);
     CHECK(in.rerank == type && in.bytes_rerank == want && in.bytes_host >= want);
-    cm_free(all);
     cm_free(tok);
     cm_free(ids);
     cm_free(tid);
@@ -569,10 +577,12 @@ static void test_kernels(void)
     cm_rng_seed(&r, 42, 1);
     static const uint32_t dims[] = {1, 7, 45, 96, 130};
     static const uint32_t mps[] = {8, 16, 24, 32, 40, 64};
+    /* every row-block path: 8, 4, 2 and 1 rows at a time and their tails */
+    static const uint32_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 19};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (size_t mi = 0; mi < sizeof mps / sizeof mps[0]; mi++)
-            for (uint32_t n = 1; n <= 5; n++) {
-                uint32_t d = dims[di], mp = mps[mi];
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                uint32_t d = dims[di], mp = mps[mi], n = ns[ni];
                 float *rows = cm_malloc((size_t)n * d * sizeof *rows);
                 float *qt = cm_malloc((size_t)d * mp * sizeof *qt);
                 float mx0[64], mx1[64], bound[64];

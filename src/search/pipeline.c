@@ -504,6 +504,58 @@ static chimera_status rerank(sp_engine *e, sp_worker *w, const float *q, uint32_
     return CHIMERA_OK;
 }
 
+/* The rest of a search whose re-rank covers the full-bit stage (sp_search): every
+ * candidate 1-bit scored on the device in one call, the top k_fullbit of them by that
+ * score re-scored exactly. */
+static chimera_status score1_then_rerank(sp_engine *e, int worker, const sp_params *p,
+                                         const float *q, uint32_t m, uint32_t n_cand,
+                                         uint32_t n_refined, double t0, double t1, double t2,
+                                         double t2b, const be_refine_stats *rs, int64_t *ids,
+                                         float *scores, sp_stats *st, chimera_error *err)
+{
+    const struct cm_backend_i *be = e->be.iface;
+    sp_worker *w = &e->w[worker];
+    if (n_cand) CM_TRY(be->score1(e->be.ctx, worker, w->cand, n_cand, w->s1, err));
+    double t3 = cm_now();
+    cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
+    cm_topk sel;
+    cm_topk_init(&sel, p->k_fullbit, w->sel_s, w->sel_i);
+    for (uint32_t c = 0; c < n_cand; c++) {
+        if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "search: document row %u got a %g 1-bit score: section 'd1_fact' holds "
+                           "non-finite or implausible factors (run chimera check)", w->cand[c],
+                           (double)w->s1[c]);
+        cm_topk_push(&sel, w->s1[c], w->cand[c]);
+    }
+    for (uint32_t r = 0; r < sel.n; r++) cm_topk_push(&w->fin, sel.score[r], sel.id[r]);
+    uint32_t n_rr = 0;
+    CM_TRY(rerank(e, w, q, m, p->k, ids, scores, &n_rr, err));
+    double t5 = cm_now();
+    for (uint32_t r = 0; r < p->k; r++)
+        if (ids[r] >= 0) ids[r] = ix_doc_id(e->ix, ids[r]);
+    if (st) {
+        st->t_generate += t1 - t0;
+        st->t_refine += t2 - t1;
+        st->t_interaction += t2b - t2;
+        st->t_score1 += t3 - t2b;
+        st->t_rerank += t5 - t3;
+        st->n_reranked += n_rr;
+        st->t_total += t5 - t0;
+        st->tokens_refined += rs->tokens_scored;
+        st->docs_touched += rs->docs_touched;
+        st->n_refined += n_refined;
+        st->n_scored1 += n_cand;
+        st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (uint64_t)n_cand * 4;
+        st->bytes_down += (uint64_t)n_refined * (4 + 4) + (uint64_t)n_cand * 4;
+        if (t2b > t2) {
+            st->bytes_up += (uint64_t)n_refined * 4;
+            st->bytes_down += (uint64_t)n_refined * 4;
+        }
+    }
+    return CHIMERA_OK;
+}
+
 static be_floor floor_of(const sp_params *p)
 {
     return (be_floor){p->impute, p->impute_scale > 0 ? p->impute_scale : 1.0f};
@@ -585,6 +637,14 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                            "'c1_fact' holds non-finite or implausible factors (run chimera "
                            "check)",
                            w->cand[c], (double)w->partial[c]);
+
+    /* The re-rank tier re-scores every document the full-bit stage would score when its
+     * depth covers k_fullbit (the usual case: k_fullbit is raised to the depth), so the
+     * full-bit estimates would only be thrown away: the top k_fullbit by 1-bit score
+     * (the documents the host would pick) go to the re-rank directly. */
+    if (p->rerank_depth && p->rerank_depth >= p->k_fullbit)
+        return score1_then_rerank(e, worker, p, q, m, n_cand, n_refined, t0, t1, t2, t2b, &rs,
+                                  ids, scores, st, err);
 
     /* hand the query to the host thread, then score chunks on the device */
     uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);

@@ -13,7 +13,9 @@
  * The answer is the top k by full-bit score; with the exact re-rank tier (rerank_depth),
  * the top k by exact score of the top rerank_depth by full-bit score, computed on the
  * host from the index's stored vectors after the host stage (whatever the backend: the
- * vectors are never on a device). Each engine worker runs one query at a time
+ * vectors are never on a device). When rerank_depth >= k_fullbit the host stage is
+ * skipped: it would full-bit score exactly the top k_fullbit by 1-bit score, all of which
+ * the re-rank scores again, so those go to the re-rank directly. Each engine worker runs one query at a time
  * on two threads: the device stage on the worker's own thread and the host stage on a
  * companion thread fed chunk by chunk, so they overlap on any backend. */
 #ifndef CHIMERA_SEARCH_PIPELINE_H
@@ -45,7 +47,8 @@ typedef struct sp_params {
     uint32_t k_fullbit_filtered; /* k_fullbit of a query with a filter (0: k_fullbit); <=
                                     k_refine. Engines are sized for the larger */
     uint32_t rerank_depth;   /* 0: off; else the top max(k, rerank_depth) by full-bit score
-                                are re-scored exactly (search/rerank.h) and the best k of
+                                (by 1-bit score when rerank_depth >= k_fullbit) are
+                                re-scored exactly (search/rerank.h) and the best k of
                                 them returned; needs the index's vectors, and k_fullbit >=
                                 rerank_depth to have that many */
     uint32_t k_interaction;  /* 0 or >= k_refine: off; else refinement's documents are

@@ -9,6 +9,10 @@
 #include "core/f16.h"
 #include "search/rerank.h"
 
+#ifndef RERANK_PREFETCH
+#define RERANK_PREFETCH 1024
+#endif
+
 static uint32_t pad8(uint32_t m) { return (m + 7) / 8 * 8; }
 
 void sp_maxsim_scalar(const float *rows, uint32_t n, uint32_t dim, const float *qt,
@@ -81,6 +85,19 @@ void sp_rerank_scratch_free(sp_rerank_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The stored vectors of document `doc`, up to RERANK_PREFETCH bytes: fetched while the
+ * document before it is scored, since the documents lie at random in the section and
+ * widening waited on each one's first lines. */
+static void prefetch_doc(const ix_index *ix, uint32_t doc, size_t row_bytes)
+{
+    const ix_segment *sg = ix_doc_segment(ix, doc);
+    int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld];
+    size_t len = (size_t)(sg->doc_off[ld + 1] - t0) * row_bytes;
+    if (len > RERANK_PREFETCH) len = RERANK_PREFETCH;
+    const char *a = (const char *)sg->vectors + (size_t)t0 * row_bytes;
+    for (size_t o = 0; o < len; o += 64) __builtin_prefetch(a + o);
+}
+
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
                      uint32_t m, sp_rerank_scratch *s, float *out)
 {
@@ -103,6 +120,7 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
             continue;
         }
         const uint8_t *src = (const uint8_t *)sg->vectors + (size_t)t0 * d * es;
+        if (k + 1 < n) prefetch_doc(ix, docs[k + 1], d * es);
         for (uint32_t j = 0; j < mp; j++) s->mx[j] = -INFINITY;
         float bad = 0.0f;
         if (!widen) {

@@ -1,7 +1,8 @@
 /* The exact re-rank tier: exact Chamfer scores of a query against documents of an
  * index that stores its original vectors (index sections vectors_*, built with
  * --rerank), on the host whatever the backend (pipeline.h runs it after the full-bit
- * stage, on the top rerank_depth documents).
+ * stage, on the top rerank_depth documents, or straight after 1-bit scoring when the
+ * depth covers k_fullbit).
  *
  * The score is the one chimera_corpus_search computes: sum over query tokens of the
  * largest inner product with a document token. The query is transposed once per call
@@ -11,13 +12,15 @@
  * the same registers: no m x n product matrix is written and re-read, which is what a
  * small sgemm per document (or per block of documents) spent most of its time on at
  * these shapes (m ~ 32, a few dozen rows). Half and bfloat16 rows are widened to
- * float32 in blocks of SP_RERANK_ROWS (F16C, or a shift); float32 rows are read in
- * place from the mapping. Scratch is the caller's, allocated once per worker, so
+ * float32 in blocks of SP_RERANK_ROWS (F16C, or a shift), small enough (16 KiB at
+ * d = 128) that the kernel reads them back from L1; float32 rows are read in place from
+ * the mapping. Scratch is the caller's, allocated once per worker, so
  * scoring allocates nothing.
  *
  * Kernels (a scalar reference and AVX2 + FMA, chosen once by the SIMD level; the
- * AVX-512 level uses the AVX2 one): maxsim max-accumulates mx[j] = max(mx[j], <row_r,
- * q_j>) over n rows for j < m_pad, and adds (x - x) of every product to *bad, which
+ * AVX-512 level uses the AVX2 one, which scores 8, 4 or 2 rows at a time as m_pad is 8,
+ * 16 or more, so that 8 independent accumulators hide the multiply-add latency): maxsim
+ * max-accumulates mx[j] = max(mx[j], <row_r, q_j>) over n rows for j < m_pad, and adds (x - x) of every product to *bad, which
  * stays 0 unless a product is NaN or infinite (a maximum would drop a NaN silently). */
 #ifndef CHIMERA_SEARCH_RERANK_H
 #define CHIMERA_SEARCH_RERANK_H
@@ -28,7 +31,7 @@
 #include "chimera.h"
 #include "index/index.h"
 
-#define SP_RERANK_ROWS 256
+#define SP_RERANK_ROWS 32
 
 typedef struct sp_rerank_scratch {
     float *rows;    /* [SP_RERANK_ROWS x dim] widened rows of a half / bfloat16 document */

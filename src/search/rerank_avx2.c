@@ -25,65 +25,79 @@ void sp_bf16_widen_avx2(const uint16_t *src, size_t n, float *dst)
     for (; i < n; i++) dst[i] = cm_bf16_to_f32(src[i]);
 }
 
-/* Rows r0 (and r1 when two) against W x 8 query columns from j0: 2 W accumulators, one
- * load of qt per vector shared by both rows. Inlined with a constant W and ROWS, so the
+/* R rows (a, one every dim floats) against W x 8 query columns from j0: R x W
+ * accumulators, one load of qt per vector shared by the R rows. An FMA waits for the
+ * previous one on its accumulator (4 cycles) and two issue per cycle, so the kernel
+ * needs 8 independent accumulators to run at its peak: R = 8 / W rows at a time (with
+ * two, a 12-token query ran at a quarter of it). Inlined with constant R and W, so the
  * arrays stay in registers. */
-static inline __attribute__((always_inline)) void block(const float *a0, const float *a1,
-                                                         uint32_t dim, const float *qt,
-                                                         uint32_t m_pad, uint32_t j0, float *mx,
-                                                         __m256 *bad, const int W, const int two)
+static inline __attribute__((always_inline)) void block(const float *a, uint32_t dim,
+                                                         const float *qt, uint32_t m_pad,
+                                                         uint32_t j0, float *mx, __m256 *bad,
+                                                         const int R, const int W)
 {
-    __m256 c0[4], c1[4];
-    /* the loops over v must be unrolled for c0 and c1 to live in registers */
+    __m256 c[8][4];
+    /* the loops must be unrolled for c to live in registers */
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-    for (int v = 0; v < W; v++) c0[v] = c1[v] = _mm256_setzero_ps();
+        for (int v = 0; v < W; v++) c[r][v] = _mm256_setzero_ps();
     for (uint32_t i = 0; i < dim; i++) {
         const float *qr = qt + (size_t)i * m_pad + j0;
-        __m256 x0 = _mm256_broadcast_ss(a0 + i);
-        __m256 x1 = two ? _mm256_broadcast_ss(a1 + i) : x0;
+        __m256 qv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < W; v++) {
-            __m256 qv = _mm256_loadu_ps(qr + 8 * v);
-            c0[v] = _mm256_fmadd_ps(x0, qv, c0[v]);
-            if (two) c1[v] = _mm256_fmadd_ps(x1, qv, c1[v]);
+        for (int v = 0; v < W; v++) qv[v] = _mm256_loadu_ps(qr + 8 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 x = _mm256_broadcast_ss(a + (size_t)r * dim + i);
+#pragma GCC unroll 4
+            for (int v = 0; v < W; v++) c[r][v] = _mm256_fmadd_ps(x, qv[v], c[r][v]);
         }
     }
 #pragma GCC unroll 4
     for (int v = 0; v < W; v++) {
         __m256 m = _mm256_loadu_ps(mx + j0 + 8 * v);
-        m = _mm256_max_ps(c0[v], m); /* max_ps(a, b) is b when either is NaN: see bad */
-        *bad = _mm256_add_ps(*bad, _mm256_sub_ps(c0[v], c0[v]));
-        if (two) {
-            m = _mm256_max_ps(c1[v], m);
-            *bad = _mm256_add_ps(*bad, _mm256_sub_ps(c1[v], c1[v]));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            m = _mm256_max_ps(c[r][v], m); /* max_ps(a, b) is b when either is NaN: see bad */
+            *bad = _mm256_add_ps(*bad, _mm256_sub_ps(c[r][v], c[r][v]));
         }
         _mm256_storeu_ps(mx + j0 + 8 * v, m);
     }
 }
 
-static inline __attribute__((always_inline)) void rows_block(const float *a0, const float *a1,
-                                                              uint32_t dim, const float *qt,
-                                                              uint32_t m_pad, float *mx,
-                                                              __m256 *bad, const int two)
+/* n rows against W x 8 columns from j0: 8 / W rows at a time, the rest by halves. */
+static inline __attribute__((always_inline)) void rows_cols(const float *rows, uint32_t n,
+                                                             uint32_t dim, const float *qt,
+                                                             uint32_t m_pad, uint32_t j0,
+                                                             float *mx, __m256 *bad, const int W)
 {
-    uint32_t j0 = 0;
-    for (; j0 + 32 <= m_pad; j0 += 32) block(a0, a1, dim, qt, m_pad, j0, mx, bad, 4, two);
-    switch ((m_pad - j0) / 8) {
-    case 3: block(a0, a1, dim, qt, m_pad, j0, mx, bad, 3, two); break;
-    case 2: block(a0, a1, dim, qt, m_pad, j0, mx, bad, 2, two); break;
-    case 1: block(a0, a1, dim, qt, m_pad, j0, mx, bad, 1, two); break;
-    default: break;
+    const int R = W == 1 ? 8 : W == 2 ? 4 : 2;
+    uint32_t r = 0;
+    for (; r + R <= n; r += R) block(rows + (size_t)r * dim, dim, qt, m_pad, j0, mx, bad, R, W);
+    if (R > 4 && r + 4 <= n) {
+        block(rows + (size_t)r * dim, dim, qt, m_pad, j0, mx, bad, 4, W);
+        r += 4;
     }
+    if (R > 2 && r + 2 <= n) {
+        block(rows + (size_t)r * dim, dim, qt, m_pad, j0, mx, bad, 2, W);
+        r += 2;
+    }
+    if (r < n) block(rows + (size_t)r * dim, dim, qt, m_pad, j0, mx, bad, 1, W);
 }
 
 void sp_maxsim_avx2(const float *rows, uint32_t n, uint32_t dim, const float *qt,
                     uint32_t m_pad, float *mx, float *bad)
 {
     __m256 b = _mm256_setzero_ps();
-    uint32_t r = 0;
-    for (; r + 2 <= n; r += 2)
-        rows_block(rows + (size_t)r * dim, rows + (size_t)(r + 1) * dim, dim, qt, m_pad, mx, &b, 1);
-    if (r < n) rows_block(rows + (size_t)r * dim, NULL, dim, qt, m_pad, mx, &b, 0);
+    uint32_t j0 = 0;
+    for (; j0 + 32 <= m_pad; j0 += 32) rows_cols(rows, n, dim, qt, m_pad, j0, mx, &b, 4);
+    switch ((m_pad - j0) / 8) {
+    case 3: rows_cols(rows, n, dim, qt, m_pad, j0, mx, &b, 3); break;
+    case 2: rows_cols(rows, n, dim, qt, m_pad, j0, mx, &b, 2); break;
+    case 1: rows_cols(rows, n, dim, qt, m_pad, j0, mx, &b, 1); break;
+    default: break;
+    }
     float t[8];
     _mm256_storeu_ps(t, b);
     for (int v = 0; v < 8; v++) *bad += t[v];
