@@ -274,6 +274,13 @@ static int q8_query_ok(const quant_qset *qs)
         }
         ok &= s == qs->q8_sum[j];
     }
+    /* the two-token copy (m <= 8): token j's bytes in dwords 2j and 2j + 1, zero after */
+    for (uint32_t g = 0; qs->m <= 8 && g < D / 4; g++)
+        for (uint32_t l = 0; l < 16; l++)
+            for (uint32_t b = 0; b < 4; b++) {
+                uint8_t want = l / 2 < qs->m ? qs->q8_t[((size_t)g * mp + l / 2) * 4 + b] : 0;
+                ok &= qs->q8_pair[((size_t)g * 16 + l) * 4 + b] == want;
+            }
     return ok;
 }
 

@@ -11,7 +11,8 @@
  * ipB_multi: unpack to centred floats, then 16-wide FMA dots, eight query tokens at a
  * time sharing each load of the token (see its section).
  * ipB4_q8, docB4_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
- * query with VNNI vpdpbusd, 16 query tokens per vector (see their section). */
+ * query with VNNI vpdpbusd, 16 query tokens per vector, or for a query of at most 8
+ * tokens two document tokens per vector (see their section). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -526,6 +527,126 @@ static inline void prefetch_rows(const uint32_t *cid, const float *cscore, size_
         _mm_prefetch((const char *)(cscore + (size_t)cid[t] * ld), _MM_HINT_T0);
 }
 
+/* Two tokens per vector, for queries of m <= 8 tokens. At 16 query lanes a vector, such a
+ * query (a third of the 4-16-token queries users send) left half or more of every
+ * vpdpbusd idle. This form puts tokens t and t + 4 of a block in the even and odd dwords
+ * of one vector, against quant_qset.q8_pair (query token j in dwords 2j and 2j + 1): one
+ * 64-bit broadcast carries a dim group of both tokens, and a block takes half the
+ * vpdpbusd. The sums are the same integers (taken over the dim groups in another
+ * order); the estimates are the same float operations lane by lane and the maxima the
+ * same maxima, so the results are the one-token form's bit for bit.
+ *
+ * Pair layout u2 [4 pairs][dim_pad/64][128 bytes]: pair p holds tokens p and p + 4, one
+ * 64-dim word as unpacklo_epi32 / unpackhi_epi32 of their 16 dim groups leave it:
+ * position i of the 16 holds dim group 16 w + pair_g16[i] of both tokens. */
+static const uint8_t pair_g16[16] = {0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15};
+
+static inline void pair_store(int8_t *dst, __m512i xt, __m512i xs)
+{
+    _mm512_store_si512((void *)dst, _mm512_unpacklo_epi32(xt, xs));
+    _mm512_store_si512((void *)(dst + 64), _mm512_unpackhi_epi32(xt, xs));
+}
+
+/* The block's n (<= 8) 1-bit planes into u2 (unpack1_block's bytes, paired). */
+static void unpack1_pairs(const uint8_t *codes, uint32_t d, size_t n, int8_t *u2, int32_t *st)
+{
+    uint32_t cb = d / 8;
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int32_t pc = 0;
+        for (uint32_t w = 0; t < n && w < d / 64; w++)
+            pc += (int32_t)__builtin_popcountll(qk_load64(codes + t * cb + 8 * w));
+        st[t] = pc;
+    }
+    for (size_t p = 0; p < 4; p++)
+        for (uint32_t w = 0; w < d / 64; w++) {
+            __m512i xt = _mm512_setzero_si512(), xs = xt;
+            if (p < n) xt = _mm512_movm_epi8((__mmask64)qk_load64(codes + p * cb + 8 * w));
+            if (p + 4 < n) xs = _mm512_movm_epi8((__mmask64)qk_load64(codes + (p + 4) * cb + 8 * w));
+            pair_store(u2 + p * 2 * d + 128 * w, xt, xs);
+        }
+}
+
+/* The block's n (<= 8) nibble codes into u2 (unpack4_block's bytes, paired). */
+static void unpack4_pairs(const uint8_t *codes, uint32_t d, size_t n, int8_t *u2, int32_t *st)
+{
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    unpack4_block(codes, d, n, u, st);
+    for (size_t p = 0; p < 4; p++)
+        for (uint32_t w = 0; w < d / 64; w++)
+            pair_store(u2 + p * 2 * d + 128 * w,
+                       _mm512_load_si512((const void *)(u + p * d + 64 * w)),
+                       _mm512_load_si512((const void *)(u + (p + 4) * d + 64 * w)));
+}
+
+static inline int64_t load_i64(const int8_t *p)
+{
+    int64_t x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* acc[p] = the sums of pair p's two tokens (even / odd dwords) for query lanes 0..7. */
+static inline __attribute__((always_inline)) void q8_block2(const uint8_t *qp, uint32_t d,
+                                                            const int8_t *u2, __m512i acc[4])
+{
+    __m512i c[4];
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++) c[p] = _mm512_setzero_si512();
+    for (uint32_t w = 0; w < d / 64; w++) {
+        const uint8_t *qw = qp + (size_t)w * 16 * 64;
+        const int8_t *uw = u2 + (size_t)w * 128;
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 16; i++) {
+            __m512i q = _mm512_load_si512((const void *)(qw + (size_t)pair_g16[i] * 64));
+            _Pragma("GCC unroll 4")
+            for (int p = 0; p < 4; p++) {
+                __m512i b = _mm512_set1_epi64(load_i64(uw + (size_t)p * 2 * d + 8 * i));
+                c[p] = _mm512_dpbusd_epi32(c[p], q, b);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int p = 0; p < 4; p++) acc[p] = c[p];
+}
+
+/* q8_chunk for the two-token form (m <= 8): the same estimate per lane, maxima kept per
+ * half and merged at the end. */
+static inline __attribute__((always_inline)) void
+q8_chunk2(const quant_qset *qs, const __m512i acc[4], size_t nb, const float *al,
+          const float *ka, const float *ys, const float *hsq, const int neg,
+          const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+{
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i mix = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    uint32_t m = qs->m;
+    __mmask16 m8 = (__mmask16)((1u << m) - 1u), mq = (__mmask16)((1u << (2 * m)) - 1u);
+    __m512 dl = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(m8, qs->q8_delta));
+    __m512 lo = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(m8, qs->q8_lo));
+    __m512 hs = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(m8, hsq));
+    __m512 mx = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(m8, out_max));
+    for (size_t p = 0; p < 4 && p < nb; p++) {
+        size_t t = p, s = p + 4;
+        int two = s < nb;
+        __mmask16 mk = two ? mq : (__mmask16)(mq & 0x5555);
+        __m512 y = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(ys[t]), _mm512_set1_ps(two ? ys[s] : 0.0f));
+        __m512 a = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(al[t]), _mm512_set1_ps(two ? al[s] : 0.0f));
+        __m512 k = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(ka[t]), _mm512_set1_ps(two ? ka[s] : 0.0f));
+        __m512i av = neg ? _mm512_sub_epi32(_mm512_setzero_si512(), acc[p]) : acc[p];
+        __m512 x = _mm512_add_ps(_mm512_cvtepi32_ps(av), hs);
+        __m512 ip = _mm512_add_ps(_mm512_mul_ps(dl, x), _mm512_mul_ps(lo, y));
+        __m512 ct = _mm512_maskz_loadu_ps(m8, cscore + (size_t)cid[t] * ld);
+        __m512 cs = two ? _mm512_maskz_loadu_ps(m8, cscore + (size_t)cid[s] * ld) : _mm512_setzero_ps();
+        __m512 c = _mm512_permutex2var_ps(ct, mix, cs);
+        __m512 e = _mm512_add_ps(_mm512_add_ps(c, a), _mm512_mul_ps(k, ip));
+        mx = _mm512_mask_max_ps(mx, mk, e, mx);
+    }
+    /* lane j: the even half's maximum against the odd half's */
+    const __m512i ev = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m512 r = _mm512_max_ps(_mm512_permutexvar_ps(od, mx), _mm512_permutexvar_ps(ev, mx));
+    _mm512_mask_storeu_ps(out_max, m8, r);
+}
+
 static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max)
@@ -535,17 +656,25 @@ static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *cod
     float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
     uint32_t d = qs->dim_pad;
     float off = qm_codeB_offset(bits), od = off * (float)d;
+    const int pairs = qs->m <= 8;
     for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         prefetch_rows(cid, cscore, ld, t0 + QUANT_Q8_BLOCK, n);
-        unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        if (pairs) unpack4_pairs(codes + t0 * (d / 2), d, nb, u, sb);
+        else unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
         for (size_t t = 0; t < nb; t++) {
             al[t] = qm_f16_to_f32(fB[t0 + t].alpha);
             ka[t] = fB[t0 + t].kappa;
             ys[t] = (float)sb[t] - od;
         }
-        q8_chunks(qs, u, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
+        if (pairs) {
+            __m512i acc[4];
+            q8_block2(qs->q8_pair, d, u, acc);
+            q8_chunk2(qs, acc, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
+        } else {
+            q8_chunks(qs, u, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
+        }
     }
 }
 
@@ -557,17 +686,25 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
     float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
     uint32_t d = qs->dim_pad;
     float od = 0.5f * (float)d;
+    const int pairs = qs->m <= 8;
     for (uint32_t j = 0; j < qs->m; j++) hsq[j] = -0.5f * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         prefetch_rows(cid, cscore, ld, t0 + QUANT_Q8_BLOCK, n);
-        unpack1_block(codes + t0 * (d / 8), d, nb, u, sb);
+        if (pairs) unpack1_pairs(codes + t0 * (d / 8), d, nb, u, sb);
+        else unpack1_block(codes + t0 * (d / 8), d, nb, u, sb);
         for (size_t t = 0; t < nb; t++) {
             al[t] = qm_f16_to_f32(f1[t0 + t].alpha);
             ka[t] = qm_f16_to_f32(f1[t0 + t].kappa);
             ys[t] = (float)sb[t] - od;
         }
-        q8_chunks(qs, u, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
+        if (pairs) {
+            __m512i acc[4];
+            q8_block2(qs->q8_pair, d, u, acc);
+            q8_chunk2(qs, acc, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
+        } else {
+            q8_chunks(qs, u, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
+        }
     }
 }
 

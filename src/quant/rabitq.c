@@ -334,8 +334,9 @@ chimera_status quant_qset_init(quant_qset *qs, uint32_t dim_pad, uint32_t m_cap,
     qs->q8_delta = cm_aligned_alloc(64, mp * sizeof(float));
     qs->q8_lo = cm_aligned_alloc(64, mp * sizeof(float));
     qs->q8_sum = cm_aligned_alloc(64, mp * sizeof(int32_t));
+    qs->q8_pair = cm_aligned_alloc(64, (size_t)dim_pad * 16);
     if (!qs->q || !qs->lut || !qs->lut_t || !qs->planes || !qs->planes_t || !qs->delta || !qs->vlow ||
-        !qs->sum_qu || !qs->q8_t || !qs->q8_delta || !qs->q8_lo || !qs->q8_sum) {
+        !qs->sum_qu || !qs->q8_t || !qs->q8_delta || !qs->q8_lo || !qs->q8_sum || !qs->q8_pair) {
         quant_qset_free(qs);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "query set: out of memory");
     }
@@ -356,6 +357,7 @@ void quant_qset_free(quant_qset *qs)
     cm_free(qs->q8_delta);
     cm_free(qs->q8_lo);
     cm_free(qs->q8_sum);
+    cm_free(qs->q8_pair);
     memset(qs, 0, sizeof *qs);
 }
 
@@ -391,6 +393,13 @@ static void qset_finish(quant_qset *qs, uint32_t m)
                 qs->planes_t[((size_t)w * 4 + p) * mp + j] =
                     qs->planes[((size_t)j * 4 + p) * W + w];
     }
+    memset(qs->q8_pair, 0, (size_t)d * 16);
+    if (m <= 8)
+        for (uint32_t g = 0; g < d / 4; g++)
+            for (uint32_t j = 0; j < m; j++)
+                for (uint32_t h = 0; h < 2; h++)
+                    memcpy(qs->q8_pair + ((size_t)g * 16 + 2 * j + h) * 4,
+                           qs->q8_t + ((size_t)g * mp + j) * 4, 4);
 }
 
 void quant_qset_set(quant_qset *qs, const quant_rotation *rot, const float *q, uint32_t m)

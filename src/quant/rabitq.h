@@ -54,7 +54,7 @@ void quant_codeB_msb(uint32_t dim_pad, uint32_t bits, size_t n, const uint8_t *c
 
 /* Per-query state for m <= m_cap query tokens. Buffers are 64-byte aligned; rows beyond m
  * (up to m_pad = m_cap rounded up to 8) are zero so SIMD kernels may read whole vectors.
- * Memory: about m_pad * dim_pad * 37 bytes, of which lut and lut_t take 16 each
+ * Memory: about m_pad * dim_pad * 37 + dim_pad * 16 bytes, of which lut and lut_t take 16 each
  * (lut_t: 64 KiB at dim_pad = 128, m_cap = 32, so it stays in L2 while a query's
  * documents are scored; 1.3 MiB at the caps dim_pad = 320, m_cap = 256). */
 typedef struct quant_qset {
@@ -72,6 +72,9 @@ typedef struct quant_qset {
     uint8_t *q8_t;
     float *q8_delta, *q8_lo;
     int32_t *q8_sum;
+    /* for m <= 8: q8_t's rows with token j's 4 bytes in dwords 2j and 2j + 1,
+     * [dim_pad/4][16][4] bytes, zero past 2m (the AVX-512 doc kernels' two-token form) */
+    uint8_t *q8_pair;
 } quant_qset;
 
 /* Allocates a query set. Returns CHIMERA_OK, CHIMERA_ERR_INVALID_ARG (m_cap 0 or above
