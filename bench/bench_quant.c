@@ -1,6 +1,7 @@
 /* Micro-benchmark of src/quant: ns per token of every kernel shape and SIMD variant the
  * CPU runs, the bytes/s they reach against a streaming-read bandwidth measured in the
- * same run, encoder speed by B, and an estimator error table by B (mean abs error, RMSE,
+ * same run (and the rate of random 128-byte row reads, the floor of the search's
+ * gathers), encoder speed by B, and an estimator error table by B (mean abs error, RMSE,
  * bias, miss rate of the eps0 = 1.9 bound) with the factors as stored (f16) and in
  * float64, which is the evidence for the factor storage choice.
  *
@@ -164,6 +165,41 @@ static double bandwidth(size_t bytes, double min_time)
     } while (t < min_time);
     cm_free(buf);
     return (double)bytes * reps / t;
+}
+
+/* Random 128-byte rows (two cache lines, one an 8-bit centroid row) read from a table
+ * of `bytes`, each fetched `ahead` rows before it is summed: the rate at which the
+ * search's gathers (centroid rows, documents' first lines, refinement's slot map) can
+ * run at best when their addresses are known that far ahead. Rows per second. */
+static double random_rows(size_t bytes, uint32_t ahead, double min_time)
+{
+    uint8_t *buf = cm_aligned_alloc(64, bytes);
+    size_t n_rows = bytes / 128, n = 1 << 16;
+    uint32_t *id = cm_malloc(n * sizeof *id);
+    memset(buf, 1, bytes);
+    cm_rng r;
+    cm_rng_seed(&r, 7, 0);
+    for (size_t i = 0; i < n; i++) id[i] = (uint32_t)cm_rng_below(&r, n_rows);
+    double t0 = cm_now(), t;
+    size_t reps = 0;
+    do {
+        uint64_t s = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (i + ahead < n) {
+                const uint8_t *f = buf + (size_t)id[i + ahead] * 128;
+                __builtin_prefetch(f);
+                __builtin_prefetch(f + 64);
+            }
+            const uint64_t *row = (const uint64_t *)(const void *)(buf + (size_t)id[i] * 128);
+            for (int w = 0; w < 16; w++) s += row[w];
+        }
+        sink += s;
+        reps++;
+        t = cm_now() - t0;
+    } while (t < min_time);
+    cm_free(id);
+    cm_free(buf);
+    return (double)n * reps / t;
 }
 
 static void unit_gauss(cm_rng *r, float *x, uint32_t d)
@@ -415,6 +451,12 @@ int main(int argc, char **argv)
     double bw_dram = bandwidth((size_t)256 << 20, 1.0), bw_l2 = bandwidth((size_t)256 << 10, 0.5);
     printf("streaming read: %.1f GB/s (256 MiB buffer), %.1f GB/s (256 KiB buffer)\n",
            bw_dram / 1e9, bw_l2 / 1e9);
+    printf("random 128-byte rows of a 256 MiB table, ns a row: %.1f (no prefetch), %.1f "
+           "(fetched 8 rows ahead), %.1f (16 ahead), %.1f (32 ahead); of a 12 MiB table "
+           "(an 8-bit centroid table at K = 10^5) 16 ahead: %.1f\n",
+           1e9 / random_rows((size_t)256 << 20, 0, 0.5), 1e9 / random_rows((size_t)256 << 20, 8, 0.5),
+           1e9 / random_rows((size_t)256 << 20, 16, 0.5), 1e9 / random_rows((size_t)256 << 20, 32, 0.5),
+           1e9 / random_rows((size_t)12 << 20, 16, 0.5));
 
     cm_rng r;
     cm_rng_seed(&r, 1, 0);
