@@ -9,6 +9,8 @@
  *                kernels' tails)
  *   partial      a shallow rerank_depth returns the best k of the full-bit top by exact
  *                score: every score it returns is the document's exact score
+ *   filtered     with a filter that allows a third of the documents, and one that
+ *                excludes a third, the re-rank equals exact search over the allowed ones
  *   living       after adds (past a merge), deletes, updates, a compaction and a
  *                compaction with --recluster, the re-rank still equals exact search over
  *                the live documents, `check` passes, and the recluster kept the vectors
@@ -565,6 +567,73 @@ static void test_corrupt(void)
     corpus_free(&c);
 }
 
+/* ---- filtered ---------------------------------------------------------------------- */
+
+/* With a filter, the re-rank (its depth covering k_fullbit: the path without full-bit
+ * scores) equals exact search over the allowed documents only: a selective filter (a
+ * third of the documents allowed: scored directly) and a wide one (a third excluded). */
+static void test_filtered(void)
+{
+    chimera_error err;
+    corpus c;
+    corpus_make(&c, 240, 32, 21);
+    char dir[512];
+    test_path(dir, sizeof dir, "filtered");
+    chimera_corpus *h = slice(&c, 0, c.s.n_docs);
+    chimera_build_opts bo = {.n_clusters = 24, .seed = 5, .n_threads = 2, .no_sync = 1,
+                             .rerank = CHIMERA_RERANK_F16};
+    CHECK_OK(chimera_index_build(h, dir, &bo, NULL, &err), &err);
+    chimera_corpus_close(h);
+    chimera_index_info in;
+    CHECK_OK(chimera_index_info_read(dir, &in, &err), &err);
+    chimera_index *ix = NULL;
+    CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);
+    chimera_queries *q = queries(&c);
+    int64_t nq = c.s.n_queries, n_docs = c.s.n_docs;
+    uint32_t dim = c.s.dim;
+    float *tok = rounded(&c, CHIMERA_RERANK_F16);
+    float *sub = cm_malloc((size_t)c.s.n_tokens * dim * sizeof *sub);
+    int64_t *lens = cm_malloc((size_t)n_docs * sizeof *lens), *dids = cm_malloc((size_t)n_docs * sizeof *dids);
+    int64_t *listed = cm_malloc((size_t)n_docs * sizeof *listed), n_listed = 0;
+    for (int64_t d = 0; d < n_docs; d += 3) listed[n_listed++] = c.ids[d];
+    int64_t ids[16 * K], tid[16 * K];
+    float sc[16 * K], tsc[16 * K];
+    for (int exclude = 0; exclude < 2 && ix; exclude++) {
+        chimera_filter *f = NULL;
+        CHECK_OK(chimera_filter_new(listed, n_listed, exclude, &f, &err), &err);
+        int64_t n_allowed = 0, at = 0;
+        for (int64_t d = 0; d < n_docs; d++) {
+            if ((d % 3 == 0) == exclude) continue;
+            memcpy(sub + (size_t)at * dim, tok + (size_t)c.off[d] * dim,
+                   (size_t)c.s.doclens[d] * dim * sizeof *sub);
+            at += c.s.doclens[d];
+            lens[n_allowed] = c.s.doclens[d];
+            dids[n_allowed++] = c.ids[d];
+        }
+        exact(sub, at, dim, lens, dids, n_allowed, q, tid, tsc);
+        chimera_search_params p = {.n_probe = in.n_clusters, .k_refine = (uint32_t)n_docs,
+                                   .k_fullbit = (uint32_t)n_docs, .rerank_depth = (uint32_t)n_docs};
+        chimera_search_opts so = {.n_threads = 2, .filter = f};
+        chimera_search_profile prof = {0};
+        CHECK_OK(chimera_index_search(ix, q, K, &p, &so, ids, sc, &prof, &err), &err);
+        CHECKF(same_results(ids, sc, tid, tsc, nq, 2e-6f, exclude ? "excluded" : "listed"),
+               "filtered re-rank (%s a third) != exact over the allowed documents",
+               exclude ? "excluding" : "allowing");
+        CHECKF(prof.n_fullbit == 0 && prof.n_reranked > 0, "filtered re-rank: %llu full-bit "
+               "scored, %llu re-ranked", (unsigned long long)prof.n_fullbit,
+               (unsigned long long)prof.n_reranked);
+        chimera_filter_free(f);
+    }
+    chimera_index_close(ix);
+    cm_free(tok);
+    cm_free(sub);
+    cm_free(lens);
+    cm_free(dids);
+    cm_free(listed);
+    chimera_queries_free(q);
+    corpus_free(&c);
+}
+
 /* ---- kernels ----------------------------------------------------------------------- */
 
 static void test_kernels(void)
@@ -654,6 +723,7 @@ int main(void)
     test_exact(CHIMERA_RERANK_F16, 45); /* not a multiple of 8: the widening's tails */
     test_exact(CHIMERA_RERANK_BF16, 45);
     test_living();
+    test_filtered();
     test_errors();
     test_corrupt();
     return check_report();
