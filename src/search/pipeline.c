@@ -148,7 +148,8 @@ static void prefetch_doc_head(const ix_index *ix, uint32_t doc)
 {
     const ix_segment *sg = ix_doc_segment(ix, doc);
     int64_t t0 = sg->doc_off[doc - sg->doc_base];
-    const char *a = (const char *)(sg->dB_codes + (size_t)t0 * qm_codeB_bytes(ix->dim_pad, ix->bits));
+    size_t cb = qm_codeB_bytes(ix->dim_pad, ix->bits);
+    const char *a = (const char *)(sg->dB_codes + (size_t)t0 * cb);
     for (int i = 0; i < 4; i++) __builtin_prefetch(a + 64 * i);
     __builtin_prefetch(sg->dB_fact + t0);
     __builtin_prefetch(sg->tok_cid + t0);
@@ -504,19 +505,14 @@ static chimera_status rerank(sp_engine *e, sp_worker *w, const float *q, uint32_
     return CHIMERA_OK;
 }
 
-/* The rest of a search whose re-rank covers the full-bit stage (sp_search): every
- * candidate 1-bit scored on the device in one call, the top k_fullbit of them by that
- * score re-scored exactly. */
-static chimera_status score1_then_rerank(sp_engine *e, int worker, const sp_params *p,
-                                         const float *q, uint32_t m, uint32_t n_cand,
-                                         uint32_t n_refined, double t0, double t1, double t2,
-                                         double t2b, const be_refine_stats *rs, int64_t *ids,
-                                         float *scores, sp_stats *st, chimera_error *err)
+/* A search whose re-rank covers the full-bit stage (sp_search): every candidate 1-bit
+ * scored on the device in one call, and the top k_fullbit of them by that score put in
+ * w->fin for the re-rank. */
+static chimera_status covered_candidates(sp_engine *e, int worker, const sp_params *p,
+                                         uint32_t n_cand, chimera_error *err)
 {
-    const struct cm_backend_i *be = e->be.iface;
     sp_worker *w = &e->w[worker];
-    if (n_cand) CM_TRY(be->score1(e->be.ctx, worker, w->cand, n_cand, w->s1, err));
-    double t3 = cm_now();
+    if (n_cand) CM_TRY(e->be.iface->score1(e->be.ctx, worker, w->cand, n_cand, w->s1, err));
     cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
     cm_topk sel;
     cm_topk_init(&sel, p->k_fullbit, w->sel_s, w->sel_i);
@@ -529,30 +525,8 @@ static chimera_status score1_then_rerank(sp_engine *e, int worker, const sp_para
         cm_topk_push(&sel, w->s1[c], w->cand[c]);
     }
     for (uint32_t r = 0; r < sel.n; r++) cm_topk_push(&w->fin, sel.score[r], sel.id[r]);
-    uint32_t n_rr = 0;
-    CM_TRY(rerank(e, w, q, m, p->k, ids, scores, &n_rr, err));
-    double t5 = cm_now();
-    for (uint32_t r = 0; r < p->k; r++)
-        if (ids[r] >= 0) ids[r] = ix_doc_id(e->ix, ids[r]);
-    if (st) {
-        st->t_generate += t1 - t0;
-        st->t_refine += t2 - t1;
-        st->t_interaction += t2b - t2;
-        st->t_score1 += t3 - t2b;
-        st->t_rerank += t5 - t3;
-        st->n_reranked += n_rr;
-        st->t_total += t5 - t0;
-        st->tokens_refined += rs->tokens_scored;
-        st->docs_touched += rs->docs_touched;
-        st->n_refined += n_refined;
-        st->n_scored1 += n_cand;
-        st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (uint64_t)n_cand * 4;
-        st->bytes_down += (uint64_t)n_refined * (4 + 4) + (uint64_t)n_cand * 4;
-        if (t2b > t2) {
-            st->bytes_up += (uint64_t)n_refined * 4;
-            st->bytes_down += (uint64_t)n_refined * 4;
-        }
-    }
+    w->n_fullbit = 0;
+    w->t_fullbit = 0;
     return CHIMERA_OK;
 }
 
@@ -641,58 +615,60 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     /* The re-rank tier re-scores every document the full-bit stage would score when its
      * depth covers k_fullbit (the usual case: k_fullbit is raised to the depth), so the
      * full-bit estimates would only be thrown away: the top k_fullbit by 1-bit score
-     * (the documents the host would pick) go to the re-rank directly. */
-    if (p->rerank_depth && p->rerank_depth >= p->k_fullbit)
-        return score1_then_rerank(e, worker, p, q, m, n_cand, n_refined, t0, t1, t2, t2b, &rs,
-                                  ids, scores, st, err);
-
-    /* hand the query to the host thread, then score chunks on the device */
-    uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);
-    pthread_mutex_lock(&w->mu);
-    w->p = p;
-    w->q = q;
-    w->m = m;
-    w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
-    w->n_chunks = nc;
-    for (uint32_t i = 0; i <= nc; i++) w->chunk_end[i] = (uint32_t)((uint64_t)n_cand * i / nc);
-    w->chunks_ready = 0;
-    w->n_fullbit = 0;
-    w->bad_doc = -1;
-    w->host_done = 0;
-    memset(w->scored, 0, n_cand ? n_cand : 1);
-    cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
-    w->job = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    chimera_status s = CHIMERA_OK;
-    for (uint32_t i = 0; i < nc; i++) {
-        uint32_t c0 = w->chunk_end[i], c1 = w->chunk_end[i + 1];
-        if (s == CHIMERA_OK && c1 > c0)
-            s = be->score1(ctx, worker, w->cand + c0, c1 - c0, w->s1 + c0, err);
-        for (uint32_t c = c0; c < c1 && s == CHIMERA_OK; c++)
-            if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
-                s = cm_fail(err, CHIMERA_ERR_CORRUPT,
-                            "search: document row %u got a %g 1-bit score: section 'd1_fact' holds "
-                            "non-finite or implausible factors (run chimera check)", w->cand[c],
-                            (double)w->s1[c]);
-        if (s != CHIMERA_OK)
-            for (uint32_t c = c0; c < c1; c++) w->s1[c] = -INFINITY; /* let the host finish */
+     * (the documents the host would pick) go to the re-rank directly. Otherwise the
+     * query goes to the host thread, and the device scores chunks. */
+    double t3, t4;
+    if (p->rerank_depth && p->rerank_depth >= p->k_fullbit) {
+        CM_TRY(covered_candidates(e, worker, p, n_cand, err));
+        t3 = t4 = cm_now();
+    } else {
+        uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);
         pthread_mutex_lock(&w->mu);
-        w->chunks_ready = i + 1;
+        w->p = p;
+        w->q = q;
+        w->m = m;
+        w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
+        w->n_chunks = nc;
+        for (uint32_t i = 0; i <= nc; i++) w->chunk_end[i] = (uint32_t)((uint64_t)n_cand * i / nc);
+        w->chunks_ready = 0;
+        w->n_fullbit = 0;
+        w->bad_doc = -1;
+        w->host_done = 0;
+        memset(w->scored, 0, n_cand ? n_cand : 1);
+        cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
+        w->job = 1;
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
+        chimera_status s = CHIMERA_OK;
+        for (uint32_t i = 0; i < nc; i++) {
+            uint32_t c0 = w->chunk_end[i], c1 = w->chunk_end[i + 1];
+            if (s == CHIMERA_OK && c1 > c0)
+                s = be->score1(ctx, worker, w->cand + c0, c1 - c0, w->s1 + c0, err);
+            for (uint32_t c = c0; c < c1 && s == CHIMERA_OK; c++)
+                if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
+                    s = cm_fail(err, CHIMERA_ERR_CORRUPT,
+                                "search: document row %u got a %g 1-bit score: section 'd1_fact' "
+                                "holds non-finite or implausible factors (run chimera check)",
+                                w->cand[c], (double)w->s1[c]);
+            if (s != CHIMERA_OK)
+                for (uint32_t c = c0; c < c1; c++) w->s1[c] = -INFINITY; /* let the host finish */
+            pthread_mutex_lock(&w->mu);
+            w->chunks_ready = i + 1;
+            pthread_cond_broadcast(&w->cv);
+            pthread_mutex_unlock(&w->mu);
+        }
+        t3 = cm_now();
+        pthread_mutex_lock(&w->mu);
+        while (!w->host_done) pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        t4 = cm_now();
+        if (s != CHIMERA_OK) return s;
+        if (w->bad_doc >= 0)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "search: document row %lld got a %g full-bit score: section 'dB_fact' "
+                           "holds non-finite or implausible factors (run chimera check)",
+                           (long long)w->bad_doc, (double)w->bad_score);
     }
-    double t3 = cm_now();
-    pthread_mutex_lock(&w->mu);
-    while (!w->host_done) pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    double t4 = cm_now();
-    if (s != CHIMERA_OK) return s;
-    if (w->bad_doc >= 0)
-        return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                       "search: document row %lld got a %g full-bit score: section 'dB_fact' holds "
-                       "non-finite or implausible factors (run chimera check)",
-                       (long long)w->bad_doc, (double)w->bad_score);
     double t5 = t4;
     uint32_t n_rr = 0;
     if (p->rerank_depth) {
