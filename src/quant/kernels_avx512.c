@@ -647,6 +647,23 @@ q8_chunk2(const quant_qset *qs, const __m512i acc[4], size_t nb, const float *al
     _mm512_mask_storeu_ps(out_max, m8, r);
 }
 
+/* One block's estimates, max-accumulated: in the two-token form (u in pair layout) or
+ * 16 query tokens a vector. */
+static inline void q8_estimates(const quant_qset *qs, const int8_t *u, int pairs, size_t nb,
+                                const float *al, const float *ka, const float *ys,
+                                const float *hsq, int neg, const uint32_t *cid,
+                                const float *cscore, size_t ld, float *out_max)
+{
+    if (pairs) {
+        __m512i acc[4];
+        q8_block2(qs->q8_pair, qs->dim_pad, u, acc);
+        if (neg) q8_chunk2(qs, acc, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max);
+        else q8_chunk2(qs, acc, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max);
+    } else {
+        q8_chunks(qs, u, nb, al, ka, ys, hsq, neg, cid, cscore, ld, out_max);
+    }
+}
+
 static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max)
@@ -668,13 +685,7 @@ static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *cod
             ka[t] = fB[t0 + t].kappa;
             ys[t] = (float)sb[t] - od;
         }
-        if (pairs) {
-            __m512i acc[4];
-            q8_block2(qs->q8_pair, d, u, acc);
-            q8_chunk2(qs, acc, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
-        } else {
-            q8_chunks(qs, u, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
-        }
+        q8_estimates(qs, u, pairs, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
     }
 }
 
@@ -698,13 +709,7 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
             ka[t] = qm_f16_to_f32(f1[t0 + t].kappa);
             ys[t] = (float)sb[t] - od;
         }
-        if (pairs) {
-            __m512i acc[4];
-            q8_block2(qs->q8_pair, d, u, acc);
-            q8_chunk2(qs, acc, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
-        } else {
-            q8_chunks(qs, u, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
-        }
+        q8_estimates(qs, u, pairs, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
     }
 }
 
