@@ -24,7 +24,7 @@
  *   tune         a target of 0.99 on an index with vectors tunes with the re-rank on
  *                (rerank_depth = k_fullbit in the result) and reaches it; 0.9 does not
  *   kernels      every maxsim and widening variant the CPU runs against the scalar
- *                reference on awkward shapes (rows 1..19, dim not a multiple of 8, m_pad
+ *                reference on awkward shapes (rows 1..25, dim not a multiple of 8, m_pad
  *                8..64): maxima within the float rounding of the inner products, the
  *                widening bit for bit, a NaN or infinite value always reported */
 #include <fcntl.h>
@@ -646,8 +646,8 @@ static void test_kernels(void)
     cm_rng_seed(&r, 42, 1);
     static const uint32_t dims[] = {1, 7, 45, 96, 130};
     static const uint32_t mps[] = {8, 16, 24, 32, 40, 64};
-    /* every row-block path: 8, 4, 2 and 1 rows at a time and their tails */
-    static const uint32_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 19};
+    /* every row-block path: 12, 6, 4 or 3 rows at a time, then fours, two and one */
+    static const uint32_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 19, 23, 24, 25};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (size_t mi = 0; mi < sizeof mps / sizeof mps[0]; mi++)
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {

@@ -9,10 +9,6 @@
 #include "core/f16.h"
 #include "search/rerank.h"
 
-#ifndef RERANK_PREFETCH
-#define RERANK_PREFETCH 1024
-#endif
-
 static uint32_t pad8(uint32_t m) { return (m + 7) / 8 * 8; }
 
 void sp_maxsim_scalar(const float *rows, uint32_t n, uint32_t dim, const float *qt,
@@ -85,17 +81,19 @@ void sp_rerank_scratch_free(sp_rerank_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The stored vectors of document `doc`, up to RERANK_PREFETCH bytes: fetched while the
- * document before it is scored, since the documents lie at random in the section and
- * widening waited on each one's first lines. */
-static void prefetch_doc(const ix_index *ix, uint32_t doc, size_t row_bytes)
+/* Rows [r0, r0 + SP_RERANK_ROWS) of document `doc` (those it has), fetched into L2 while
+ * the block before them is scored: the documents lie at random in the section, and the
+ * widening loop, whose loads the out-of-order window cannot run far enough ahead of,
+ * spent a third of the re-rank waiting on memory. One block ahead (8 KiB of half rows
+ * at d = 128) is a few microseconds of multiply-adds, longer than memory takes. */
+static void prefetch_block(const ix_index *ix, uint32_t doc, int64_t r0, size_t row_bytes)
 {
     const ix_segment *sg = ix_doc_segment(ix, doc);
-    int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld];
-    size_t len = (size_t)(sg->doc_off[ld + 1] - t0) * row_bytes;
-    if (len > RERANK_PREFETCH) len = RERANK_PREFETCH;
-    const char *a = (const char *)sg->vectors + (size_t)t0 * row_bytes;
-    for (size_t o = 0; o < len; o += 64) __builtin_prefetch(a + o);
+    int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], len = sg->doc_off[ld + 1] - t0;
+    if (r0 >= len) return;
+    int64_t nr = len - r0 < SP_RERANK_ROWS ? len - r0 : SP_RERANK_ROWS;
+    const char *a = (const char *)sg->vectors + (size_t)(t0 + r0) * row_bytes;
+    for (size_t o = 0; o < (size_t)nr * row_bytes; o += 64) __builtin_prefetch(a + o, 0, 2);
 }
 
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
@@ -120,16 +118,18 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
             continue;
         }
         const uint8_t *src = (const uint8_t *)sg->vectors + (size_t)t0 * d * es;
-        if (k + 1 < n) prefetch_doc(ix, docs[k + 1], d * es);
         for (uint32_t j = 0; j < mp; j++) s->mx[j] = -INFINITY;
         float bad = 0.0f;
-        if (!widen) {
-            maxsim((const float *)src, (uint32_t)len, d, s->qt, mp, s->mx, &bad);
-        } else {
-            for (int64_t r = 0; r < len; r += SP_RERANK_ROWS) {
-                uint32_t nr = (uint32_t)(len - r < SP_RERANK_ROWS ? len - r : SP_RERANK_ROWS);
-                widen((const uint16_t *)(src + (size_t)r * d * es), (size_t)nr * d, s->rows);
+        for (int64_t r = 0; r < len; r += SP_RERANK_ROWS) {
+            uint32_t nr = (uint32_t)(len - r < SP_RERANK_ROWS ? len - r : SP_RERANK_ROWS);
+            if (r + SP_RERANK_ROWS < len) prefetch_block(ix, docs[k], r + SP_RERANK_ROWS, d * es);
+            else if (k + 1 < n) prefetch_block(ix, docs[k + 1], 0, d * es);
+            const uint8_t *blk = src + (size_t)r * d * es;
+            if (widen) {
+                widen((const uint16_t *)blk, (size_t)nr * d, s->rows);
                 maxsim(s->rows, nr, d, s->qt, mp, s->mx, &bad);
+            } else {
+                maxsim((const float *)blk, nr, d, s->qt, mp, s->mx, &bad);
             }
         }
         float sum = 0.0f; /* in query-token order, as exact search sums */

@@ -14,14 +14,18 @@
  * these shapes (m ~ 32, a few dozen rows). Half and bfloat16 rows are widened to
  * float32 in blocks of SP_RERANK_ROWS (F16C, or a shift), small enough (16 KiB at
  * d = 128) that the kernel reads them back from L1; float32 rows are read in place from
- * the mapping. Scratch is the caller's, allocated once per worker, so
- * scoring allocates nothing.
+ * the mapping, a block at a time too. While a block is scored the next one (of the same
+ * document or the next) is fetched into L2. Scratch is the caller's, allocated once per
+ * worker, so scoring allocates nothing.
  *
  * Kernels (a scalar reference and AVX2 + FMA, chosen once by the SIMD level; the
- * AVX-512 level uses the AVX2 one, which scores 8, 4 or 2 rows at a time as m_pad is 8,
- * 16 or more, so that 8 independent accumulators hide the multiply-add latency): maxsim
- * max-accumulates mx[j] = max(mx[j], <row_r, q_j>) over n rows for j < m_pad, and adds (x - x) of every product to *bad, which
- * stays 0 unless a product is NaN or infinite (a maximum would drop a NaN silently). */
+ * AVX-512 level uses the AVX2 one, which scores 12, 6, 4 or 3 rows at a time as m_pad
+ * is 8, 16, 24 or more, so that 12 independent accumulators hide the multiply-add
+ * latency; AVX-512 multiply-adds run at the same lanes per cycle on the machines
+ * measured, bench/RESULTS.md section 5.15): maxsim max-accumulates
+ * mx[j] = max(mx[j], <row_r, q_j>) over n rows for j < m_pad, and adds (x - x) of every
+ * product to *bad, which stays 0 unless a product is NaN or infinite (a maximum would
+ * drop a NaN silently). */
 #ifndef CHIMERA_SEARCH_RERANK_H
 #define CHIMERA_SEARCH_RERANK_H
 
