@@ -68,15 +68,24 @@ LEAN = {
     "muvera": [{"n_rerank": n} for n in (200, 1000, 2000, 5000)],
     "chimera": [{"nprobe": p, "k_refine": r, "k_fullbit": f}
                 for (p, r, f) in ((2, 400, 100), (4, 400, 100), (4, 1600, 300), (8, 1600, 300),
-                                  (16, 1600, 300), (16, 4000, 800), (32, 4000, 800))],
+                                  (16, 1600, 300), (16, 4000, 800), (32, 4000, 800),
+                                  # near the front at 10^7 tokens (bench/RESULTS.md 5.13)
+                                  (16, 300, 150), (16, 600, 200), (32, 600, 200))],
 }
 FAISS = ("faiss-ivf-rabitq", "faiss-ivf-rabitq4", "faiss-ivf-rabitq4-fastscan")
+
+
+def faiss_nlist(ntok):
+    """The faiss peers' inverted lists: 4 sqrt(ntok), at least 64 tokens a list."""
+    return int(max(16, min(ntok // 64, 4 * math.sqrt(ntok))))
 
 
 def k_token_grid(ntok, which):
     """Tokens fetched per query token, scaled with the corpus: a fixed share of it, so
     that a sweep of a larger corpus reaches as deep into its candidate lists."""
-    shares = (2e-5, 5e-5, 1e-4, 2e-4, 5e-4) if which != "quick" else (5e-5, 2e-4)
+    # from 5e-6: at 10^7 tokens 2e-5 (199 tokens) already gave Recall@100 0.96, so the
+    # sweep must start lower to find a peer's fastest setting at 0.95
+    shares = (5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4) if which != "quick" else (5e-5, 2e-4)
     return sorted({max(8, int(round(ntok * f))) for f in shares})
 
 
@@ -98,6 +107,10 @@ def grid(system, which, ntok=0):
         return [{"n_ivf_probe": p, "n_full_scores": f} for p in probes for f in fulls]
     if system in FAISS:
         probes = (2, 4, 8, 16, 32) if which == "full" else (4, 16)
+        # on to 1% of the lists: at 10^7 tokens 32 is 0.25% of them, where recall may
+        # still be rising
+        while which == "full" and ntok and probes[-1] < 0.01 * faiss_nlist(ntok):
+            probes += (2 * probes[-1],)
         return [{"nprobe": p, "k_token": kt} for p in probes
                 for kt in k_token_grid(ntok, which)]
     if system == "muvera":
@@ -185,9 +198,13 @@ class Corpus:
         self.ndocs, self.ntok, self.dim = len(self.doclens), int(self.offsets[-1]), t.shape[1]
         self.nq = q.shape[0]
         lp = os.path.join(data, "qlens.npy")
-        # rows past qlens[i] are padding (zero vectors: they add 0 to a Chamfer score)
+        # rows past qlens[i] are padding: zeroed here, whatever the file holds (a query
+        # set cut from longer queries keeps the cut rows), so that they add 0 to a
+        # Chamfer score wherever the whole [nq, m, d] block is used (exact_numpy)
         self.qlens = (np.load(lp).astype(np.int64) if os.path.exists(lp)
                       else np.full(self.nq, q.shape[1], dtype=np.int64))
+        for i in range(self.nq):
+            self.queries[i, self.qlens[i]:] = 0.0
         self.qlist = [self.queries[i, :self.qlens[i]] for i in range(self.nq)]
 
     def doc(self, i):
@@ -615,7 +632,7 @@ def run_faiss_ivf_rabitq(corpus, args, wdir):
     if not hasattr(faiss, "IndexIVFRaBitQ"):
         raise SystemExit("installed faiss has no IndexIVFRaBitQ")
     ntok, d = corpus.ntok, corpus.dim
-    nlist = int(max(16, min(ntok // 64, 4 * math.sqrt(ntok))))
+    nlist = faiss_nlist(ntok)
     rr = Reranker(corpus, args.threads)
     gate = rerank_gate(rr, args, name)
     t0 = time.perf_counter()
