@@ -25,7 +25,8 @@
  * (run_ci) must equal scalar bit for bit and the plain maximum of its rows, for m = 1..
  * 256 (every pass width and tail), any row stride, token counts 0, 1 and more, floors or
  * -inf to start from, and rows holding ties, +0 and -0, infinities and NaN (which never
- * wins a comparison, in scalar as in SIMD). */
+ * wins a comparison, in scalar as in SIMD). The popcount form's list estimates
+ * (run_est1_pop) must equal scalar bit for bit for factors of every half. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -637,6 +638,50 @@ static void run_c8(const quant_kernels *ref, const quant_kernels *k, uint32_t di
     cm_free(Sb);
 }
 
+/* est1_pop: the variant equals scalar bit for bit, and scalar equals qm_est1 of
+ * qm_pop_ip token by token, for token counts around the 8- and 16-lane steps, sums over
+ * their whole range, and factors of every half: normal, subnormal, zero of either sign,
+ * infinities and NaNs (which the scalar decoder turns into large finite values, and a
+ * hardware conversion would not). */
+static void run_est1_pop(const quant_kernels *ref, const quant_kernels *k, uint32_t D, cm_rng *r)
+{
+    enum { NMAX = 70 };
+    const uint32_t ns[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, NMAX};
+    uint32_t dp = (D + 63) / 64 * 64, ws[NMAX], pc[NMAX];
+    quant_f1 f1[NMAX];
+    float ea[NMAX + 1], eb[NMAX + 1];
+    int same = 1, def = 1, bounds = 1;
+    for (int rep = 0; rep < 20; rep++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            uint32_t n = ns[ni];
+            for (uint32_t t = 0; t < n; t++) {
+                pc[t] = (uint32_t)cm_rng_below(r, dp + 1);
+                ws[t] = (uint32_t)cm_rng_below(r, 15 * (uint64_t)pc[t] + 1);
+                uint64_t x = cm_rng_next(r);
+                f1[t].kappa = (uint16_t)x;
+                f1[t].alpha = (uint16_t)(x >> 16);
+                f1[t].f_error = (uint16_t)(x >> 32);
+                if (rep == 0 && t % 5 == 1) f1[t].alpha = (uint16_t)(0x7c00u | (t & 0x83ffu)); /* Inf/NaN */
+                if (rep == 0 && t % 5 == 2) f1[t].kappa = (uint16_t)(t & 0x83ffu);             /* subnormal, zero */
+            }
+            float qc = (float)(cm_rng_uniform(r) * 4 - 2), delta = (float)cm_rng_uniform(r) * 0.1f,
+                  vlow = (float)(cm_rng_uniform(r) * 2 - 1);
+            int32_t squ = (int32_t)cm_rng_below(r, 15 * (uint64_t)dp + 1);
+            ea[n] = eb[n] = -3.0f; /* one past the end stays untouched */
+            ref->est1_pop(ws, pc, f1, n, qc, delta, vlow, dp, squ, ea);
+            k->est1_pop(ws, pc, f1, n, qc, delta, vlow, dp, squ, eb);
+            same &= memcmp(ea, eb, (n + 1) * sizeof(float)) == 0;
+            bounds &= ea[n] == -3.0f && eb[n] == -3.0f;
+            for (uint32_t t = 0; t < n; t++) {
+                float want = qm_est1(qc, &f1[t], qm_pop_ip(delta, vlow, dp, squ, ws[t], pc[t]));
+                def &= memcmp(&want, &ea[t], sizeof want) == 0;
+            }
+        }
+    CHECKF(same, "%s est1_pop d=%u differs from scalar", k->name, D);
+    CHECKF(def, "scalar est1_pop d=%u differs from qm_est1(qm_pop_ip)", D);
+    CHECKF(bounds, "%s est1_pop d=%u wrote past its n tokens", k->name, D);
+}
+
 int main(void)
 {
     const quant_kernels *ref = quant_kernels_for(CM_SIMD_SCALAR);
@@ -654,6 +699,7 @@ int main(void)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_q8(ref, k, dims[i], &r);
         run_ci(ref, k, &r);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_c8(ref, k, dims[i], &r);
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_est1_pop(ref, k, dims[i], &r);
         printf("%s: compared with scalar\n", k->name);
     }
     CHECK(quant_kernels_active() == quant_kernels_for(cm_simd_level_get()));

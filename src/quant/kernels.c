@@ -67,8 +67,7 @@ void quant_est1_list_pop(const quant_kernels *kt, const quant_qset *qs, uint32_t
     for (size_t t0 = 0; t0 < n; t0 += LIST_BLOCK) {
         size_t nb = n - t0 < LIST_BLOCK ? n - t0 : LIST_BLOCK;
         kt->ip1_pop(planes, W, codes1 + t0 * cb, nb, ws, pc);
-        for (size_t t = 0; t < nb; t++)
-            est[t0 + t] = qm_est1(qc, &f1[t0 + t], qm_pop_ip(delta, vlow, d, squ, ws[t], pc[t]));
+        kt->est1_pop(ws, pc, f1 + t0, nb, qc, delta, vlow, d, squ, est + t0);
     }
 }
 

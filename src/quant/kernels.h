@@ -92,6 +92,13 @@ typedef struct quant_kernels {
      * variant matches scalar bit for bit. */
     void (*ip8_q8)(const uint8_t *q8_t, uint32_t m_pad, uint32_t m, uint32_t dim_pad,
                    const int8_t *rows, size_t n, int32_t *a);
+    /* The popcount form's 1-bit list estimates from ip1_pop's sums: est[t] = qm_est1(qc,
+     * &f1[t], qm_pop_ip(delta, vlow, dim_pad, sum_qu, wsum[t], pop[t])), each operation
+     * as quant_math.h writes it (no FMA) and the halves decoded as qm_f16_to_f32 does.
+     * Every variant matches scalar bit for bit. */
+    void (*est1_pop)(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *f1, size_t n,
+                     float qc, float delta, float vlow, uint32_t dim_pad, int32_t sum_qu,
+                     float *est);
     /* Nonzero where doc1_q8_max is this level's faster 1-bit doc form, so that
      * quant_est1_doc_max takes it: AVX-512 (VNNI, 1.6x the LUT form at d = 128, m = 32);
      * scalar and AVX2 keep the LUT form, which their byte products do not beat

@@ -585,7 +585,46 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const
     }
 }
 
+/* est1_pop: 8 tokens a step. Each token's (kappa, alpha) halves are the first 4 bytes of
+ * its 6-byte factors, fetched by one 32-bit gather; the halves are decoded with
+ * qm_f16_to_f32's integer steps (the F16C instruction turns Inf/NaN halves into Inf/NaN,
+ * the scalar decoder into large finite values). */
+static inline __m256 f16_decode8(__m256i h)
+{
+    __m256i mag = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x7fff)), 13);
+    __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(mag), _mm256_set1_ps(0x1p112f));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
+    return _mm256_or_ps(f, _mm256_castsi256_ps(sign));
+}
+
+static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *f1, size_t n,
+                     float qc, float delta, float vlow, uint32_t dim_pad, int32_t sum_qu,
+                     float *est)
+{
+    const __m256 hd = _mm256_set1_ps(0.5f * delta), hv = _mm256_set1_ps(0.5f * vlow),
+                 vqc = _mm256_set1_ps(qc);
+    const __m256i squ = _mm256_set1_epi32(sum_qu), dp = _mm256_set1_epi32((int)dim_pad),
+                  off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32((int)sizeof(quant_f1))),
+                  lo16 = _mm256_set1_epi32(0xffff);
+    size_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256i ws = _mm256_loadu_si256((const __m256i *)(wsum + t));
+        __m256i pc = _mm256_loadu_si256((const __m256i *)(pop + t));
+        __m256 xa = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_slli_epi32(ws, 1), squ));
+        __m256 xb = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_slli_epi32(pc, 1), dp));
+        __m256 ip = _mm256_add_ps(_mm256_mul_ps(hd, xa), _mm256_mul_ps(hv, xb));
+        __m256i g = _mm256_i32gather_epi32((const int *)(const void *)(f1 + t), off, 1);
+        __m256 kappa = f16_decode8(_mm256_and_si256(g, lo16));
+        __m256 alpha = f16_decode8(_mm256_srli_epi32(g, 16));
+        _mm256_storeu_ps(est + t, _mm256_add_ps(_mm256_add_ps(vqc, alpha), _mm256_mul_ps(kappa, ip)));
+    }
+    for (; t < n; t++)
+        est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
+}
+
 const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
                                           ipB4_q8,       docB4_q8_max,
-                                          doc1_q8_max,   ci_max,       ip8_q8, 0};
+                                          doc1_q8_max,   ci_max,       ip8_q8,
+                                          est1_pop,      0};

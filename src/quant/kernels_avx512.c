@@ -771,7 +771,44 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const
     }
 }
 
+/* est1_pop: as kernels_avx2.c's, 16 tokens a step. */
+static inline __m512 f16_decode16(__m512i h)
+{
+    __m512i mag = _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x7fff)), 13);
+    __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(mag), _mm512_set1_ps(0x1p112f));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+}
+
+static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *f1, size_t n,
+                     float qc, float delta, float vlow, uint32_t dim_pad, int32_t sum_qu,
+                     float *est)
+{
+    const __m512 hd = _mm512_set1_ps(0.5f * delta), hv = _mm512_set1_ps(0.5f * vlow),
+                 vqc = _mm512_set1_ps(qc);
+    const __m512i squ = _mm512_set1_epi32(sum_qu), dp = _mm512_set1_epi32((int)dim_pad),
+                  off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)sizeof(quant_f1))),
+                  lo16 = _mm512_set1_epi32(0xffff);
+    size_t t = 0;
+    for (; t + 16 <= n; t += 16) {
+        __m512i ws = _mm512_loadu_si512((const void *)(wsum + t));
+        __m512i pc = _mm512_loadu_si512((const void *)(pop + t));
+        __m512 xa = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_slli_epi32(ws, 1), squ));
+        __m512 xb = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_slli_epi32(pc, 1), dp));
+        __m512 ip = _mm512_add_ps(_mm512_mul_ps(hd, xa), _mm512_mul_ps(hv, xb));
+        __m512i g = _mm512_i32gather_epi32(off, (const void *)(f1 + t), 1);
+        __m512 kappa = f16_decode16(_mm512_and_si512(g, lo16));
+        __m512 alpha = f16_decode16(_mm512_srli_epi32(g, 16));
+        _mm512_storeu_ps(est + t, _mm512_add_ps(_mm512_add_ps(vqc, alpha), _mm512_mul_ps(kappa, ip)));
+    }
+    for (; t < n; t++)
+        est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
+}
+
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
-                                            doc1_q8_max,   ci_max,       ip8_q8, 1};
+                                            doc1_q8_max,   ci_max,       ip8_q8,
+                                            est1_pop,      1};

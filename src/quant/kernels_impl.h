@@ -4,6 +4,7 @@
 #ifndef CHIMERA_QUANT_KERNELS_IMPL_H
 #define CHIMERA_QUANT_KERNELS_IMPL_H
 
+#include <stddef.h>
 #include <string.h>
 
 #include "quant/kernels.h"
@@ -37,6 +38,18 @@ static inline void qk_pop_one(const uint64_t *planes, uint32_t W, const uint8_t 
     }
     *wsum = s;
     *pop = c;
+}
+
+/* est1_pop's SIMD variants fetch kappa and alpha as one 32-bit word at each token's
+ * factors: kappa in its low half, alpha in its high half (little-endian). */
+_Static_assert(offsetof(quant_f1, kappa) == 0 && offsetof(quant_f1, alpha) == 2,
+               "est1_pop reads (kappa, alpha) as one little-endian word");
+
+/* One token of est1_pop (kernels.h). */
+static inline float qk_est1_pop_one(uint32_t wsum, uint32_t pop, const quant_f1 *f, float qc,
+                                    float delta, float vlow, uint32_t dim_pad, int32_t sum_qu)
+{
+    return qm_est1(qc, f, qm_pop_ip(delta, vlow, dim_pad, sum_qu, wsum, pop));
 }
 
 /* One code against queries [j0, j1) of the interleaved planes. */

@@ -156,7 +156,16 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad,
     for (size_t t = 0; t < n; t++) q8_dots(qt, mp, m, dim_pad, rows + t * dim_pad, a + t * m);
 }
 
+static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *f1, size_t n,
+                     float qc, float delta, float vlow, uint32_t dim_pad, int32_t sum_qu,
+                     float *est)
+{
+    for (size_t t = 0; t < n; t++)
+        est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
+}
+
 const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
-                                            doc1_q8_max,   ci_max,       ip8_q8, 0};
+                                            doc1_q8_max,   ci_max,       ip8_q8,
+                                            est1_pop,      0};
