@@ -936,7 +936,8 @@ static void test_floor_scale(const bench *b)
 
 /* Refinement against a dense reference: each query token's probed lists estimated with
  * the same list kernel, max-reduced per (document, token) in an n_docs x m table and
- * summed as max(M, floor). With k_refine = n_docs every touched document comes back
+ * summed as max(M, floor), for each floor (the probe floor, zero, the least estimate
+ * seen). With k_refine = n_docs every touched document comes back
  * once with that partial score, best first, whatever order the backend reduces in and
  * however its tables grow: the fixture has thousands of documents, and with every
  * cluster probed a 64-token query sends millions of estimates into them. */
@@ -987,15 +988,20 @@ static void test_refine_reference(const bench *b)
         }
         quant_qset_set(&qs, &ix->rot, q, m);
         uint32_t nps[2] = {4, K};
-        for (int pi = 0; pi < 2; pi++) {
+        const be_floor floors[3] = {{BE_IMPUTE_PROBE_FLOOR, 0.5f}, {BE_IMPUTE_ZERO, 1.0f},
+                                    {BE_IMPUTE_MIN_SEEN, 1.0f}};
+        for (int c2 = 0; c2 < 6; c2++) {
+            int pi = c2 / 3, fi = c2 % 3;
             uint32_t np = nps[pi], n_out;
             CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
             CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cids, qc, &err), &err);
-            CHECK_OK(f->refine(be.ctx, 0, nd, (be_floor){BE_IMPUTE_PROBE_FLOOR, 0.5f}, NULL, docs,
-                               part, &n_out, NULL, &err), &err);
+            CHECK_OK(f->refine(be.ctx, 0, nd, floors[fi], NULL, docs, part, &n_out, NULL, &err),
+                     &err);
             for (size_t t = 0; t < (size_t)nd * m; t++) ref[t] = -INFINITY;
             uint64_t gathered = 0;
-            for (uint32_t j = 0; j < m; j++)
+            float fl[MM];
+            for (uint32_t j = 0; j < m; j++) {
+                float min_seen = INFINITY;
                 for (uint32_t p = 0; p < np; p++) {
                     uint32_t cid = cids[(size_t)j * np + p];
                     int64_t p0, n;
@@ -1007,8 +1013,13 @@ static void test_refine_reference(const bench *b)
                     for (int64_t t = 0; t < n; t++) {
                         float *cell = &ref[(size_t)s0->post_doc[p0 + t] * m + j];
                         if (est[t] > *cell) *cell = est[t];
+                        if (est[t] < min_seen) min_seen = est[t];
                     }
                 }
+                fl[j] = fi == 0   ? be_probe_floor(qc[(size_t)j * np + np - 1], 0.5f)
+                        : fi == 1 ? 0.0f
+                                  : (min_seen < INFINITY ? min_seen : 0.0f);
+            }
             most = gathered > most ? gathered : most;
             uint32_t n_want = 0;
             for (uint32_t d = 0; d < nd; d++) {
@@ -1017,10 +1028,8 @@ static void test_refine_reference(const bench *b)
                 for (uint32_t j = 0; j < m; j++) seen |= ref[(size_t)d * m + j] > -INFINITY;
                 if (!seen || ((ix->deleted[d >> 3] >> (d & 7)) & 1)) continue;
                 float sum = 0.0f;
-                for (uint32_t j = 0; j < m; j++) {
-                    float fl = be_probe_floor(qc[(size_t)j * np + np - 1], 0.5f);
-                    sum += ref[(size_t)d * m + j] > fl ? ref[(size_t)d * m + j] : fl;
-                }
+                for (uint32_t j = 0; j < m; j++)
+                    sum += ref[(size_t)d * m + j] > fl[j] ? ref[(size_t)d * m + j] : fl[j];
                 want[d] = sum;
                 n_want++;
             }

@@ -23,9 +23,11 @@
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
  * the query but slower on CPUs, bench/bench_quant.c), each estimate max-reduced into
  * M[document][token], then each touched document's partial score sums M, with the
- * imputed floor for tokens that saw none of its tokens. Documents are found by an epoch-
- * stamped direct map (two uint32 per document per worker): no hashing, no clearing
- * between queries. Each cell counts max(M, floor): see cpu_refine.
+ * imputed floor for tokens that saw none of its tokens. The estimates are grouped by
+ * document with a radix sort on the document id, then summed in one pass: a table
+ * indexed by document (a direct map), looked up once per estimate, missed the caches
+ * at every entry once the corpus had more than ~10^5 documents (bench/RESULTS.md
+ * section 5.16). Each cell counts max(M, floor): see cpu_refine.
  *
  * Threads: in throughput mode every worker runs its own queries single-threaded; in
  * latency mode (one worker, n_threads > 1) the sgemm, the graph walks of the query tokens
@@ -58,7 +60,8 @@
 /* Centroid rows per kernel call when S is computed row by row (CPU_S_LAZY). */
 #define CPU_LAZY_ROWS 128
 #define CPU_DOCS_AHEAD 4    /* documents between prefetches of their centroid ids and use */
-#define CPU_REFINE_AHEAD 8 /* posting entries between a prefetch of doc_ref and its use */
+#define CPU_RADIX_BITS 11 /* document-id bits per pass of refinement's radix sort */
+#define CPU_ENTRIES_MIN 4096 /* refinement's entry buffers at upload (they grow on demand) */
 
 /* A graph probe seeds each query token's walk with its CPU_SEEDS best centroids among a
  * fixed strided sample of about CPU_SAMPLE_PER_ROOT * sqrt(K) of them, scored from
@@ -88,13 +91,6 @@ enum {
     CPU_S_PENDING = 1, /* nothing yet: computed in full by the first stage that needs it */
     CPU_S_LAZY = 2,    /* rows k with bit k of S_have set only (a graph probe) */
 };
-
-/* A document's place in refinement's M table, valid when stamp is the query's epoch. One
- * record, not two arrays: the posting walk reaches documents at random, and each visit
- * then misses one cache line instead of two. */
-typedef struct cpu_doc_ref {
-    uint32_t stamp, slot;
-} cpu_doc_ref;
 
 typedef struct cpu_worker {
     quant_qset qs;
@@ -126,13 +122,12 @@ typedef struct cpu_worker {
     uint32_t n_probe;
     uint32_t *probe_cid; /* [max_m x max_probe] */
     float *probe_qc;
-    /* refinement */
-    uint32_t epoch;
-    cpu_doc_ref *doc_ref;           /* [n_docs] */
-    uint32_t *slot_doc;
-    float *M;                       /* [cap_slots x max_m]; rows use the current m as stride */
-    uint32_t cap_slots, max_m;
-    float *est;                     /* [longest posting list] */
+    /* refinement: every posting entry of the query, then grouped by document */
+    float *ent_est;                 /* [cap_ent] the estimates, in the order computed */
+    uint8_t *ent_tok;               /* [cap_ent] the query token of each */
+    uint64_t *ent_key;              /* [cap_ent] (document << 32) | entry: sorted by document */
+    uint64_t *ent_tmp;              /* [cap_ent] the radix sort's second buffer */
+    size_t cap_ent;
     float *heap_s;
     int64_t *heap_i;
     float *sel_s;                   /* probe selection heaps [max_m][max_probe] */
@@ -158,7 +153,6 @@ typedef struct cpu_ctx {
                             probes would otherwise both build it (one leaked) */
     struct c8_table *c8; /* the lazy rows' 8-bit centroids (c8_make) */
     pthread_mutex_t gs_mu;
-    int64_t max_list;
     uint64_t lazy_tokens; /* refined documents' tokens up to which S stays lazy */
 } cpu_ctx;
 
@@ -302,10 +296,10 @@ static void cpu_free(void *vctx)
             cm_free(w->blk);
             cm_free(w->probe_cid);
             cm_free(w->probe_qc);
-            cm_free(w->doc_ref);
-            cm_free(w->slot_doc);
-            cm_free(w->M);
-            cm_free(w->est);
+            cm_free(w->ent_est);
+            cm_free(w->ent_tok);
+            cm_free(w->ent_key);
+            cm_free(w->ent_tmp);
             cm_free(w->heap_s);
             cm_free(w->heap_i);
             cm_free(w->sel_s);
@@ -340,13 +334,6 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
                     scored <= (double)c->lazy_tokens;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
-    for (uint32_t i = 0; i < r->n_segments; i++) {
-        const be_segment *sg = &r->segments[i];
-        for (uint32_t l = 0; l < sg->n_lists; l++) {
-            int64_t n = sg->post_off[l + 1] - sg->post_off[l];
-            if (n > c->max_list) c->max_list = n;
-        }
-    }
     if (c->auto_graph) CM_TRY(c8_make(c, err));
     if (latency) {
         c->pool = cm_pool_new(c->cfg.n_threads);
@@ -391,12 +378,11 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
         w->probe_cid = cm_malloc((size_t)mm * mp * sizeof(uint32_t));
         w->probe_qc = cm_malloc((size_t)mm * mp * sizeof(float));
-        w->doc_ref = cm_calloc((size_t)r->n_docs, sizeof(cpu_doc_ref));
-        w->cap_slots = r->n_docs < 4096 ? (uint32_t)r->n_docs : 4096;
-        w->slot_doc = cm_malloc((size_t)w->cap_slots * sizeof(uint32_t));
-        w->M = cm_malloc((size_t)w->cap_slots * mm * sizeof(float));
-        w->max_m = mm;
-        w->est = cm_malloc((size_t)(c->max_list + 1) * sizeof(float));
+        w->cap_ent = CPU_ENTRIES_MIN;
+        w->ent_est = cm_malloc(w->cap_ent * sizeof(float));
+        w->ent_tok = cm_malloc(w->cap_ent);
+        w->ent_key = cm_malloc(w->cap_ent * sizeof(uint64_t));
+        w->ent_tmp = cm_malloc(w->cap_ent * sizeof(uint64_t));
         uint32_t kr = cfg->max_refine ? cfg->max_refine : 1;
         w->heap_s = cm_malloc((size_t)kr * sizeof(float));
         w->heap_i = cm_malloc((size_t)kr * sizeof(int64_t));
@@ -404,8 +390,8 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->sel_i = cm_malloc((size_t)mm * mp * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
         w->sel_thr = cm_malloc((size_t)mm * sizeof(float));
-        if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->doc_ref ||
-            !w->slot_doc || !w->M || !w->est || !w->heap_s || !w->heap_i || !w->sel_s ||
+        if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->ent_est || !w->ent_tok ||
+            !w->ent_key || !w->ent_tmp || !w->heap_s || !w->heap_i || !w->sel_s ||
             !w->sel_i || !w->sel || !w->sel_thr)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
     }
@@ -748,34 +734,57 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
     return CHIMERA_OK;
 }
 
-/* Slot of document d in the M table, inserting (rows start at -inf) when new. */
-static inline int get_slot(cpu_worker *w, uint32_t d, uint32_t m, uint32_t *n_slots,
-                           uint32_t *slot)
+/* Room for n posting entries in the worker's entry buffers (grown, never shrunk: sized
+ * by the largest query so far). */
+static int ensure_entries(cpu_worker *w, size_t n)
 {
-    cpu_doc_ref *ref = &w->doc_ref[d];
-    if (ref->stamp == w->epoch) {
-        *slot = ref->slot;
-        return 0;
-    }
-    if (*n_slots == w->cap_slots) {
-        uint32_t cap = w->cap_slots * 2;
-        /* sized for the largest query, not this one: the next query may be longer */
-        float *M = cm_realloc(w->M, (size_t)cap * w->max_m * sizeof(float));
-        if (!M) return -1;
-        w->M = M;
-        uint32_t *sd = cm_realloc(w->slot_doc, (size_t)cap * sizeof(uint32_t));
-        if (!sd) return -1;
-        w->slot_doc = sd;
-        w->cap_slots = cap;
-    }
-    uint32_t s = (*n_slots)++;
-    ref->stamp = w->epoch;
-    ref->slot = s;
-    w->slot_doc[s] = d;
-    float *row = w->M + (size_t)s * m;
-    for (uint32_t j = 0; j < m; j++) row[j] = -INFINITY;
-    *slot = s;
+    if (n <= w->cap_ent) return 0;
+    size_t cap = w->cap_ent * 2 > n ? w->cap_ent * 2 : n;
+    float *e = cm_realloc(w->ent_est, cap * sizeof(float));
+    if (!e) return -1;
+    w->ent_est = e;
+    uint8_t *t = cm_realloc(w->ent_tok, cap);
+    if (!t) return -1;
+    w->ent_tok = t;
+    uint64_t *k = cm_realloc(w->ent_key, cap * sizeof(uint64_t));
+    if (!k) return -1;
+    w->ent_key = k;
+    k = cm_realloc(w->ent_tmp, cap * sizeof(uint64_t));
+    if (!k) return -1;
+    w->ent_tmp = k;
+    w->cap_ent = cap;
     return 0;
+}
+
+/* Sorts key[0..n) stably by the upper 32 bits (a document id below 2^bits): LSD radix,
+ * in as few passes of at most CPU_RADIX_BITS as the bits need, each pass over
+ * equally wide digits (17 bits: two of 9). Returns the buffer that holds the result (key
+ * or tmp). The histograms of every pass come from one read of the keys. */
+static uint64_t *sort_by_doc(uint64_t *key, uint64_t *tmp, size_t n, uint32_t bits)
+{
+    enum { MAX_PASSES = (32 + CPU_RADIX_BITS - 1) / CPU_RADIX_BITS };
+    uint32_t hist[MAX_PASSES << CPU_RADIX_BITS];
+    uint32_t passes = (bits + CPU_RADIX_BITS - 1) / CPU_RADIX_BITS;
+    if (passes == 0 || n < 2) return key;
+    uint32_t db = (bits + passes - 1) / passes, nb = 1u << db, mask = nb - 1;
+    memset(hist, 0, (size_t)passes * nb * sizeof *hist);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = (uint32_t)(key[i] >> 32);
+        for (uint32_t p = 0; p < passes; p++) hist[(p << db) + ((d >> (p * db)) & mask)]++;
+    }
+    for (uint32_t p = 0; p < passes; p++) {
+        uint32_t *h = hist + (p << db), sum = 0, shift = 32 + p * db;
+        for (uint32_t b = 0; b < nb; b++) {
+            uint32_t c = h[b];
+            h[b] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) tmp[h[(key[i] >> shift) & mask]++] = key[i];
+        uint64_t *t = key;
+        key = tmp;
+        tmp = t;
+    }
+    return key;
 }
 
 static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_floor imp,
@@ -790,49 +799,51 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: k_refine %u (max %u)",
                        k_refine, c->cfg.max_refine);
     if (m > c->cfg.max_m) return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: no query");
-    if (++w->epoch == 0) { /* wrapped: stamps from 2^32 queries ago could collide */
-        memset(w->doc_ref, 0, (size_t)r->n_docs * sizeof(cpu_doc_ref));
-        w->epoch = 1;
+    /* every probed list's entries, in every segment: appended documents are found
+     * exactly as built ones */
+    size_t n_ent = 0;
+    for (size_t i = 0; i < (size_t)m * np; i++) {
+        uint32_t cid = w->probe_cid[i];
+        if (cid >= r->n_clusters) continue; /* a graph search that found fewer */
+        for (uint32_t si = 0; si < r->n_segments; si++) {
+            int64_t p0, n;
+            be_segment_list(&r->segments[si], cid, &p0, &n);
+            n_ent += (size_t)n;
+        }
     }
-    uint32_t n_slots = 0;
-    uint64_t scored = 0;
+    if (n_ent > UINT32_MAX)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "cpu backend: %zu posting entries in one query (at most 2^32 - 1); "
+                       "probe fewer clusters", n_ent);
+    if (ensure_entries(w, n_ent) != 0)
+        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory (refine)");
+    /* 1. estimate every entry, each list at once; an entry's key is its document and
+     * its place in these arrays */
+    size_t e0 = 0;
     float floor_[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) {
         float min_seen = INFINITY;
         for (uint32_t p = 0; p < np; p++) {
             uint32_t cid = w->probe_cid[(size_t)j * np + p];
             float qc = w->probe_qc[(size_t)j * np + p];
-            if (cid >= r->n_clusters) continue; /* a graph search that found fewer */
-            /* the cluster's list in every segment: appended documents are found exactly
-             * as built ones */
+            if (cid >= r->n_clusters) continue;
             for (uint32_t si = 0; si < r->n_segments; si++) {
                 const be_segment *sg = &r->segments[si];
                 int64_t p0, n;
                 be_segment_list(sg, cid, &p0, &n);
                 if (n == 0) continue;
+                float *est = w->ent_est + e0;
                 quant_est1_list(c->kt, &w->qs, j, sg->c1_codes + (size_t)p0 * cb,
-                                sg->c1_fact + p0, (size_t)n, qc, w->est);
-                scored += (uint64_t)n;
-                uint32_t base = (uint32_t)sg->doc_base;
+                                sg->c1_fact + p0, (size_t)n, qc, est);
+                uint64_t base = sg->doc_base;
                 const uint32_t *pd = sg->post_doc + p0;
+                uint64_t *key = w->ent_key + e0;
                 for (int64_t t = 0; t < n; t++) {
-                    /* a list's documents are scattered over doc_ref and M: fetch a
-                     * document's doc_ref ahead, then, once it has arrived, its cell */
-                    if (t + 2 * CPU_REFINE_AHEAD < n)
-                        __builtin_prefetch(&w->doc_ref[base + pd[t + 2 * CPU_REFINE_AHEAD]]);
-                    if (t + CPU_REFINE_AHEAD < n) {
-                        const cpu_doc_ref *ahead = &w->doc_ref[base + pd[t + CPU_REFINE_AHEAD]];
-                        if (ahead->stamp == w->epoch)
-                            __builtin_prefetch(&w->M[(size_t)ahead->slot * m + j], 1);
-                    }
-                    uint32_t slot;
-                    if (get_slot(w, base + pd[t], m, &n_slots, &slot) != 0)
-                        return cm_fail(err, CHIMERA_ERR_NOMEM,
-                                       "cpu backend: out of memory (refine)");
-                    float *cell = &w->M[(size_t)slot * m + j], e = w->est[t];
-                    if (e > *cell) *cell = e;
-                    if (e < min_seen) min_seen = e;
+                    key[t] = (base + pd[t]) << 32 | (uint64_t)(e0 + (size_t)t);
+                    if (est[t] < min_seen) min_seen = est[t];
                 }
+                memset(w->ent_tok + e0, (int)j, (size_t)n);
+                e0 += (size_t)n;
             }
         }
         switch (imp.impute) {
@@ -841,20 +852,56 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
         default: floor_[j] = be_probe_floor(w->probe_qc[(size_t)j * np + np - 1], imp.scale); break;
         }
     }
+    /* 2. group by document */
+    uint32_t bits = 0;
+    while (bits < 32 && (int64_t)((uint64_t)1 << bits) < r->n_docs) bits++;
+    const uint64_t *key = sort_by_doc(w->ent_key, w->ent_tmp, n_ent, bits);
+    /* 3. each document's partial score. The floor stands for what the document's
+     * unprobed tokens score, so a probed estimate counts only where it beats it: each
+     * query token adds max(M, floor), as WARP initialises its table with m_i before
+     * taking maxima (a seen document must never rank below an unseen one). A document's
+     * entries arrive grouped by query token (the sort is stable and the entries were
+     * made token by token), so its score is the floors' sum plus, for each token it was
+     * seen at, what its best estimate there adds over the floor: work in its entries
+     * rather than in m (a row of m cells, filled and summed per document, cost more
+     * than the sort). */
     cm_topk h;
     cm_topk_init(&h, k_refine, w->heap_s, w->heap_i);
-    for (uint32_t s = 0; s < n_slots; s++) {
-        uint32_t d = w->slot_doc[s];
-        if ((r->deleted[d >> 3] >> (d & 7)) & 1) continue;
-        if (allow && !((allow[d >> 3] >> (d & 7)) & 1)) continue;
-        const float *row = w->M + (size_t)s * m;
-        float sum = 0.0f;
-        /* The floor stands for what the document's unprobed tokens score, so a probed
-         * estimate counts only where it beats it: max(M, floor), as WARP initialises its
-         * table with m_i before taking maxima (a seen document must never rank below an
-         * unseen one). */
-        for (uint32_t j = 0; j < m; j++) sum += row[j] > floor_[j] ? row[j] : floor_[j];
-        cm_topk_push(&h, sum, d);
+    /* A floor of -inf (probes a graph search left empty) adds nothing when the document
+     * was seen at that token and makes its score -inf when not; a NaN floor makes every
+     * score NaN, as max(M, NaN) summed would. */
+    float floor_sum = 0.0f, base[QUANT_QTOK_MAX];
+    uint32_t n_open = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        int open = floor_[j] == -INFINITY;
+        n_open += (uint32_t)open;
+        base[j] = open ? 0.0f : floor_[j];
+        floor_sum += base[j];
+    }
+    const float *est = w->ent_est;
+    const uint8_t *tok = w->ent_tok;
+    uint64_t touched = 0;
+    for (size_t i = 0; i < n_ent;) {
+        uint32_t d = (uint32_t)(key[i] >> 32);
+        size_t i1 = i + 1;
+        while (i1 < n_ent && (uint32_t)(key[i1] >> 32) == d) i1++;
+        touched++;
+        if (((r->deleted[d >> 3] >> (d & 7)) & 1) ||
+            (allow && !((allow[d >> 3] >> (d & 7)) & 1))) {
+            i = i1;
+            continue;
+        }
+        float sum = floor_sum;
+        uint32_t open_seen = 0;
+        while (i < i1) {
+            uint32_t j = tok[(uint32_t)key[i]];
+            float best = floor_[j];
+            for (; i < i1 && tok[(uint32_t)key[i]] == j; i++)
+                if (est[(uint32_t)key[i]] > best) best = est[(uint32_t)key[i]];
+            open_seen += floor_[j] == -INFINITY;
+            sum += best - base[j];
+        }
+        cm_topk_push(&h, open_seen < n_open ? -INFINITY : sum, d);
     }
     cm_topk_sort(&h);
     for (uint32_t i = 0; i < h.n; i++) {
@@ -866,8 +913,8 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
      * its host thread while score1 runs) */
     ensure_scores(c, w, docs, h.n);
     if (stats) {
-        stats->tokens_scored = scored;
-        stats->docs_touched = n_slots;
+        stats->tokens_scored = n_ent;
+        stats->docs_touched = touched;
     }
     return CHIMERA_OK;
 }
