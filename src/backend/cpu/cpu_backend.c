@@ -32,8 +32,9 @@
  * Threads: in throughput mode every worker runs its own queries single-threaded; in
  * latency mode (one worker, n_threads > 1) the sgemm, the graph walks of the query tokens
  * and the document scoring of a chunk are split over a pool. Scratch is allocated at
- * upload for the configured maxima; the M table grows on demand (rarely, amortised),
- * never per query. */
+ * upload for the configured maxima; refinement's entry buffers (21 bytes a posting entry
+ * the query probes: ~4 MB at 32 tokens x 64 probes of ~100 entries) grow on demand to
+ * the largest query seen (rarely, amortised), never per query. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
