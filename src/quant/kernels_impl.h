@@ -45,11 +45,20 @@ static inline void qk_pop_one(const uint64_t *planes, uint32_t W, const uint8_t 
 _Static_assert(offsetof(quant_f1, kappa) == 0 && offsetof(quant_f1, alpha) == 2,
                "est1_pop reads (kappa, alpha) as one little-endian word");
 
-/* One token of est1_pop (kernels.h). */
+/* One token of est1_pop (kernels.h): qm_est1(qc, f, qm_pop_ip(...)), one operation a
+ * statement. The SIMD variants' tails use it in files built with -mfma, where clang
+ * (-ffp-contract=on) fuses a multiply and an add written in one expression into an FMA;
+ * across statements it does not, so every variant rounds as scalar does. */
 static inline float qk_est1_pop_one(uint32_t wsum, uint32_t pop, const quant_f1 *f, float qc,
                                     float delta, float vlow, uint32_t dim_pad, int32_t sum_qu)
 {
-    return qm_est1(qc, f, qm_pop_ip(delta, vlow, dim_pad, sum_qu, wsum, pop));
+    float hd = 0.5f * delta, hv = 0.5f * vlow;
+    float a = hd * (float)(2 * (int32_t)wsum - sum_qu);
+    float b = hv * (float)(2 * (int32_t)pop - (int32_t)dim_pad);
+    float ip = a + b;
+    float base = qc + qm_f16_to_f32(f->alpha);
+    float slope = qm_f16_to_f32(f->kappa) * ip;
+    return base + slope;
 }
 
 /* One code against queries [j0, j1) of the interleaved planes. */
