@@ -25,9 +25,10 @@
  * M[document][token], then each touched document's partial score sums M, with the
  * imputed floor for tokens that saw none of its tokens. The estimates are grouped by
  * document with a radix sort on the document id, then summed in one pass: a table
- * indexed by document (a direct map), looked up once per estimate, missed the caches
- * at every entry once the corpus had more than ~10^5 documents (bench/RESULTS.md
- * section 5.16). Each cell counts max(M, floor): see cpu_refine.
+ * indexed by document (a direct map), looked up once per estimate, stalled on those
+ * lookups once the corpus had ~10^5 documents, and filled and summed m cells for every
+ * document touched (bench/RESULTS.md section 5.16). Each cell counts max(M, floor): see
+ * cpu_refine.
  *
  * Threads: in throughput mode every worker runs its own queries single-threaded; in
  * latency mode (one worker, n_threads > 1) the sgemm, the graph walks of the query tokens
@@ -63,6 +64,7 @@
 #define CPU_DOCS_AHEAD 4    /* documents between prefetches of their centroid ids and use */
 #define CPU_RADIX_BITS 11 /* document-id bits per pass of refinement's radix sort */
 #define CPU_ENTRIES_MIN 4096 /* refinement's entry buffers at upload (they grow on demand) */
+_Static_assert(QUANT_QTOK_MAX <= 256, "refinement keeps an entry's query token in a byte");
 
 /* A graph probe seeds each query token's walk with its CPU_SEEDS best centroids among a
  * fixed strided sample of about CPU_SAMPLE_PER_ROOT * sqrt(K) of them, scored from
