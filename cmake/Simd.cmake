@@ -4,6 +4,8 @@
 set(CHIMERA_AVX2_FLAGS -mavx2 -mfma -mbmi -mbmi2 -mpopcnt -mf16c)
 set(CHIMERA_AVX512_FLAGS ${CHIMERA_AVX2_FLAGS} -mavx512f -mavx512bw -mavx512vl -mavx512dq
     -mavx512vpopcntdq -mavx512vnni)
+# AVX512BF16 files hold kernels that run only where core/cpu.c finds AVX512_BF16 too.
+set(CHIMERA_AVX512BF16_FLAGS ${CHIMERA_AVX512_FLAGS} -mavx512bf16)
 function(chimera_simd_flags level)
   foreach(f ${ARGN})
     set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "${CHIMERA_${level}_FLAGS}")

@@ -269,7 +269,10 @@ typedef enum chimera_backend {
 typedef enum chimera_rerank {
     CHIMERA_RERANK_NONE = 0, /* "none": codes only (default) */
     CHIMERA_RERANK_F16 = 1,  /* "f16": IEEE half, 2 bytes per dimension */
-    CHIMERA_RERANK_BF16 = 2, /* "bf16": bfloat16, 2 bytes (8 bits of mantissa: coarser) */
+    CHIMERA_RERANK_BF16 = 2, /* "bf16": bfloat16, 2 bytes (8 bits of mantissa: coarser),
+                                scored against the query rounded to bfloat16; on CPUs
+                                with AVX-512 BF16 the fastest tier (bench/RESULTS.md
+                                section 5.17) */
     CHIMERA_RERANK_F32 = 3,  /* "f32": the vectors as given, 4 bytes */
 } chimera_rerank;
 

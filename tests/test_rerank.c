@@ -24,9 +24,13 @@
  *   tune         a target of 0.99 on an index with vectors tunes with the re-rank on
  *                (rerank_depth = k_fullbit in the result) and reaches it; 0.9 does not
  *   kernels      every maxsim and widening variant the CPU runs against the scalar
- *                reference on awkward shapes (rows 1..25, dim not a multiple of 8, m_pad
- *                8..64): maxima within the float rounding of the inner products, the
- *                widening bit for bit, a NaN or infinite value always reported */
+ *                reference on awkward shapes (rows 1..32, dim not a multiple of 8 or
+ *                odd, m_pad 8..64): maxima within the float rounding of the inner
+ *                products, the widening bit for bit, a NaN or infinite value always
+ *                reported; the AVX-512 BF16 kernel against the scalar one on the widened
+ *                rows and the rounded query
+ *   bf16         a bfloat16 index scores the query rounded to bfloat16 at every SIMD
+ *                level (exact above, run under CHIMERA_SIMD=avx2 and scalar too) */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -112,6 +116,23 @@ static float *rounded(const corpus *c, chimera_rerank type)
     return t;
 }
 
+/* c's queries as the tier scores them: bfloat16 vectors against the query rounded to
+ * bfloat16 (rerank.h), the other types against the query as given. */
+static chimera_queries *queries_as_scored(const corpus *c, chimera_rerank type, float **vals)
+{
+    chimera_error err;
+    size_t n = (size_t)c->s.n_queries * c->s.query_len * c->s.dim;
+    *vals = cm_malloc(n * sizeof **vals);
+    for (size_t i = 0; i < n; i++) {
+        float v = c->s.queries[i];
+        (*vals)[i] = type == CHIMERA_RERANK_BF16 ? cm_bf16_to_f32(cm_f32_to_bf16(v)) : v;
+    }
+    chimera_queries *q = NULL;
+    CHECK_OK(chimera_queries_new(*vals, c->s.n_queries, c->s.dim, NULL, c->s.query_len, &q, &err),
+             &err);
+    return q;
+}
+
 /* A search that reaches every document: every cluster probed, every document kept by
  * refinement and full-bit scored, and `depth` re-scored exactly. */
 static chimera_status search_all(const char *dir, const chimera_queries *q, uint32_t depth,
@@ -186,16 +207,19 @@ static void test_exact(chimera_rerank type, uint32_t dim)
     int64_t *ids = cm_malloc((size_t)nq * K * sizeof *ids), *tid = cm_malloc((size_t)nq * K * sizeof *tid);
     float *sc = cm_malloc((size_t)nq * K * sizeof *sc), *tsc = cm_malloc((size_t)nq * K * sizeof *tsc);
     CHECK_OK(search_all(dir, q, (uint32_t)c.s.n_docs, c.s.n_docs, ids, sc, &err), &err);
-    /* against exact search over the vectors as the index stores them */
-    float *tok = rounded(&c, type);
-    exact(tok, c.s.n_tokens, dim, c.s.doclens, c.ids, c.s.n_docs, q, tid, tsc);
+    /* against exact search over the vectors as the index stores them (and the query as
+     * the tier rounds it) */
+    float *tok = rounded(&c, type), *qvals = NULL;
+    chimera_queries *qs = queries_as_scored(&c, type, &qvals);
+    exact(tok, c.s.n_tokens, dim, c.s.doclens, c.ids, c.s.n_docs, qs, tid, tsc);
     CHECKF(same_results(ids, sc, tid, tsc, nq, 2e-6f, name), "%s: re-rank != exact search over "
            "the stored vectors", name);
     /* and against the originals, within the element type's rounding: each inner product
-     * is off by at most |q| |v| 2^-p (p: 11 for f16, 8 for bf16), and a score sums m */
+     * is off by at most |q| |v| 2^-p (p: 11 for f16; for bf16 8, twice over: the
+     * vectors' rounding and the query's), and a score sums m */
     exact(c.s.tokens, c.s.n_tokens, dim, c.s.doclens, c.ids, c.s.n_docs, q, tid, tsc);
     float tol = type == CHIMERA_RERANK_F32 ? 2e-6f : type == CHIMERA_RERANK_F16 ? 0x1p-11f * c.s.query_len
-                                                                                : 0x1p-8f * c.s.query_len;
+                                                                                : 0x1p-7f * c.s.query_len;
     int close = 1;
     for (int64_t i = 0; i < nq * K; i++) close &= fabsf(sc[i] - tsc[i]) <= tol;
     CHECKF(close, "%s: scores beyond the rounding of the stored type (%g)", name, (double)tol);
@@ -223,7 +247,7 @@ static void test_exact(chimera_rerank type, uint32_t dim)
                 int64_t d = (ids[i * K + r] - 500) / 3; /* the row of the id */
                 double s = 0;
                 for (uint32_t j = 0; j < c.s.query_len; j++) {
-                    const float *qt = c.s.queries + ((size_t)i * c.s.query_len + j) * dim;
+                    const float *qt = qvals + ((size_t)i * c.s.query_len + j) * dim;
                     double best = -INFINITY;
                     for (int64_t t = c.off[d]; t < c.off[d + 1]; t++) {
                         double dot = 0;
@@ -249,6 +273,8 @@ static void test_exact(chimera_rerank type, uint32_t dim)
     uint64_t want = (uint64_t)c.s.n_tokens * dim * (type == CHIMERA_RERANK_F32 ? 4 : 2);
     CHECK(in.rerank == type && in.bytes_rerank == want && in.bytes_host >= want);
     cm_free(tok);
+    cm_free(qvals);
+    chimera_queries_free(qs);
     cm_free(ids);
     cm_free(tid);
     cm_free(sc);
@@ -636,6 +662,75 @@ static void test_filtered(void)
 
 /* ---- kernels ----------------------------------------------------------------------- */
 
+/* The AVX-512 BF16 kernel against its scalar twin (sp_maxsim_scalar on the widened rows
+ * and the query rounded to bfloat16): the same exact products, summed in another order.
+ * The rows are allocated to their last element, so that a read past an odd dimension's
+ * last value (the kernel reads pairs) shows under ASan. */
+static void test_bf16_kernel(void)
+{
+    if (!cm_cpu_supports_bf16_dot()) {
+        printf("kernels: bf16 dot skipped: no AVX-512 BF16 on this CPU\n");
+        return;
+    }
+    cm_rng r;
+    cm_rng_seed(&r, 43, 1);
+    static const uint32_t dims[] = {1, 2, 7, 45, 96, 131};
+    static const uint32_t mps[] = {8, 16, 24, 32, 40, 64};
+    /* every row-block path: 16, 12, 8 or 6 rows at a time, then fours, two and one */
+    static const uint32_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 19, 23, 31, 32};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (size_t mi = 0; mi < sizeof mps / sizeof mps[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                uint32_t d = dims[di], mp = mps[mi], n = ns[ni], np = (d + 1) / 2;
+                uint16_t *h = cm_malloc((size_t)n * d * sizeof *h);
+                float *rows = cm_malloc((size_t)n * d * sizeof *rows);
+                float *qt = cm_malloc((size_t)d * mp * sizeof *qt);
+                uint32_t *qp = cm_malloc((size_t)np * mp * sizeof *qp);
+                float mx0[64], mx1[64], bound[64];
+                for (size_t i = 0; i < (size_t)n * d; i++) {
+                    h[i] = cm_f32_to_bf16((float)cm_rng_uniform(&r) - 0.5f);
+                    rows[i] = cm_bf16_to_f32(h[i]);
+                }
+                for (size_t i = 0; i < (size_t)d * mp; i++)
+                    qt[i] = cm_bf16_to_f32(cm_f32_to_bf16((float)cm_rng_uniform(&r) - 0.5f));
+                for (uint32_t p = 0; p < np; p++)
+                    for (uint32_t j = 0; j < mp; j++) {
+                        uint32_t lo = cm_f32_to_bf16(qt[(size_t)(2 * p) * mp + j]);
+                        uint32_t hi = 2 * p + 1 < d ? cm_f32_to_bf16(qt[(size_t)(2 * p + 1) * mp + j]) : 0;
+                        qp[(size_t)p * mp + j] = lo | hi << 16;
+                    }
+                for (uint32_t j = 0; j < mp; j++) {
+                    mx0[j] = mx1[j] = j % 3 ? -INFINITY : 0.01f;
+                    bound[j] = 0;
+                    for (uint32_t t = 0; t < n; t++) {
+                        float b = 0;
+                        for (uint32_t i = 0; i < d; i++)
+                            b += fabsf(rows[(size_t)t * d + i] * qt[(size_t)i * mp + j]);
+                        if (b > bound[j]) bound[j] = b;
+                    }
+                }
+                float bad0 = 0, bad1 = 0;
+                sp_maxsim_scalar(rows, n, d, qt, mp, mx0, &bad0);
+                sp_maxsim_bf16_avx512(h, n, d, qp, mp, mx1, &bad1);
+                int close = bad0 == 0 && bad1 == 0;
+                for (uint32_t j = 0; j < mp; j++)
+                    close &= fabsf(mx0[j] - mx1[j]) <= 2.0f * (float)d * 0x1p-24f * bound[j] + 1e-30f;
+                CHECKF(close, "maxsim bf16 vs scalar: n %u, dim %u, m_pad %u", n, d, mp);
+                /* a NaN in the last row's last value, and an infinity, are reported */
+                for (int kind = 0; kind < 2; kind++) {
+                    h[(size_t)n * d - 1] = kind ? 0x7f80 : 0x7fc0;
+                    bad1 = 0;
+                    sp_maxsim_bf16_avx512(h, n, d, qp, mp, mx1, &bad1);
+                    CHECKF(isnan(bad1), "maxsim bf16: a %s value went unreported (n %u, dim %u)",
+                           kind ? "infinite" : "NaN", n, d);
+                }
+                cm_free(h);
+                cm_free(rows);
+                cm_free(qt);
+                cm_free(qp);
+            }
+}
+
 static void test_kernels(void)
 {
     if (!cm_cpu_supports(CM_SIMD_AVX2)) {
@@ -717,6 +812,7 @@ static void test_kernels(void)
 int main(void)
 {
     test_kernels();
+    test_bf16_kernel();
     static const chimera_rerank types[3] = {CHIMERA_RERANK_F32, CHIMERA_RERANK_BF16,
                                             CHIMERA_RERANK_F16};
     for (int i = 0; i < 3; i++) test_exact(types[i], 96);

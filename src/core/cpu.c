@@ -16,6 +16,8 @@ static unsigned long long read_xcr0(void)
     return ((unsigned long long)edx << 32) | eax;
 }
 
+static int bf16_hw; /* AVX512_BF16: CPUID leaf 7 subleaf 1, EAX bit 5 */
+
 static cm_simd_level detect_hw(void)
 {
     unsigned int a, b, c, d;
@@ -31,11 +33,14 @@ static cm_simd_level detect_hw(void)
     int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1;
     int avx512vl = (b >> 31) & 1, vpopcntdq = (c >> 14) & 1, vnni = (c >> 11) & 1;
     int zmm_state = (xcr0 & 0xe6) == 0xe6; /* opmask, ZMM_Hi256, Hi16_ZMM */
-    if (avx512f && avx512dq && avx512bw && avx512vl && vpopcntdq && vnni && zmm_state)
+    if (avx512f && avx512dq && avx512bw && avx512vl && vpopcntdq && vnni && zmm_state) {
+        if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) bf16_hw = (a >> 5) & 1;
         return CM_SIMD_AVX512;
+    }
     return CM_SIMD_AVX2;
 }
 #else
+static int bf16_hw;
 static cm_simd_level detect_hw(void) { return CM_SIMD_SCALAR; }
 #endif
 
@@ -66,6 +71,18 @@ int cm_cpu_supports(cm_simd_level level)
 {
     pthread_once(&once, detect);
     return level <= hw_level;
+}
+
+int cm_cpu_supports_bf16_dot(void)
+{
+    pthread_once(&once, detect);
+    return bf16_hw;
+}
+
+int cm_bf16_dot_in_use(void)
+{
+    pthread_once(&once, detect);
+    return bf16_hw && used_level >= CM_SIMD_AVX512;
 }
 
 const char *cm_simd_level_name(cm_simd_level level)

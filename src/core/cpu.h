@@ -21,6 +21,13 @@ cm_simd_level cm_simd_level_get(void);
  * every variant the machine supports against the scalar reference. */
 int cm_cpu_supports(cm_simd_level level);
 
+/* AVX-512 BF16 (vdpbf16ps: bfloat16 pair dot products into float32 lanes, twice the
+ * multiply-adds of an FMA per instruction), which not every AVX-512 CPU has: whether
+ * this CPU has it (with the AVX512 level), and whether kernels use it (the level in use
+ * is AVX512: CHIMERA_SIMD=avx2 turns it off too). */
+int cm_cpu_supports_bf16_dot(void);
+int cm_bf16_dot_in_use(void);
+
 /* "scalar", "avx2" or "avx512". */
 const char *cm_simd_level_name(cm_simd_level level);
 

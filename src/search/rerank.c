@@ -66,7 +66,8 @@ chimera_status sp_rerank_scratch_init(sp_rerank_scratch *s, uint32_t dim, uint32
     s->rows = cm_aligned_alloc(64, (size_t)SP_RERANK_ROWS * dim * sizeof(float));
     s->qt = cm_aligned_alloc(64, (size_t)dim * mp * sizeof(float));
     s->mx = cm_aligned_alloc(64, (size_t)mp * sizeof(float));
-    if (!s->rows || !s->qt || !s->mx) {
+    s->qp = cm_aligned_alloc(64, (size_t)(dim + 1) / 2 * mp * sizeof(uint32_t));
+    if (!s->rows || !s->qt || !s->mx || !s->qp) {
         sp_rerank_scratch_free(s);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory for re-rank scratch");
     }
@@ -78,6 +79,7 @@ void sp_rerank_scratch_free(sp_rerank_scratch *s)
     cm_free(s->rows);
     cm_free(s->qt);
     cm_free(s->mx);
+    cm_free(s->qp);
     memset(s, 0, sizeof *s);
 }
 
@@ -104,11 +106,23 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
     const int level = cm_simd_level_get();
     const sp_widen_fn widen = widen_for(ix->vec_type, level);
     const sp_maxsim_fn maxsim = sp_maxsim_for(level);
+    const int bf16 = ix->vec_type == CHIMERA_RERANK_BF16;
+    const int bf16_dot = bf16 && cm_bf16_dot_in_use();
     for (uint32_t i = 0; i < d; i++) {
         float *row = s->qt + (size_t)i * mp;
-        for (uint32_t j = 0; j < m; j++) row[j] = q[(size_t)j * d + i];
+        for (uint32_t j = 0; j < m; j++) {
+            float v = q[(size_t)j * d + i];
+            row[j] = bf16 ? cm_bf16_to_f32(cm_f32_to_bf16(v)) : v;
+        }
         for (uint32_t j = m; j < mp; j++) row[j] = 0.0f;
     }
+    if (bf16_dot) /* the rounded query (exact in bfloat16) in pairs of rows of qt */
+        for (uint32_t p = 0; p < (d + 1) / 2; p++)
+            for (uint32_t j = 0; j < mp; j++) {
+                uint32_t lo = cm_f32_to_bf16(s->qt[(size_t)(2 * p) * mp + j]);
+                uint32_t hi = 2 * p + 1 < d ? cm_f32_to_bf16(s->qt[(size_t)(2 * p + 1) * mp + j]) : 0;
+                s->qp[(size_t)p * mp + j] = lo | hi << 16;
+            }
     for (uint32_t k = 0; k < n; k++) {
         const ix_segment *sg = ix_doc_segment(ix, docs[k]);
         int64_t ld = docs[k] - sg->doc_base, t0 = sg->doc_off[ld];
@@ -125,7 +139,9 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
             if (r + SP_RERANK_ROWS < len) prefetch_block(ix, docs[k], r + SP_RERANK_ROWS, d * es);
             else if (k + 1 < n) prefetch_block(ix, docs[k + 1], 0, d * es);
             const uint8_t *blk = src + (size_t)r * d * es;
-            if (widen) {
+            if (bf16_dot) {
+                sp_maxsim_bf16_avx512((const uint16_t *)blk, nr, d, s->qp, mp, s->mx, &bad);
+            } else if (widen) {
                 widen((const uint16_t *)blk, (size_t)nr * d, s->rows);
                 maxsim(s->rows, nr, d, s->qt, mp, s->mx, &bad);
             } else {

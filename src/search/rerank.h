@@ -25,7 +25,15 @@
  * measured, bench/RESULTS.md section 5.15): maxsim max-accumulates
  * mx[j] = max(mx[j], <row_r, q_j>) over n rows for j < m_pad, and adds (x - x) of every
  * product to *bad, which stays 0 unless a product is NaN or infinite (a maximum would
- * drop a NaN silently). */
+ * drop a NaN silently).
+ *
+ * bfloat16 vectors are scored against the query rounded to bfloat16, at every level:
+ * where the CPU has AVX-512 BF16 a kernel multiplies the stored pairs of values by the
+ * query's pairs as they lie (vdpbf16ps, twice the multiply-adds of an FMA an
+ * instruction), and the other levels compute the same products (exact in float32) on
+ * widened rows, so that a search returns the same documents whichever CPU runs it. The
+ * query's rounding costs a score about what the documents' own rounding does
+ * (bench/RESULTS.md section 5.17 measures the recall). */
 #ifndef CHIMERA_SEARCH_RERANK_H
 #define CHIMERA_SEARCH_RERANK_H
 
@@ -41,6 +49,8 @@ typedef struct sp_rerank_scratch {
     float *rows;    /* [SP_RERANK_ROWS x dim] widened rows of a half / bfloat16 document */
     float *qt;      /* [dim x m_pad] the query, transposed and zero-padded */
     float *mx;      /* [m_pad] a document's running maxima */
+    uint32_t *qp;   /* [(dim + 1) / 2 x m_pad] the query in bfloat16 pairs, for
+                     * sp_maxsim_bf16_avx512: dimensions 2p (low half) and 2p + 1 */
     uint32_t max_m;
 } sp_rerank_scratch;
 
@@ -62,6 +72,12 @@ void sp_maxsim_scalar(const float *rows, uint32_t n, uint32_t dim, const float *
 void sp_maxsim_avx2(const float *rows, uint32_t n, uint32_t dim, const float *qt,
                     uint32_t m_pad, float *mx, float *bad);
 sp_maxsim_fn sp_maxsim_for(int simd_level);
+
+/* maxsim on n stored bfloat16 rows as they lie against the query in pairs (qp, see
+ * sp_rerank_scratch): AVX-512 BF16 only (cm_bf16_dot_in_use). Its scalar twin is
+ * sp_maxsim_scalar on the widened rows and the query rounded to bfloat16. */
+void sp_maxsim_bf16_avx512(const uint16_t *rows, uint32_t n, uint32_t dim, const uint32_t *qp,
+                           uint32_t m_pad, float *mx, float *bad);
 
 /* Widening of n stored elements to float32. */
 typedef void (*sp_widen_fn)(const uint16_t *src, size_t n, float *dst);
