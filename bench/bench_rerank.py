@@ -14,7 +14,8 @@ timed once more, alternated so that both see the same machine load, best of --re
 
     python3 bench/bench_rerank.py --chimera build/chimera --corpus DIR --work W [--reps 3]
 
-DIR holds tokens.npy, doclens.npy, queries.npy (chimera gen's layout, or bench/data's).
+DIR holds tokens.npy, doclens.npy and queries.npy (chimera gen's layout) or
+queries_flat.npy + qlens.npy (bench/data's).
 """
 import argparse
 import json
@@ -112,9 +113,13 @@ def main():
                          "queries per CPU second")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    a.queries = os.path.join(a.corpus, "queries.npy")
-    ql = os.path.join(a.corpus, "qlens.npy")
-    a.qlens = ql if os.path.exists(ql) else None
+    # bench/data's layout: queries_flat.npy + qlens.npy (its queries.npy is the same
+    # queries zero-padded, which the CLI takes without lengths); chimera gen's: queries.npy
+    flat, ql = os.path.join(a.corpus, "queries_flat.npy"), os.path.join(a.corpus, "qlens.npy")
+    if os.path.exists(flat) and os.path.exists(ql):
+        a.queries, a.qlens = flat, ql
+    else:
+        a.queries, a.qlens = os.path.join(a.corpus, "queries.npy"), None
     if a.cpu:  # the first 8 queries, for the fixed cost (search())
         import numpy as np
         q = np.load(a.queries)
@@ -151,10 +156,16 @@ def main():
             rer = [dict(n_probe=n, k_refine=r, k_fullbit=d, rerank_depth=d)
                    for n in (4, 8, 16, 32) for r in (80, 160, 320) for d in (20, 40, 80)]
         else:
-            plain = [dict(n_probe=n, k_refine=r * f, k_fullbit=f)
-                     for n in (8, 16, 32) for f in (100, 200, 400) for r in (2, 4)]
+            # fine enough near 0.95 not to overshoot it: on real10k the coarser grid
+            # (n_probe 8/16/32, k_fullbit 100/200/400) picked 32 / 400 / 200 at 0.965,
+            # where 20 / 400 / 200 and 24 / 350 / 175 reach 0.95 at 1.2-1.3x its speed
+            # (bench/RESULTS.md section 5.17)
+            plain = [dict(n_probe=n, k_refine=r * f // 2, k_fullbit=f)
+                     for n in (8, 16, 20, 24, 32) for f in (100, 150, 175, 200, 300, 400)
+                     for r in (3, 4, 8)]
             rer = [dict(n_probe=n, k_refine=r, k_fullbit=d, rerank_depth=d)
-                   for n in (16, 32, 64) for r in (400, 800, 1600) for d in (150, 200, 300)]
+                   for n in (24, 32, 40, 48, 64) for r in (600, 700, 800, 1000, 1200)
+                   for d in (250, 300, 400)]
         p_rows = sweep(a, idx, k, plain, "plain")
         r_rows = sweep(a, idx, k, rer, "rerank")
         base = fastest(a, idx, k, p_rows, 0.95)

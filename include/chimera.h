@@ -928,7 +928,8 @@ typedef struct chimera_search_params {
      * documents by full-bit score are re-scored by exact Chamfer over the vectors the
      * index stores (chimera_build_opts.rerank), on the host whatever the backend, and
      * the best k of them are returned with their exact scores (as chimera_corpus_search
-     * computes them, within the stored element type's rounding). k_fullbit is raised to
+     * computes them, within the stored element type's rounding; BF16 vectors are scored
+     * against the query rounded to bfloat16 too). k_fullbit is raised to
      * rerank_depth when smaller; when the two are equal the top k_fullbit by 1-bit
      * score are re-scored directly (full-bit scores would pick the same documents, and
      * the exact scores replace them). An index without the vectors fails the search with

@@ -31,9 +31,11 @@ def test_rerank_equals_exact(corpus, tmp_path, rerank):
     every = {"n_probe": info["n_clusters"], "k_refine": n, "k_fullbit": n}
     scores, ids = ix.search(queries, k=10, params=every, rerank_depth=n, threads=2)
     assert ix.last_profile["n_reranked"] == n * len(queries)
-    # exact search over the vectors as stored (rounded to the element type)
+    # exact search over the vectors as stored (rounded to the element type), and for
+    # bf16 against the query rounded to bfloat16 too, as the tier scores it
     stored = as_stored(tokens, rerank)
-    escores, eids = chimera.exact_search((stored, lens), queries, k=10, threads=2)
+    scored = as_stored(queries, rerank) if rerank == "bf16" else queries
+    escores, eids = chimera.exact_search((stored, lens), scored, k=10, threads=2)
     assert (ids == eids).mean() >= 0.99
     np.testing.assert_allclose(scores, escores, rtol=2e-6, atol=2e-6)
     # a shallow depth ranks the same candidates exactly: never worse than without it
