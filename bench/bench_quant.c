@@ -28,6 +28,7 @@
 
 #include "core/clock.h"
 #include "core/cpu.h"
+#include "peak.h"
 #include "core/f16.h"
 #include "core/rng.h"
 #include "quant/kernels.h"
@@ -45,9 +46,6 @@ static volatile int isrc = 3;
 static volatile float fsrc = 1.0f;
 
 /* ---- peak multiply-add rates (MACs per ns), one per instruction ---- */
-
-#define PEAK_ITERS 20000000L
-#define PEAK_CHAINS 12
 
 static double peak_scalar_float(void)
 {
@@ -79,18 +77,6 @@ static double peak_scalar_int(void)
 }
 
 #if defined(__x86_64__)
-/* 12 chains of one instruction; macs = multiply-adds per instruction. */
-#define PEAK_LOOP(VT, init, step, fold, macs)                                                  \
-    VT a_[PEAK_CHAINS];                                                                        \
-    for (int k = 0; k < PEAK_CHAINS; k++) a_[k] = init;                                        \
-    double t0_ = cm_thread_cpu_now();                                                          \
-    for (long i = 0; i < PEAK_ITERS; i++) {                                                    \
-        _Pragma("GCC unroll 12") for (int k = 0; k < PEAK_CHAINS; k++) a_[k] = step(a_[k]);    \
-    }                                                                                          \
-    double t_ = cm_thread_cpu_now() - t0_;                                                     \
-    for (int k = 0; k < PEAK_CHAINS; k++) fold(a_[k]);                                         \
-    return (double)PEAK_ITERS * PEAK_CHAINS * (macs) / t_ / 1e9;
-
 __attribute__((target("avx2,fma"))) static double peak_avx2_float(void)
 {
     __m256 b = _mm256_set1_ps(fsrc * 0.999f), c = _mm256_set1_ps(fsrc * 1e-9f);

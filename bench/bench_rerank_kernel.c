@@ -30,31 +30,20 @@
 #include "core/rng.h"
 #include "index/index.h"
 #include "search/rerank.h"
+#include "peak.h"
 
-#define PEAK_ITERS 20000000L
-#define PEAK_CHAINS 12
 static volatile float peak_src = 1.0f;
 static volatile float peak_sink;
 
 #if defined(__x86_64__)
-/* GMAC/s of 12 independent chains of one instruction (macs multiply-adds each). */
-#define PEAK_LOOP(VT, init, step, macs)                                                        \
-    VT a_[PEAK_CHAINS];                                                                        \
-    for (int k = 0; k < PEAK_CHAINS; k++) a_[k] = init;                                        \
-    double t0_ = cm_thread_cpu_now();                                                          \
-    for (long i = 0; i < PEAK_ITERS; i++) {                                                    \
-        _Pragma("GCC unroll 12") for (int k = 0; k < PEAK_CHAINS; k++) a_[k] = step(a_[k]);    \
-    }                                                                                          \
-    double t_ = cm_thread_cpu_now() - t0_;                                                     \
-    for (int k = 0; k < PEAK_CHAINS; k++) peak_sink += a_[k][0];                               \
-    return (double)PEAK_ITERS * PEAK_CHAINS * (macs) / t_ / 1e9;
-
 __attribute__((target("avx2,fma"))) static double peak_fma(void)
 {
     __m256 b = _mm256_set1_ps(peak_src * 0.999f), c = _mm256_set1_ps(peak_src * 1e-9f);
 #define STEP(x) _mm256_fmadd_ps(x, b, c)
-    PEAK_LOOP(__m256, _mm256_set1_ps(peak_src + (float)k), STEP, 8)
+#define FOLD(x) peak_sink += x[0]
+    PEAK_LOOP(__m256, _mm256_set1_ps(peak_src + (float)k), STEP, FOLD, 8)
 #undef STEP
+#undef FOLD
 }
 
 __attribute__((target("avx512f,avx512vl,avx512bf16"))) static double peak_bf16_dot(void)
@@ -62,8 +51,10 @@ __attribute__((target("avx512f,avx512vl,avx512bf16"))) static double peak_bf16_d
     __m128bh h = _mm256_cvtneps_pbh(_mm256_set1_ps(peak_src * 1e-3f));
     __m256bh b = (__m256bh)_mm256_broadcastsi128_si256((__m128i)h);
 #define STEP(x) _mm256_dpbf16_ps(x, b, b)
-    PEAK_LOOP(__m256, _mm256_set1_ps(peak_src + (float)k), STEP, 16)
+#define FOLD(x) peak_sink += x[0]
+    PEAK_LOOP(__m256, _mm256_set1_ps(peak_src + (float)k), STEP, FOLD, 16)
 #undef STEP
+#undef FOLD
 }
 #endif
 

@@ -662,6 +662,33 @@ static void test_filtered(void)
 
 /* ---- kernels ----------------------------------------------------------------------- */
 
+/* Kernel cases start from floors some rows beat in every third query column (-inf in
+ * the others), in both maxima; bound[j] is column j's largest sum of |products| over the
+ * rows, the scale of what two orders of summation may differ by. */
+static void maxsim_setup(const float *rows, uint32_t n, uint32_t d, const float *qt, uint32_t mp,
+                         float *mx0, float *mx1, float *bound)
+{
+    for (uint32_t j = 0; j < mp; j++) {
+        mx0[j] = mx1[j] = j % 3 ? -INFINITY : 0.01f;
+        bound[j] = 0;
+        for (uint32_t t = 0; t < n; t++) {
+            float b = 0;
+            for (uint32_t i = 0; i < d; i++) b += fabsf(rows[(size_t)t * d + i] * qt[(size_t)i * mp + j]);
+            if (b > bound[j]) bound[j] = b;
+        }
+    }
+}
+
+/* Two kernels' maxima agree within the float rounding of d-term sums. */
+static int maxima_close(const float *mx0, const float *mx1, const float *bound, uint32_t d,
+                        uint32_t mp)
+{
+    int close = 1;
+    for (uint32_t j = 0; j < mp; j++)
+        close &= fabsf(mx0[j] - mx1[j]) <= 2.0f * (float)d * 0x1p-24f * bound[j] + 1e-30f;
+    return close;
+}
+
 /* The AVX-512 BF16 kernel against its scalar twin (sp_maxsim_scalar on the widened rows
  * and the query rounded to bfloat16): the same exact products, summed in another order.
  * The rows are allocated to their last element, so that a read past an odd dimension's
@@ -699,23 +726,12 @@ static void test_bf16_kernel(void)
                         uint32_t hi = 2 * p + 1 < d ? cm_f32_to_bf16(qt[(size_t)(2 * p + 1) * mp + j]) : 0;
                         qp[(size_t)p * mp + j] = lo | hi << 16;
                     }
-                for (uint32_t j = 0; j < mp; j++) {
-                    mx0[j] = mx1[j] = j % 3 ? -INFINITY : 0.01f;
-                    bound[j] = 0;
-                    for (uint32_t t = 0; t < n; t++) {
-                        float b = 0;
-                        for (uint32_t i = 0; i < d; i++)
-                            b += fabsf(rows[(size_t)t * d + i] * qt[(size_t)i * mp + j]);
-                        if (b > bound[j]) bound[j] = b;
-                    }
-                }
+                maxsim_setup(rows, n, d, qt, mp, mx0, mx1, bound);
                 float bad0 = 0, bad1 = 0;
                 sp_maxsim_scalar(rows, n, d, qt, mp, mx0, &bad0);
                 sp_maxsim_bf16_avx512(h, n, d, qp, mp, mx1, &bad1);
-                int close = bad0 == 0 && bad1 == 0;
-                for (uint32_t j = 0; j < mp; j++)
-                    close &= fabsf(mx0[j] - mx1[j]) <= 2.0f * (float)d * 0x1p-24f * bound[j] + 1e-30f;
-                CHECKF(close, "maxsim bf16 vs scalar: n %u, dim %u, m_pad %u", n, d, mp);
+                CHECKF(bad0 == 0 && bad1 == 0 && maxima_close(mx0, mx1, bound, d, mp),
+                       "maxsim bf16 vs scalar: n %u, dim %u, m_pad %u", n, d, mp);
                 /* a NaN in the last row's last value, and an infinity, are reported */
                 for (int kind = 0; kind < 2; kind++) {
                     h[(size_t)n * d - 1] = kind ? 0x7f80 : 0x7fc0;
@@ -752,23 +768,12 @@ static void test_kernels(void)
                 float mx0[64], mx1[64], bound[64];
                 for (size_t i = 0; i < (size_t)n * d; i++) rows[i] = (float)cm_rng_uniform(&r) - 0.5f;
                 for (size_t i = 0; i < (size_t)d * mp; i++) qt[i] = (float)cm_rng_uniform(&r) - 0.5f;
-                for (uint32_t j = 0; j < mp; j++) {
-                    mx0[j] = mx1[j] = j % 3 ? -INFINITY : 0.01f; /* a floor some rows beat */
-                    bound[j] = 0;
-                    for (uint32_t t = 0; t < n; t++) {
-                        float b = 0;
-                        for (uint32_t i = 0; i < d; i++)
-                            b += fabsf(rows[(size_t)t * d + i] * qt[(size_t)i * mp + j]);
-                        if (b > bound[j]) bound[j] = b;
-                    }
-                }
+                maxsim_setup(rows, n, d, qt, mp, mx0, mx1, bound);
                 float bad0 = 0, bad1 = 0;
                 sp_maxsim_scalar(rows, n, d, qt, mp, mx0, &bad0);
                 sp_maxsim_avx2(rows, n, d, qt, mp, mx1, &bad1);
-                int close = bad0 == 0 && bad1 == 0;
-                for (uint32_t j = 0; j < mp; j++)
-                    close &= fabsf(mx0[j] - mx1[j]) <= 2.0f * (float)d * 0x1p-24f * bound[j] + 1e-30f;
-                CHECKF(close, "maxsim avx2 vs scalar: n %u, dim %u, m_pad %u", n, d, mp);
+                CHECKF(bad0 == 0 && bad1 == 0 && maxima_close(mx0, mx1, bound, d, mp),
+                       "maxsim avx2 vs scalar: n %u, dim %u, m_pad %u", n, d, mp);
                 /* a NaN in the last row, and an infinity, are reported */
                 for (int kind = 0; kind < 2; kind++) {
                     rows[(size_t)(n - 1) * d + d / 2] = kind ? INFINITY : NAN;

@@ -6,7 +6,8 @@
  * fifth of its time. The products of two bfloat16 values are exact in float32, so the
  * kernel computes what the scalar reference computes on the widened rows and the query
  * rounded to bfloat16, up to the order of the additions (and with denormal inputs read
- * as zero, which moves a score by less than 1e-37). */
+ * as zero: a product with a value below 2^-126 in magnitude is lost, which the float
+ * kernel would keep). */
 #include <immintrin.h>
 #include <string.h>
 
