@@ -720,12 +720,7 @@ static void test_bf16_kernel(void)
                 }
                 for (size_t i = 0; i < (size_t)d * mp; i++)
                     qt[i] = cm_bf16_to_f32(cm_f32_to_bf16((float)cm_rng_uniform(&r) - 0.5f));
-                for (uint32_t p = 0; p < np; p++)
-                    for (uint32_t j = 0; j < mp; j++) {
-                        uint32_t lo = cm_f32_to_bf16(qt[(size_t)(2 * p) * mp + j]);
-                        uint32_t hi = 2 * p + 1 < d ? cm_f32_to_bf16(qt[(size_t)(2 * p + 1) * mp + j]) : 0;
-                        qp[(size_t)p * mp + j] = lo | hi << 16;
-                    }
+                sp_bf16_pairs(qt, d, mp, qp);
                 maxsim_setup(rows, n, d, qt, mp, mx0, mx1, bound);
                 float bad0 = 0, bad1 = 0;
                 sp_maxsim_scalar(rows, n, d, qt, mp, mx0, &bad0);

@@ -98,6 +98,16 @@ static void prefetch_block(const ix_index *ix, uint32_t doc, int64_t r0, size_t 
     for (size_t o = 0; o < (size_t)nr * row_bytes; o += 64) __builtin_prefetch(a + o, 0, 2);
 }
 
+void sp_bf16_pairs(const float *qt, uint32_t dim, uint32_t m_pad, uint32_t *qp)
+{
+    for (uint32_t p = 0; p < (dim + 1) / 2; p++)
+        for (uint32_t j = 0; j < m_pad; j++) {
+            uint32_t lo = cm_f32_to_bf16(qt[(size_t)(2 * p) * m_pad + j]);
+            uint32_t hi = 2 * p + 1 < dim ? cm_f32_to_bf16(qt[(size_t)(2 * p + 1) * m_pad + j]) : 0;
+            qp[(size_t)p * m_pad + j] = lo | hi << 16;
+        }
+}
+
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
                      uint32_t m, sp_rerank_scratch *s, float *out)
 {
@@ -116,13 +126,7 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
         }
         for (uint32_t j = m; j < mp; j++) row[j] = 0.0f;
     }
-    if (bf16_dot) /* the rounded query (exact in bfloat16) in pairs of rows of qt */
-        for (uint32_t p = 0; p < (d + 1) / 2; p++)
-            for (uint32_t j = 0; j < mp; j++) {
-                uint32_t lo = cm_f32_to_bf16(s->qt[(size_t)(2 * p) * mp + j]);
-                uint32_t hi = 2 * p + 1 < d ? cm_f32_to_bf16(s->qt[(size_t)(2 * p + 1) * mp + j]) : 0;
-                s->qp[(size_t)p * mp + j] = lo | hi << 16;
-            }
+    if (bf16_dot) sp_bf16_pairs(s->qt, d, mp, s->qp); /* the rounded query: exact */
     for (uint32_t k = 0; k < n; k++) {
         const ix_segment *sg = ix_doc_segment(ix, docs[k]);
         int64_t ld = docs[k] - sg->doc_base, t0 = sg->doc_off[ld];

@@ -73,6 +73,10 @@ void sp_maxsim_avx2(const float *rows, uint32_t n, uint32_t dim, const float *qt
                     uint32_t m_pad, float *mx, float *bad);
 sp_maxsim_fn sp_maxsim_for(int simd_level);
 
+/* qp = qt [dim x m_pad] in bfloat16 pairs (see sp_rerank_scratch), each value rounded to
+ * the nearest bfloat16; dimension dim (past an odd dim) is 0. */
+void sp_bf16_pairs(const float *qt, uint32_t dim, uint32_t m_pad, uint32_t *qp);
+
 /* maxsim on n stored bfloat16 rows as they lie against the query in pairs (qp, see
  * sp_rerank_scratch): AVX-512 BF16 only (cm_bf16_dot_in_use). Its scalar twin is
  * sp_maxsim_scalar on the widened rows and the query rounded to bfloat16. */
