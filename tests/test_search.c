@@ -1130,12 +1130,33 @@ static void test_deleted(const bench *b)
 
 /* ---- public API -------------------------------------------------------------------- */
 
+/* Results b against a (k per query, n in all): the same ids, except that two documents
+ * whose scores are within the tolerance may swap, and scores within 1e-4 relative.
+ * @return how many differ. */
+static int results_differ(const int64_t *ia, const float *sa, const int64_t *ib,
+                          const float *sb, size_t n, size_t k)
+{
+    int bad = 0;
+    for (size_t r = 0; r < n; r++) {
+        if (fabsf(sa[r] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
+        else if (ia[r] != ib[r]) {
+            /* a swap: the other document must sit next to it with a tied score */
+            size_t r2 = (r % k < k - 1 && ia[r] == ib[r + 1]) ? r + 1 : (r % k > 0 ? r - 1 : r);
+            if (ia[r] != ib[r2] || fabsf(sb[r2] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
+        }
+    }
+    return bad;
+}
+
 /* Throughput mode hands the CPU backend blocks of queries whose centroid scores it
  * computes with one sgemm (query_batch); the results must be those of one query at a
  * time (latency mode), on queries of mixed lengths (1 .. query_len tokens, so batches
  * take different numbers of queries): the same ids, except that two documents whose
  * scores are within the tolerance may swap, and scores within 1e-4 relative (the sgemm
- * may sum in another order at another width). */
+ * may sum in another order at another width). Latency mode with two threads rescores on
+ * a host thread of its own, chunk by chunk as the worker scores them, where one thread
+ * a worker rescores each chunk itself: the same steps, so the same results (up to the
+ * pool's sgemm, as above). */
 static void test_batched(const bench *b, chimera_index *ix)
 {
     int64_t nq = b->s.n_queries;
@@ -1154,23 +1175,36 @@ static void test_batched(const bench *b, chimera_index *ix)
     size_t n = (size_t)nq * 10;
     int64_t *ia = cm_malloc(n * sizeof *ia), *ib = cm_malloc(n * sizeof *ib);
     float *sa = cm_malloc(n * sizeof *sa), *sb = cm_malloc(n * sizeof *sb);
-    chimera_search_opts through = {.n_threads = 2}, one = {.n_threads = 1, .latency_mode = 1};
-    int bad = 0;
+    chimera_search_opts through = {.n_threads = 2}, one = {.n_threads = 1, .latency_mode = 1},
+                        two = {.n_threads = 2, .latency_mode = 1};
+    int bad = 0, bad_host = 0;
     if (q) {
         CHECK_OK(chimera_index_search(ix, q, 10, NULL, &through, ia, sa, NULL, &err), &err);
         CHECK_OK(chimera_index_search(ix, q, 10, NULL, &one, ib, sb, NULL, &err), &err);
-        for (size_t r = 0; r < n; r++) {
-            if (fabsf(sa[r] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
-            else if (ia[r] != ib[r]) {
-                /* a swap: the other document must sit next to it with a tied score */
-                size_t r2 = (r % 10 < 9 && ia[r] == ib[r + 1]) ? r + 1 : (r % 10 > 0 ? r - 1 : r);
-                if (ia[r] != ib[r2] || fabsf(sb[r2] - sb[r]) > 1e-4f * (1.0f + fabsf(sb[r]))) bad++;
-            }
+        bad = results_differ(ia, sa, ib, sb, n, 10);
+        /* the two-thread latency mode against the one-thread one, chunks as the library's
+         * default and many (each chunk rescored before the next is scored) */
+        for (uint32_t chunks = 4; chunks <= 16; chunks *= 4) {
+            chimera_search_params p;
+            chimera_search_params_default(10, &p);
+            p.chunks = chunks;
+            chimera_search_profile pa = {0}, pb = {0};
+            CHECK_OK(chimera_index_search(ix, q, 10, &p, &one, ia, sa, &pa, &err), &err);
+            CHECK_OK(chimera_index_search(ix, q, 10, &p, &two, ib, sb, &pb, &err), &err);
+            bad_host += results_differ(ia, sa, ib, sb, n, 10);
+            /* the same rescoring steps: as many documents rescored (each chunk's top
+             * share of k_fullbit, at many chunks a few more than k_fullbit a query) */
+            CHECKF(pa.n_fullbit == pb.n_fullbit,
+                   "latency mode, %u chunks: %llu documents rescored inline, %llu on a host "
+                   "thread", chunks, (unsigned long long)pa.n_fullbit,
+                   (unsigned long long)pb.n_fullbit);
         }
     }
     CHECKF(bad == 0, "batched search: %d of %zu results differ from one query at a time", bad, n);
-    printf("batched vs one at a time: %lld queries of 1..%u tokens, %d of %zu results differ\n",
-           (long long)nq, ql, bad, n);
+    CHECKF(bad_host == 0, "latency mode: %d results differ between rescoring on a host thread "
+           "and on the worker's", bad_host);
+    printf("batched vs one at a time: %lld queries of 1..%u tokens, %d of %zu results differ; "
+           "host thread vs inline: %d differ\n", (long long)nq, ql, bad, n, bad_host);
     chimera_queries_free(q);
     cm_free(lens);
     cm_free(tok);

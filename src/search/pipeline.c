@@ -9,10 +9,15 @@
  * host starts earlier and, rarely, scores a few documents that a later chunk pushes out
  * (counted as n_fullbit, the paper's k^_full-bit, section 5.3).
  *
- * Threads. Each worker has a companion host thread, woken per query and fed chunk by
- * chunk through a mutex/condvar pair: the worker thread drives the backend, the host
- * thread rescores; they overlap whatever the backend. Scratch for both is allocated at
- * engine creation for the configured maxima.
+ * Threads. Where there is something to overlap with (a GPU backend, or one worker with
+ * several threads: latency mode), each worker has a companion host thread, woken per
+ * query and fed chunk by chunk through a mutex/condvar pair: the worker thread drives
+ * the backend, the host thread rescores. Where there is not (the CPU backend with one
+ * thread a worker: throughput mode, where every core already runs a worker of its
+ * own), the worker rescores each chunk itself right after scoring it: the same steps
+ * in the same order, so the same results, without two threads a core handing every
+ * query back and forth (bench/RESULTS.md section 5.18). Scratch for both is allocated
+ * at engine creation for the configured maxima.
  *
  * Full-bit scores need <q_j, c> for each token's centroid. When the backend computed the
  * centroid scores on the host anyway (the CPU backend) they are reused; otherwise (a GPU
@@ -84,6 +89,7 @@ struct sp_engine {
     uint32_t max_m;
     uint64_t max_doc_len; /* up to n_tokens, 2^32 - 1: "+ 1" must not wrap */
     int n_workers;
+    int overlap;      /* a host thread a worker (see Threads above) */
     sp_worker *w;
     const quant_kernels *kt;
 };
@@ -333,6 +339,8 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
                      .max_probe = max->n_probe, .max_refine = max->k_refine};
     s = e->be.iface->upload(e->be.ctx, &e->res, &cfg, err);
     if (s != CHIMERA_OK) goto fail;
+    /* the CPU backend's 1-bit scoring runs on the worker's own core (or its pool's) */
+    e->overlap = strcmp(e->be.name, "cpu") != 0 || (e->n_workers == 1 && n_threads > 1);
     e->w = cm_calloc((size_t)e->n_workers, sizeof *e->w);
     if (!e->w) goto nomem;
     for (int i = 0; i < e->n_workers; i++) {
@@ -371,6 +379,7 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
             w->rr_i = cm_malloc((size_t)(k + 1) * sizeof *w->rr_i);
             if (!w->rr_docs || !w->rr_exact || !w->rr_s || !w->rr_i) goto nomem;
         }
+        if (!e->overlap) continue;
         pthread_mutex_init(&w->mu, NULL);
         pthread_cond_init(&w->cv, NULL);
         if (pthread_create(&w->thread, NULL, host_main, w) != 0) {
@@ -530,6 +539,27 @@ static chimera_status covered_candidates(sp_engine *e, int worker, const sp_para
     return CHIMERA_OK;
 }
 
+/* The device's 1-bit scores of chunk i's candidates (w->s1), checked; after a failure
+ * (s, or this chunk's) the chunk's scores are -inf, so that the host stage still ends.
+ * @return s, or this chunk's failure. */
+static chimera_status score_chunk(sp_engine *e, int worker, uint32_t i, chimera_status s,
+                                  chimera_error *err)
+{
+    sp_worker *w = &e->w[worker];
+    uint32_t c0 = w->chunk_end[i], c1 = w->chunk_end[i + 1];
+    if (s == CHIMERA_OK && c1 > c0)
+        s = e->be.iface->score1(e->be.ctx, worker, w->cand + c0, c1 - c0, w->s1 + c0, err);
+    for (uint32_t c = c0; c < c1 && s == CHIMERA_OK; c++)
+        if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
+            s = cm_fail(err, CHIMERA_ERR_CORRUPT,
+                        "search: document row %u got a %g 1-bit score: section 'd1_fact' "
+                        "holds non-finite or implausible factors (run chimera check)",
+                        w->cand[c], (double)w->s1[c]);
+    if (s != CHIMERA_OK)
+        for (uint32_t c = c0; c < c1; c++) w->s1[c] = -INFINITY; /* let the host finish */
+    return s;
+}
+
 static be_floor floor_of(const sp_params *p)
 {
     return (be_floor){p->impute, p->impute_scale > 0 ? p->impute_scale : 1.0f};
@@ -617,13 +647,13 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
      * full-bit estimates would only be thrown away: the top k_fullbit by 1-bit score
      * (the documents the host would pick) go to the re-rank directly. Otherwise the
      * query goes to the host thread, and the device scores chunks. */
-    double t3, t4;
+    double t3, t4, t_inline = 0; /* t_inline: the rescoring done between chunks */
     if (p->rerank_depth && p->rerank_depth >= p->k_fullbit) {
         CM_TRY(covered_candidates(e, worker, p, n_cand, err));
         t3 = t4 = cm_now();
     } else {
         uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);
-        pthread_mutex_lock(&w->mu);
+        if (e->overlap) pthread_mutex_lock(&w->mu);
         w->p = p;
         w->q = q;
         w->m = m;
@@ -636,32 +666,35 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         w->host_done = 0;
         memset(w->scored, 0, n_cand ? n_cand : 1);
         cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
-        w->job = 1;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
         chimera_status s = CHIMERA_OK;
-        for (uint32_t i = 0; i < nc; i++) {
-            uint32_t c0 = w->chunk_end[i], c1 = w->chunk_end[i + 1];
-            if (s == CHIMERA_OK && c1 > c0)
-                s = be->score1(ctx, worker, w->cand + c0, c1 - c0, w->s1 + c0, err);
-            for (uint32_t c = c0; c < c1 && s == CHIMERA_OK; c++)
-                if (isnan(w->s1[c]) || w->s1[c] == INFINITY)
-                    s = cm_fail(err, CHIMERA_ERR_CORRUPT,
-                                "search: document row %u got a %g 1-bit score: section 'd1_fact' "
-                                "holds non-finite or implausible factors (run chimera check)",
-                                w->cand[c], (double)w->s1[c]);
-            if (s != CHIMERA_OK)
-                for (uint32_t c = c0; c < c1; c++) w->s1[c] = -INFINITY; /* let the host finish */
-            pthread_mutex_lock(&w->mu);
-            w->chunks_ready = i + 1;
+        if (e->overlap) {
+            w->job = 1;
             pthread_cond_broadcast(&w->cv);
             pthread_mutex_unlock(&w->mu);
+            for (uint32_t i = 0; i < nc; i++) {
+                s = score_chunk(e, worker, i, s, err);
+                pthread_mutex_lock(&w->mu);
+                w->chunks_ready = i + 1;
+                pthread_cond_broadcast(&w->cv);
+                pthread_mutex_unlock(&w->mu);
+            }
+            t3 = cm_now();
+            pthread_mutex_lock(&w->mu);
+            while (!w->host_done) pthread_cond_wait(&w->cv, &w->mu);
+            pthread_mutex_unlock(&w->mu);
+            t4 = cm_now();
+        } else { /* each chunk rescored as soon as it is scored: host_main's steps */
+            double tf = 0;
+            quant_qset_set(&w->qs, &e->ix->rot, q, m);
+            for (uint32_t i = 0; i < nc; i++) {
+                s = score_chunk(e, worker, i, s, err);
+                double th = cm_now();
+                host_step(w, i);
+                tf += cm_now() - th;
+            }
+            w->t_fullbit = t_inline = tf;
+            t3 = t4 = cm_now();
         }
-        t3 = cm_now();
-        pthread_mutex_lock(&w->mu);
-        while (!w->host_done) pthread_cond_wait(&w->cv, &w->mu);
-        pthread_mutex_unlock(&w->mu);
-        t4 = cm_now();
         if (s != CHIMERA_OK) return s;
         if (w->bad_doc >= 0)
             return cm_fail(err, CHIMERA_ERR_CORRUPT,
@@ -683,7 +716,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->t_generate += t1 - t0;
         st->t_refine += t2 - t1;
         st->t_interaction += t2b - t2;
-        st->t_score1 += t3 - t2b;
+        st->t_score1 += t3 - t2b - t_inline;
         st->t_fullbit_wait += t4 - t3;
         st->t_fullbit += w->t_fullbit;
         st->t_rerank += t5 - t4;
