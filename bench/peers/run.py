@@ -544,7 +544,8 @@ def run_xtr_warp(corpus, args, wdir):
         shutil.rmtree(idx, ignore_errors=True)
         docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
         t0 = time.perf_counter()
-        XTRWarp(index=idx).create(docs, device="cpu", show_progress=False, seed=42)
+        XTRWarp(index=idx).create(docs, device="cpu", show_progress=False, seed=42,
+                                  n_samples_kmeans=args.kmeans_docs)
         build_s = time.perf_counter() - t0
         record_build(idx, build_s)
         del docs
@@ -556,7 +557,8 @@ def run_xtr_warp(corpus, args, wdir):
     # the heuristic sees the padded batch's width, as search() does
     width = max(q.shape[0] for q in corpus.qlist)
     points, heur = xtr_warp_points(meta, k, width, args.grid)
-    notes = (f"nbits=4 partitions={meta.get('num_partitions', '?')}; its heuristic for this "
+    notes = (f"nbits=4 partitions={meta.get('num_partitions', '?')} "
+             f"n_samples_kmeans={args.kmeans_docs or 'heuristic'}; its heuristic for this "
              f"batch: {json.dumps(heur)}")
     points = [heur] + points
 
@@ -583,7 +585,8 @@ def run_fast_plaid(corpus, args, wdir):
         docs = [torch.from_numpy(corpus.doc(i).copy()) for i in range(corpus.ndocs)]
         t0 = time.perf_counter()
         fp = fps.FastPlaid(index=idx, device="cpu")
-        fp.create(documents_embeddings=docs, nbits=4, seed=42)
+        fp.create(documents_embeddings=docs, nbits=4, seed=42,
+                  n_samples_kmeans=args.kmeans_docs)
         build_s = time.perf_counter() - t0
         record_build(idx, build_s)
         del docs
@@ -605,7 +608,8 @@ def run_fast_plaid(corpus, args, wdir):
 
     return sweep("fast-plaid", _version("fast-plaid"), grid("fast-plaid", args.grid), batch,
                  one, corpus, args, wdir, build_s, du(idx),
-                 f"nbits=4; batch: n_processes={args.threads} x 1 torch thread")
+                 f"nbits=4 n_samples_kmeans={args.kmeans_docs or 'heuristic'}; batch: "
+                 f"n_processes={args.threads} x 1 torch thread")
 
 
 def rerank_gate(rr, args, name):
@@ -1162,6 +1166,10 @@ def main():
     ap.add_argument("--reuse-index", action="store_true",
                     help="xtr-warp, fast-plaid: search an index an earlier run of the same "
                          "--out built (its recorded build time is reported)")
+    ap.add_argument("--kmeans-docs", type=int, default=None,
+                    help="xtr-warp, fast-plaid: documents sampled for k-means (their own "
+                         "n_samples_kmeans knob; default: their heuristic, 16 sqrt(120 n) "
+                         "documents), to bound a CPU build on a large corpus")
     ap.add_argument("--reps", type=int, default=3,
                     help="timed runs per setting (QPS is their median)")
     ap.add_argument("--budget-s", type=float, default=1200,
@@ -1230,6 +1238,7 @@ def main():
                    "--out", args.out, "--threads", str(args.threads), "--grid", args.grid,
                    "-k", str(args.k), "--lat-nq", str(args.lat_nq), "--reps", str(args.reps),
                    "--budget-s", str(args.budget_s), "--exact-qps", str(args.exact_qps)] + (
+                   ["--kmeans-docs", str(args.kmeans_docs)] if args.kmeans_docs else []) + (
                    ["--reuse-index"] if args.reuse_index else []) + (
                    ["--no-gate"] if args.no_gate else []) + (
                    ["--no-pin"] if args.no_pin else [])
