@@ -1185,7 +1185,7 @@ static void test_batched(const bench *b, chimera_index *ix)
         /* the two-thread latency mode against the one-thread one, chunks as the library's
          * default and many (each chunk rescored before the next is scored) */
         for (uint32_t chunks = 4; chunks <= 16; chunks *= 4) {
-            chimera_search_params p;
+            chimera_search_params p = {0};
             chimera_search_params_default(10, &p);
             p.chunks = chunks;
             chimera_search_profile pa = {0}, pb = {0};

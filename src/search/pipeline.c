@@ -646,7 +646,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
      * depth covers k_fullbit (the usual case: k_fullbit is raised to the depth), so the
      * full-bit estimates would only be thrown away: the top k_fullbit by 1-bit score
      * (the documents the host would pick) go to the re-rank directly. Otherwise the
-     * query goes to the host thread, and the device scores chunks. */
+     * device scores chunks and the host stage rescores them (see Threads above). */
     double t3, t4, t_inline = 0; /* t_inline: the rescoring done between chunks */
     if (p->rerank_depth && p->rerank_depth >= p->k_fullbit) {
         CM_TRY(covered_candidates(e, worker, p, n_cand, err));
