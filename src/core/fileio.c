@@ -149,12 +149,14 @@ chimera_status cm_writer_commit(cm_writer *w, chimera_error *err)
     if (s != CHIMERA_OK) return s;
     if (w->direct) {
         cm_writer_abort(w);
+        w->published = 1;
         return CHIMERA_OK;
     }
     if (rename(w->tmp_path, w->final_path) != 0) {
         s = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot rename into place: %s", w->final_path,
                     strerror(errno));
     } else {
+        w->published = 1;
         cm_free(w->tmp_path);
         w->tmp_path = NULL;
         char *dir = cm_path_dir(w->final_path);

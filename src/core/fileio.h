@@ -16,6 +16,8 @@ typedef struct cm_writer {
     int direct;       /* 1: the target is a device, FIFO or socket, written in place */
     uint64_t written;
     uint64_t expect; /* bytes a format writer promised (npy data), checked on finish */
+    int published;   /* 1 once cm_writer_commit put the file in place (even if the
+                      * directory's fsync then failed); abort leaves it set */
 } cm_writer;
 
 /* Creates "<path>.tmp-XXXXXX" in the target's directory. Where the target is a symbolic
@@ -34,7 +36,8 @@ chimera_status cm_writer_printf(cm_writer *w, chimera_error *err, const char *fm
 chimera_status cm_writer_sync(cm_writer *w, chimera_error *err);
 /* Syncs (unless cm_writer_sync already did), renames into place and fsyncs the
  * directory; the writer is closed either way (on failure the temporary file is
- * removed). */
+ * removed). A failure of the directory's fsync comes after the rename: the file is in
+ * place (w->published), only its durability is unknown. */
 chimera_status cm_writer_commit(cm_writer *w, chimera_error *err);
 /* Closes and removes the temporary file. Safe on a writer that failed to open or was
  * already committed. */

@@ -443,6 +443,10 @@ chimera_status ix_store_section_begin(ix_store_writer *w, const char *name,
     if (name_taken(w, name))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: section '%s' written twice",
                        w->out_dir, name);
+    for (uint32_t j = 0; j < w->n_keep; j++) /* an in-place writer's live sections */
+        if (strcmp(w->keep[j].name, name) == 0)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "%s: section '%s' already exists in the index", w->out_dir, name);
     if (w->n_secs >= FMT_MAX_SECTIONS)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "%s: more than %d sections", w->out_dir,
                        FMT_MAX_SECTIONS);
@@ -466,9 +470,15 @@ chimera_status ix_store_section_begin(ix_store_writer *w, const char *name,
         return writer_fail(w, CHIMERA_ERR_NOMEM, err, "%s: section '%s': out of memory",
                            w->out_dir, name);
     w->fd = open(w->cur_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (w->fd < 0)
-        return writer_fail(w, CHIMERA_ERR_IO, err, "%s: cannot create: %s", w->cur_path,
-                           strerror(errno));
+    if (w->fd < 0) {
+        /* not ours (EEXIST: a file of that name was there): the abort must not unlink it */
+        int e = errno;
+        chimera_status s = writer_fail(w, CHIMERA_ERR_IO, err, "%s: cannot create: %s",
+                                       w->cur_path, strerror(e));
+        cm_free(w->cur_path);
+        w->cur_path = NULL;
+        return s;
+    }
     XXH3_64bits_reset(&w->hash);
     memset(w->buf, 0, FMT_HEADER_BYTES); /* placeholder header, rewritten at the end */
     w->buf_used = FMT_HEADER_BYTES;
@@ -784,17 +794,19 @@ chimera_status ix_store_writer_commit(ix_store_writer *w, const cJSON *meta, chi
     cJSON_Delete(root);
     root = NULL;
     if ((s = swap_into_place(w, kind, err)) != CHIMERA_OK) goto fail;
-    /* out_dir is an index now, so every leftover beside it is obsolete (even the copies
-     * an interrupted replace left while it was missing) */
-    ix_store_clean_stale(w->out_dir, 1);
-    ix_store_lock_release(lock); /* NULL when the caller holds it (opts.lock) */
     /* Past the commit point: tmp_dir names nothing of ours any more (it was renamed into
      * place, or it held the old index and was deleted), so it must not be removed. */
     cm_free(w->tmp_dir);
     w->tmp_dir = NULL;
-    /* A failed sync here means the index is in place but its rename may not be durable;
-     * it is reported, and the new index is left as it is. */
+    /* out_dir is an index now, so every leftover beside it is obsolete (even the copies
+     * an interrupted replace left while it was missing) */
+    ix_store_clean_stale(w->out_dir, 1);
+    /* The rename made durable before the lock goes, so that no later writer works on an
+     * index a crash could still put back under its temporary name. A failed sync means
+     * the index is in place but its rename may not be durable; it is reported, and the
+     * new index is left as it is. */
     if (!w->opts.no_sync) s = cm_fsync_dir(w->parent, err);
+    ix_store_lock_release(lock); /* NULL when the caller holds it (opts.lock) */
     writer_free(w);
     return s;
 fail:
@@ -890,6 +902,8 @@ chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
         s = cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory writing the manifest", w->out_dir);
         goto fail;
     }
+    /* the new sections' directory entries durable before a manifest names them */
+    if (!w->opts.no_sync && (s = cm_fsync_dir(w->out_dir, err)) != CHIMERA_OK) goto fail;
     cm_writer mw;
     s = cm_writer_open(&mw, path, err);
     if (s == CHIMERA_OK) {
@@ -898,7 +912,12 @@ chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
         if (s == CHIMERA_OK) s = cm_writer_commit(&mw, err);
         else cm_writer_abort(&mw);
     }
-    if (s != CHIMERA_OK) goto fail;
+    /* A manifest in place is the commit, even when the directory's fsync after its
+     * rename failed (EMFILE, EIO): readers already open it, so aborting now would delete
+     * the sections it lists. The change stands, the sync is tried once more below. */
+    if (s != CHIMERA_OK && !mw.published) goto fail;
+    int resync = s != CHIMERA_OK;
+    s = CHIMERA_OK;
     /* Past the commit point. Files no manifest lists any more go; readers that mapped
      * them keep their mappings (an unlinked file stays mapped), and an open that
      * started before the commit finds them gone and retries (store_read.c). A failure
@@ -910,7 +929,7 @@ chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
         if (p) unlink(p);
         cm_free(p);
     }
-    if (n_drop && !w->opts.no_sync) cm_fsync_dir(w->out_dir, NULL);
+    if ((n_drop || resync) && !w->opts.no_sync) cm_fsync_dir(w->out_dir, NULL);
     cJSON_Delete(root);
     cJSON_free(text);
     cm_free(path);
