@@ -18,7 +18,9 @@
  *   refresh      a handle opened earlier sees its generation until refresh
  *   bad batches  wrong dimension, an id already present, an unknown id to update or
  *                delete, a negative id, no ids: refused with a message naming the
- *                problem, and the index unchanged (generation and files) */
+ *                problem, and the index unchanged (generation and files)
+ *   no tokens    a batch of empty documents, a compact that would keep only empty ones:
+ *                refused, the index unchanged and still opening */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,6 +449,49 @@ static void test_bad_batches(const corpus *c, const corpus *other_dim)
     check_index(dir, "refused changes");
 }
 
+/* Changes that would leave a segment without tokens, which open refuses: a batch of
+ * empty documents, and a compact once every document with tokens is deleted. Both are
+ * refused by name, and the index stays as it was and opens. */
+static void test_no_tokens_left(const corpus *c)
+{
+    chimera_error err;
+    char dir[512];
+    test_path(dir, sizeof dir, "notokens");
+    enum { NT = 100, NE = 3 };
+    int64_t lens[NT + NE], ids[NT + NE];
+    for (int i = 0; i < NT + NE; i++) {
+        lens[i] = i < NT ? c->s.doclens[i] : 0;
+        ids[i] = i < NT ? c->ids[i] : 5000000 + i;
+    }
+    chimera_corpus_opts co = {.allow_empty = 1};
+    chimera_corpus *h = NULL;
+    CHECK_OK(chimera_corpus_wrap(c->s.tokens, c->off[NT], c->s.dim, lens, NT + NE, ids, &co, &h,
+                                 &err), &err);
+    chimera_build_opts bo = {.n_clusters = 16, .seed = 5, .no_sync = 1};
+    CHECK_OK(chimera_index_build(h, dir, &bo, NULL, &err), &err);
+    chimera_corpus_close(h);
+
+    int64_t elens[2] = {0, 0}, eids[2] = {6000000, 6000001};
+    CHECK_OK(chimera_corpus_wrap(c->s.tokens, 0, c->s.dim, elens, 2, eids, &co, &h, &err), &err);
+    char *before = snapshot(dir);
+    chimera_status st = chimera_index_add(dir, h, &fast, NULL, &err);
+    CHECKF(st == CHIMERA_ERR_EMPTY && strstr(err.msg, "no tokens"),
+           "a batch of empty documents: %s (%s)", chimera_status_str(st), err.msg);
+    chimera_corpus_close(h);
+    CHECK_OK(chimera_index_delete(dir, c->ids, NT, &fast, NULL, &err), &err);
+    char *deleted = snapshot(dir);
+    st = chimera_index_compact(dir, &fast, NULL, &err);
+    CHECKF(st == CHIMERA_ERR_EMPTY && strstr(err.msg, "no tokens"),
+           "a compact that leaves only empty documents: %s (%s)", chimera_status_str(st), err.msg);
+    char *after = snapshot(dir);
+    CHECKF(before && deleted && after && strcmp(before, deleted) != 0 && strcmp(deleted, after) == 0,
+           "the refused compact altered the index");
+    check_index(dir, "refused changes without tokens");
+    cm_free(before);
+    cm_free(deleted);
+    cm_free(after);
+}
+
 /* A handle keeps its generation until refresh, and searches see the new one after. */
 static void test_refresh(const corpus *c)
 {
@@ -505,6 +550,7 @@ int main(void)
     test_recall(&c, full);
     test_changes(&c);
     test_bad_batches(&c, &c32);
+    test_no_tokens_left(&c);
     test_refresh(&c);
     corpus_free(&c);
     corpus_free(&c32);

@@ -584,6 +584,13 @@ static chimera_status relayout(const ix_index *ix, uint32_t s0, uint32_t s1, int
     }
     out->n_docs = kept;
     out->n_tokens = toks;
+    if (toks == 0) { /* a segment without tokens is one open refuses */
+        s = cm_fail(err, CHIMERA_ERR_EMPTY,
+                    "the %lld documents left hold no tokens (every document that has tokens "
+                    "is deleted), and an index without tokens cannot be opened; nothing was "
+                    "changed", (long long)kept);
+        goto done;
+    }
     /* list sizes */
     for (uint32_t si = s0; si < s1; si++) {
         const ix_segment *sg = &ix->segs[si];
@@ -848,6 +855,14 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
                     "%s: %lld documents / %lld tokens in all; an index holds fewer than 2^32 of "
                     "each (compact it, or shard)", dir, (long long)(ix->n_docs + docs->n_docs),
                     (long long)(ix->n_tokens + docs->n_tokens));
+        goto done;
+    }
+    if (docs->n_tokens == 0) { /* a segment without tokens is one open refuses */
+        s = cm_fail(err, CHIMERA_ERR_EMPTY,
+                    "%s: the batch's %lld documents hold no tokens; a batch needs at least one "
+                    "(%s). Nothing was %s", dir, (long long)docs->n_docs,
+                    replace ? "delete documents to empty them" : "empty documents alone add "
+                    "nothing to search", replace ? "updated" : "added");
         goto done;
     }
     /* ids: new ones for add; present ones for update (their documents are deleted) */
