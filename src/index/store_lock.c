@@ -41,6 +41,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,38 @@ static void nap(long us)
     }
 }
 
+/* "<index>.lock" for the index's own path: symbolic links resolved (realpath), so that
+ * writers reaching one index by different names (a link to it, "idx/.") take one lock.
+ * An index not there yet (a first build, or one between the renames of a replace) keeps
+ * the name it was given; a link to a missing index is refused (*e), since the name it
+ * would lock is not the one its target will have. NULL without *e: out of memory. */
+static char *lock_name(const char *dir, size_t n, int *e)
+{
+    *e = 0;
+    char *given = cm_malloc(n + 1);
+    if (!given) return NULL;
+    memcpy(given, dir, n);
+    given[n] = '\0';
+    char real[PATH_MAX];
+    int resolved = realpath(given, real) != NULL;
+    int why = errno;
+    struct stat sb;
+    if (!resolved && lstat(given, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        *e = why ? why : ENOENT;
+        cm_free(given);
+        return NULL;
+    }
+    const char *base = resolved ? real : given;
+    size_t m = strlen(base);
+    char *path = cm_malloc(m + sizeof LOCK_SUFFIX);
+    if (path) {
+        memcpy(path, base, m);
+        memcpy(path + m, LOCK_SUFFIX, sizeof LOCK_SUFFIX);
+    }
+    cm_free(given);
+    return path;
+}
+
 chimera_status ix_store_lock_acquire(const char *dir, int timeout_ms, ix_store_lock **out,
                                      chimera_error *err)
 {
@@ -100,13 +133,15 @@ chimera_status ix_store_lock_acquire(const char *dir, int timeout_ms, ix_store_l
     ix_store_lock *l = cm_calloc(1, sizeof *l);
     if (!l) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     l->fd = -1;
-    l->path = cm_malloc(n + sizeof LOCK_SUFFIX);
+    int e;
+    l->path = lock_name(dir, n, &e);
     if (!l->path) {
         ix_store_lock_release(l);
+        if (e)
+            return cm_fail(err, CHIMERA_ERR_IO, "%.*s: a symbolic link to an index that cannot "
+                           "be reached: %s", (int)n, dir, strerror(e));
         return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
     }
-    memcpy(l->path, dir, n);
-    memcpy(l->path + n, LOCK_SUFFIX, sizeof LOCK_SUFFIX);
     chimera_status s = CHIMERA_OK;
     /* O_NOFOLLOW: a symbolic link planted at the lock's name is refused, not followed */
     l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
