@@ -257,16 +257,18 @@ static int parse_vectors(const cJSON *v, const cJSON *lengths_item, uint32_t dim
         if (nd == 3) {
             for (int64_t i = 0; i < n; i++) lens[i] = sh[1];
         } else {
-            int64_t sum = 0;
-            for (int64_t i = 0; i < n; i++) {
-                if (get_int(cJSON_GetArrayItem(lengths, (int)i), "lengths entries", 1, lim->max_per_set,
-                            &lens[i], e))
-                    goto fail;
+            /* walked as a list (cJSON_GetArrayItem walks from the head each time: a body
+             * of millions of lengths would cost days), and stopped once past total */
+            int64_t sum = 0, i = 0;
+            for (const cJSON *it = lengths->child; it && i < n; it = it->next, i++) {
+                if (get_int(it, "lengths entries", 1, lim->max_per_set, &lens[i], e)) goto fail;
                 sum += lens[i];
+                if (sum > total) break;
             }
             if (sum != total) {
-                srv_fail(e, 422, "INVALID_SHAPE", "%s: lengths add up to %lld, the shape has %lld vectors",
-                         lim->what, (long long)sum, (long long)total);
+                srv_fail(e, 422, "INVALID_SHAPE", "%s: lengths add up to %s%lld, the shape has %lld vectors",
+                         lim->what, sum > total ? "more than " : "", (long long)(sum > total ? total : sum),
+                         (long long)total);
                 goto fail;
             }
         }
@@ -702,7 +704,10 @@ static int parse_documents(srv_index *ix, const cJSON *root, srv_write *w, srv_e
                               "vectors", (long long)i);
                 break;
             }
-            cJSON_AddItemReferenceToArray(all, (cJSON *)emb);
+            if (!cJSON_AddItemReferenceToArray(all, (cJSON *)emb)) {
+                rc = srv_fail(e, 503, "OUT_OF_MEMORY", "out of memory");
+                break;
+            }
             if (add_meta_line(&meta, &mlen, &mcap, w->ids[i], cJSON_GetObjectItemCaseSensitive(d, "metadata"),
                               i, e)) {
                 rc = -1;

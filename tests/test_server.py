@@ -245,6 +245,12 @@ def test_search(srv, corpus, idx):
                  {"queries": {"base64": b64(flat), "shape": list(flat.shape), "lengths": lens.tolist()}, "k": 10})
     check(st == 200, f"search lengths: {st} {b if st != 200 else ''}") and \
         same(b["results"], fids, fscores, "base64 with lengths")
+    # lengths that do not add up to the shape: refused by name
+    for bad in (lens.tolist()[:-1], lens.tolist() + [1]):
+        st, b = call(srv, "POST", "/indexes/main/search",
+                     {"queries": {"base64": b64(flat), "shape": list(flat.shape), "lengths": bad}, "k": 10})
+        is_error(st, b, 422, "INVALID_SHAPE") and \
+            check("lengths add up" in b["message"], f"lengths that do not add up: {b}")
     st, b = call(srv, "POST", "/indexes/main/search",
                  {"queries": [flat[lens[:i].sum():lens[:i + 1].sum()].tolist() for i in range(nq)], "k": 10})
     check(st == 200, f"search ragged nested: {st}") and same(b["results"], fids, fscores, "ragged nested arrays")
@@ -492,6 +498,13 @@ def test_writes(srv, corpus):
                    {"documents": [{"id": 1003, "embeddings": D[0][:, :32].tolist()}]}), 422, "DIMENSION_MISMATCH")
     is_error(*call(srv, "POST", "/indexes/scratch/documents", {"documents": [{"id": -1, "embeddings": D[0].tolist()}]}),
              422)
+    # 400,000 lengths against a shape of one vector: refused as soon as they pass it
+    # (a list walked entry by entry from its head would take minutes), the index unchanged
+    st, b = call(srv, "POST", "/indexes/scratch/documents",
+                 {"ids": [2100], "embeddings": {"base64": b64(D[0][:1]), "shape": [1, D.shape[2]]},
+                  "lengths": [1] * 400000})
+    is_error(st, b, 422, "INVALID_SHAPE") and \
+        check("lengths add up to more than 1," in b["message"], f"a long lengths list: {b}")
     # columnar base64 add, float16, several documents of different lengths
     E = docs(4, 20)
     lens = [5, 20, 9, 14]
