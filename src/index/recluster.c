@@ -106,6 +106,13 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
         s = ix_open(dir, 0, &ix, err);
         opened = s == CHIMERA_OK;
     }
+    if (s == CHIMERA_OK) { /* the metadata database brought up to this generation (a batch
+                             * a killed writer left to replay, a hot journal) while the lock
+                             * is held, since the build copies the file as it is */
+        ix_meta *md = NULL;
+        s = ix_meta_begin(dir, &ix, 0, &md, NULL, err);
+        ix_meta_end(md, 0);
+    }
     if (s == CHIMERA_OK && ix.n_deleted == ix.n_docs)
         s = cm_fail(err, CHIMERA_ERR_EMPTY, "%s: all %lld documents are deleted; nothing to "
                     "recluster", dir, (long long)ix.n_docs);
