@@ -86,13 +86,22 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
     int ok = root && res;
     for (int64_t i = 0; ok && i < s->nq; i++) {
         cJSON *r = cJSON_CreateObject();
+        if (!r || !cJSON_AddItemToArray(res, r)) {
+            cJSON_Delete(r);
+            ok = 0;
+            break;
+        }
         cJSON *ia = cJSON_AddArrayToObject(r, "ids");
         cJSON *sa = cJSON_AddArrayToObject(r, "scores");
-        ok = r && ia && sa && cJSON_AddItemToArray(res, r);
+        ok = ia && sa;
         for (uint32_t j = 0; ok && j < s->k; j++) {
             int64_t id = ids[i * s->k + j];
             if (id < 0) break; /* padding: fewer hits than k */
-            ok = cJSON_AddItemToArray(ia, cJSON_CreateNumber((double)id)) &&
+            /* as integer text: a number cJSON prints from a double rounds ids past 2^53,
+             * which indexes built outside the server may hold */
+            char num[24];
+            snprintf(num, sizeof num, "%lld", (long long)id);
+            ok = cJSON_AddItemToArray(ia, cJSON_CreateRaw(num)) &&
                  cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)scores[i * s->k + j]));
         }
     }

@@ -316,20 +316,23 @@ def test_search(srv, corpus, idx):
     check(st == 200, f"search filter: {st} {b if st != 200 else ''}") and same(b["results"], xids, xscores, "SQL filter")
     is_error(*call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "filter": "1); DROP TABLE meta; --"}),
              422, "INVALID_FILTER")
-    # the exact re-rank tier: an index built with --rerank f16 (stored vectors)
+    # the exact re-rank tier: an index built with --rerank f16 (stored vectors), and with
+    # ids past 2^53, which a JSON number printed from a double would round
     st, b = call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "params": {"rerank_depth": 20}})
     is_error(st, b, 422)  # main stores no vectors
     rr = os.path.join(TMP, "rerank.idx")
     if not os.path.isdir(rr):
+        np.save(f"{TMP}/big_ids.npy", (2 ** 60 + 7 * np.arange(len(np.load(f"{corpus}/doclens.npy")))).astype(np.int64))
         run("build", "--tokens", f"{corpus}/tokens.npy", "--doclens", f"{corpus}/doclens.npy", "--out", rr,
-            "--no-sync", "--threads", 2, "--rerank", "f16")
+            "--no-sync", "--threads", 2, "--rerank", "f16", "--ids", f"{TMP}/big_ids.npy")
     rsrv = Server({"rr": rr}, "--quiet", name="rerank")
     try:
         gids, gscores = cli_search(rr, qnpy, 10, "--rerank-depth", 30)
         st, b = call(rsrv, "POST", "/indexes/rr/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
                                                           "k": 10, "params": {"rerank_depth": 30}, "profile": True})
         check(st == 200 and b["profile"]["n_reranked"] > 0, f"rerank: {st} {str(b)[:300]}") and \
-            same(b["results"], gids, gscores, "rerank_depth 30")
+            check(gids[gids >= 0].min() >= 2 ** 60, f"ids past 2^53 in the CLI's answer: {gids[0]}") and \
+            same(b["results"], gids, gscores, "rerank_depth 30, ids past 2^53")
         st, b = call(rsrv, "GET", "/indexes/rr")
         check(st == 200 and b.get("rerank") == "f16", f"info names the rerank tier: {b.get('rerank')}")
     finally:
