@@ -1248,7 +1248,8 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         get_output(os_obj, &os, "out_scores", KIND_F32, chimera_queries_count(q), k) == 0 &&
         filters_from(filter, exclude, qf, qf_of, chimera_queries_count(q), &sf) == 0 &&
         (sql == Py_None ||
-         sql_filter(self, sql, sql_args ? sql_args : Py_None, &sf.all) == 0)) {
+         sql_filter(self, sql, sql_args ? sql_args : Py_None, &sf.all) == 0) &&
+        index_live(self) == 0) { /* again: the checks above let other threads run (close) */
         so.filter = sf.all;
         so.query_filters = sf.per_query;
         chimera_search_profile prof;
@@ -1314,7 +1315,7 @@ static PyObject *Index_tune(IndexObject *self, PyObject *args, PyObject *kw)
             PyErr_Format(PyExc_ValueError, "truth: shape (%lld, %lld) for %lld queries and k=%u",
                          (long long)truth.shape[0], (long long)truth.shape[1],
                          (long long)chimera_queries_count(q), k);
-        } else {
+        } else if (index_live(self) == 0) { /* again: make_queries let other threads run */
             chimera_error err = {0};
             chimera_status st;
             self->busy++;
@@ -1358,7 +1359,8 @@ static PyObject *Index_tune(IndexObject *self, PyObject *args, PyObject *kw)
                                     res->heldout_high, "need", (long long)res->heldout_need,
                                     "tune_target", res->tune_target)
                     : NULL;
-                if (ho && PyDict_SetItemString(ret, "heldout", ho)) Py_CLEAR(ret);
+                if (ret && heldout > 0 && (!ho || PyDict_SetItemString(ret, "heldout", ho)))
+                    Py_CLEAR(ret); /* an exception is set: no result with it */
                 Py_XDECREF(ho);
             }
         }
