@@ -18,7 +18,8 @@
  *   refresh      a handle opened earlier sees its generation until refresh
  *   bad batches  wrong dimension, an id already present, an unknown id to update or
  *                delete, a negative id, no ids: refused with a message naming the
- *                problem, and the index unchanged (generation and files)
+ *                problem, and the index unchanged (generation and files); a compact of
+ *                an index with a damaged section refused, not laundered under new checksums
  *   no tokens    a batch of empty documents, a compact that would keep only empty ones:
  *                refused, the index unchanged and still opening */
 #include <math.h>
@@ -447,6 +448,38 @@ static void test_bad_batches(const corpus *c, const corpus *other_dim)
     cm_free(before);
     cm_free(after);
     check_index(dir, "refused changes");
+    /* a damaged section: a compaction (which writes fresh checksums) refuses to copy it */
+    char cmd[700], file[700] = "";
+    snprintf(cmd, sizeof cmd, "ls -S '%s'/*.bin | head -n 1", dir);
+    FILE *ls = popen(cmd, "r");
+    if (ls && fgets(file, sizeof file, ls)) file[strcspn(file, "\n")] = '\0';
+    if (ls) pclose(ls);
+    FILE *f = fopen(file, "r+b");
+    CHECKF(f != NULL, "no section file in %s", dir);
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long at = ftell(f) / 2;
+        fseek(f, at, SEEK_SET);
+        int b = fgetc(f);
+        fseek(f, at, SEEK_SET);
+        fputc(b ^ 0x10, f);
+        fclose(f);
+        before = snapshot(dir);
+        chimera_status cs = chimera_index_compact(dir, &fast, NULL, &err);
+        CHECKF(cs == CHIMERA_ERR_CORRUPT && strstr(err.msg, "checksum"),
+               "compact of a damaged index: %s (%s)", chimera_status_str(cs), err.msg);
+        after = snapshot(dir);
+        CHECKF(before && after && strcmp(before, after) == 0, "the refused compact altered the index");
+        cm_free(before);
+        cm_free(after);
+        f = fopen(file, "r+b");
+        if (f) {
+            fseek(f, at, SEEK_SET);
+            fputc(b, f);
+            fclose(f);
+        }
+        check_index(dir, "the damage undone");
+    }
 }
 
 /* Changes that would leave a segment without tokens, which open refuses: a batch of

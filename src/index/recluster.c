@@ -103,7 +103,7 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
     int64_t n_docs = 0, n_tok = 0, n_del = 0;
     chimera_status s = ix_store_lock_acquire(dir, o.lock_timeout_ms, &lock, err);
     if (s == CHIMERA_OK) {
-        s = ix_open(dir, 0, &ix, err);
+        s = ix_open(dir, 1, &ix, err); /* verified: the rebuild re-checksums what it reads */
         opened = s == CHIMERA_OK;
     }
     if (s == CHIMERA_OK) { /* the metadata database brought up to this generation (a batch

@@ -92,7 +92,10 @@ static chimera_status change_begin(change *c, const char *dir, const ix_update_o
     if (opts) c->o = *opts;
     CM_TRY(ix_store_lock_acquire(dir, c->o.lock_timeout_ms, &c->lock, err));
     store *st;
-    CM_TRY(ix_store_open(dir, 0, &st, err));
+    /* A compaction (the one writer that is not in place) rewrites every section under
+     * fresh checksums, so it verifies the old ones first: copied, damage would become
+     * undetectable. */
+    CM_TRY(ix_store_open(dir, !in_place, &st, err));
     chimera_status s = ix_open_store(st, &c->ix, err);
     if (s != CHIMERA_OK) {
         cm_fail_prefix(err, "%s", dir);
