@@ -405,9 +405,24 @@ static void test_truncation(void)
         CHECK(unlink(sp) == 0);
         CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
         CHECKF(strstr(err.msg, sec_names[i]) && strstr(err.msg, "missing"), "%s", err.msg);
+        /* a FIFO in its place: refused, not waited on for a writer that never comes */
+        CHECK(mkfifo(sp, 0644) == 0);
+        CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+        CHECKF(strstr(err.msg, sec_names[i]) != NULL, "%s", err.msg);
+        CHECK(unlink(sp) == 0);
         write_all_file(sp, orig, len);
         cm_free(orig);
     }
+    /* and in the manifest's place */
+    char mp[700], saved[700];
+    snprintf(mp, sizeof mp, "%s/%s", dir, FMT_MANIFEST_NAME);
+    snprintf(saved, sizeof saved, "%s.saved", dir);
+    CHECK(rename(mp, saved) == 0);
+    CHECK(mkfifo(mp, 0644) == 0);
+    store *st = NULL;
+    CHECK_STATUS(ix_store_open(dir, 0, &st, &err), CHIMERA_ERR_CORRUPT, &err);
+    CHECKF(strstr(err.msg, "regular file") != NULL, "%s", err.msg);
+    CHECK(unlink(mp) == 0 && rename(saved, mp) == 0);
     CHECK(index_is(dir, 3));
     rm_rf(dir);
 }

@@ -96,7 +96,9 @@ chimera_status ix_store_manifest_loadat(int dirfd, const char *rel, const char *
 {
     *out = NULL;
     if (err_no) *err_no = 0;
-    int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the manifest's place must fail the regular-file check
+     * below, not block the open (regular files ignore the flag) */
+    int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (err_no) *err_no = errno;
         return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -359,7 +361,7 @@ static chimera_status map_section(store *st, int dfd, rsection *r, int verify,
     const char *dir = st->dir, *nm = r->d.name;
     char *path = cm_path_join(dir, r->d.file);
     if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "%s: out of memory", dir);
-    int fd = openat(dfd, r->d.file, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dfd, r->d.file, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* see manifest_loadat */
     if (fd < 0) {
         int e = errno;
         cm_free(path);
