@@ -864,7 +864,7 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
         s = cm_fail(err, CHIMERA_ERR_EMPTY,
                     "%s: the batch's %lld documents hold no tokens; a batch needs at least one "
                     "(%s). Nothing was %s", dir, (long long)docs->n_docs,
-                    replace ? "delete documents to empty them" : "empty documents alone add "
+                    replace ? "to empty documents, delete them" : "empty documents alone add "
                     "nothing to search", replace ? "updated" : "added");
         goto done;
     }
