@@ -204,7 +204,7 @@ static int exited_ok(pid_t pid)
 
 static void test_held_lock(void)
 {
-    char dir[600], p_missing[600];
+    char dir[600], link[600], missing[600], alias[700];
     path_of(dir, sizeof dir, "held");
     chimera_error err = {0};
     CHECK_OK(write_small(dir, 1, NULL, NULL, &err), &err);
@@ -232,25 +232,23 @@ static void test_held_lock(void)
            "%s", err.msg);
     CHECK_STATUS(ix_store_lock_acquire(dir, 30, &l, &err), CHIMERA_ERR_BUSY, &err);
     /* other names of the same index take the same lock: a symbolic link to it, "dir/." */
-    char alias[700];
-    path_of(alias, sizeof alias, "held-link");
-    CHECK(symlink(dir, alias) == 0);
-    CHECK_STATUS(ix_store_lock_acquire(alias, -1, &l, &err), CHIMERA_ERR_BUSY, &err);
+    ix_store_update_opts uo = {.lock_timeout_ms = 30};
+    path_of(link, sizeof link, "held-link");
+    CHECK(symlink(dir, link) == 0);
+    CHECK_STATUS(ix_store_lock_acquire(link, -1, &l, &err), CHIMERA_ERR_BUSY, &err);
     CHECKF(strstr(err.msg, pidstr) != NULL, "%s", err.msg);
-    ix_store_update_opts lo = {.lock_timeout_ms = 30};
     int other = 6;
-    CHECK_STATUS(ix_store_update_meta(alias, &lo, set_note, &other, &err), CHIMERA_ERR_BUSY, &err);
+    CHECK_STATUS(ix_store_update_meta(link, &uo, set_note, &other, &err), CHIMERA_ERR_BUSY, &err);
     snprintf(alias, sizeof alias, "%s/.", dir);
     CHECK_STATUS(ix_store_lock_acquire(alias, -1, &l, &err), CHIMERA_ERR_BUSY, &err);
     /* a link to nothing names no index whose lock it could take */
     path_of(alias, sizeof alias, "dangling-link");
-    path_of(p_missing, sizeof p_missing, "no-such-index");
-    CHECK(symlink(p_missing, alias) == 0);
+    path_of(missing, sizeof missing, "no-such-index");
+    CHECK(symlink(missing, alias) == 0);
     CHECK_STATUS(ix_store_lock_acquire(alias, -1, &l, &err), CHIMERA_ERR_IO, &err);
     CHECKF(strstr(err.msg, "symbolic link") != NULL, "%s", err.msg);
     CHECK(unlink(alias) == 0);
     int note = 5;
-    ix_store_update_opts uo = {.lock_timeout_ms = 30};
     CHECK_STATUS(ix_store_update_meta(dir, &uo, set_note, &note, &err), CHIMERA_ERR_BUSY, &err);
     CHECKF(strstr(err.msg, pidstr) != NULL, "%s", err.msg);
     ix_store_write_opts wo = {.lock_timeout_ms = 30, .no_sync = 1};
@@ -279,8 +277,7 @@ static void test_held_lock(void)
     /* and it is free again */
     CHECK_OK(ix_store_lock_acquire(dir, -1, &l, &err), &err);
     ix_store_lock_release(l);
-    path_of(p_missing, sizeof p_missing, "held-link");
-    CHECK(unlink(p_missing) == 0);
+    CHECK(unlink(link) == 0);
     close(up[0]);
     close(up[1]);
     close(down[0]);
