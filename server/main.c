@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "  --search-threads N    library threads per batched search (default 0: all CPUs)\n"
             "  --api-key-file F      require the key in F (first line) as 'Authorization: Bearer KEY'\n"
             "  --max-body MB         largest request body (default 64)\n"
+            "  --max-parse-memory MB what the JSON of the bodies parsed at once may take (default 1024)\n"
             "  --max-k N             largest k (default 1000)\n"
             "  --max-queries N       most queries per request (default 1024)\n"
             "  --max-query-tokens N  most tokens per query (default 1024)\n"
@@ -165,6 +166,7 @@ void srv_init(srv_server *srv)
     cfg->port = 8080;
     cfg->http_threads = 4;
     cfg->max_body = (size_t)64 << 20;
+    cfg->max_parse_memory = (size_t)1024 << 20;
     cfg->max_k = 1000;
     cfg->max_queries = 1024;
     cfg->max_query_tokens = 1024;
@@ -228,6 +230,9 @@ int srv_parse_args(srv_server *srv, int argc, char **argv, int first, int allow_
         } else if (strcmp(a, "--max-body") == 0) {
             if (parse_num(P, a, v, 1, 4096, &x)) return 1;
             cfg->max_body = (size_t)x << 20;
+        } else if (strcmp(a, "--max-parse-memory") == 0) {
+            if (parse_num(P, a, v, 1, 1 << 20, &x)) return 1;
+            cfg->max_parse_memory = (size_t)x << 20;
         } else if (strcmp(a, "--max-k") == 0) {
             if (parse_num(P, a, v, 1, 100000, &x)) return 1;
             cfg->max_k = (uint32_t)x;

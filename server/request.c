@@ -384,34 +384,87 @@ static void free_args(char **a, int n)
     free(a);
 }
 
-/* Parses the body as a JSON object. */
-static cJSON *parse_object(const char *body, size_t len, srv_error *e)
+/* What parsing a body may take: cJSON makes one node (its struct and the allocator's
+ * header) per JSON value and copies every string, so a body of "0,0,0,..." grows
+ * ~40-fold. Values are counted without parsing (outside strings, a value starts the
+ * body, follows each ',' and opens each non-empty container; '[' and '{' bound the
+ * last), an upper bound the node count never exceeds. */
+static size_t parse_cost(const char *body, size_t len)
 {
-    if (len == 0) {
-        srv_fail(e, 400, "BAD_JSON", "the body is empty; a JSON object is expected");
-        return NULL;
+    size_t values = 1;
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = body[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == ',' || c == '[' || c == '{') {
+            values++;
+        }
     }
+    return values * (sizeof(cJSON) + 2 * sizeof(void *)) + len;
+}
+
+/* A parsed body and the share of the server's parse memory (--max-parse-memory) it
+ * holds until parsed_body_free. */
+typedef struct parsed_body {
+    cJSON *root;
+    srv_server *srv;
+    size_t reserved;
+} parsed_body;
+
+static void parsed_body_free(parsed_body *pb)
+{
+    cJSON_Delete(pb->root);
+    pb->root = NULL;
+    if (pb->reserved) atomic_fetch_sub(&pb->srv->parse_bytes, pb->reserved);
+    pb->reserved = 0;
+}
+
+/* Parses the body as a JSON object into pb->root, after reserving what the parse may
+ * take from the server's budget: a body that alone needs more is refused (413), one that
+ * fits but not beside the parses in flight is told to retry (503). */
+static int parse_object(srv_server *srv, const char *body, size_t len, parsed_body *pb,
+                        srv_error *e)
+{
+    *pb = (parsed_body){NULL, srv, 0};
+    if (len == 0)
+        return srv_fail(e, 400, "BAD_JSON", "the body is empty; a JSON object is expected");
+    size_t cost = parse_cost(body, len), budget = srv->cfg.max_parse_memory;
+    if (cost > budget)
+        return srv_fail(e, 413, "PAYLOAD_TOO_LARGE", "parsing this body would take %zu MiB, "
+                        "more than the server's --max-parse-memory of %zu MiB; send embeddings "
+                        "as base64 (a tenth of the JSON) or in smaller requests",
+                        (cost >> 20) + 1, budget >> 20);
+    size_t used = atomic_load(&srv->parse_bytes);
+    do {
+        if (used > budget - cost)
+            return srv_fail(e, 503, "BUSY", "the server is parsing other large bodies "
+                            "(--max-parse-memory %zu MiB in use); retry shortly", budget >> 20);
+    } while (!atomic_compare_exchange_weak(&srv->parse_bytes, &used, used + cost));
+    pb->reserved = cost;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
+        parsed_body_free(pb);
         size_t at = end && end >= body ? (size_t)(end - body) : 0;
-        srv_fail(e, 400, "BAD_JSON", "the body is not valid JSON (near byte %zu)", at);
-        return NULL;
+        return srv_fail(e, 400, "BAD_JSON", "the body is not valid JSON (near byte %zu)", at);
     }
+    pb->root = root;
     /* only whitespace may follow the value */
     for (const char *p = end; p && p < body + len; p++)
         if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') {
-            cJSON_Delete(root);
-            srv_fail(e, 400, "BAD_JSON", "the body has data after its JSON value (byte %zu)",
-                     (size_t)(p - body));
-            return NULL;
+            parsed_body_free(pb);
+            return srv_fail(e, 400, "BAD_JSON", "the body has data after its JSON value (byte %zu)",
+                            (size_t)(p - body));
         }
     if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        srv_fail(e, 400, "BAD_JSON", "the body must be a JSON object");
-        return NULL;
+        parsed_body_free(pb);
+        return srv_fail(e, 400, "BAD_JSON", "the body must be a JSON object");
     }
-    return root;
+    return 0;
 }
 
 /* ---- search --------------------------------------------------------------------------- */
@@ -506,11 +559,12 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
                      srv_search **out, srv_error *e)
 {
     *out = NULL;
-    cJSON *root = parse_object(body, len, e);
-    if (!root) return -1;
+    parsed_body pb;
+    if (parse_object(ix->srv, body, len, &pb, e)) return -1;
+    const cJSON *root = pb.root;
     srv_search *s = calloc(1, sizeof *s);
     if (!s) {
-        cJSON_Delete(root);
+        parsed_body_free(&pb);
         return srv_fail(e, 503, "OUT_OF_MEMORY", "out of memory");
     }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "queries");
@@ -602,11 +656,11 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
     }
     s->profile = cJSON_IsTrue(prof);
     if (search_filters(ix, root, s, e)) goto fail;
-    cJSON_Delete(root);
+    parsed_body_free(&pb);
     *out = s;
     return 0;
 fail:
-    cJSON_Delete(root);
+    parsed_body_free(&pb);
     srv_search_free(s);
     return -1;
 }
@@ -764,11 +818,12 @@ int srv_parse_write(srv_index *ix, const srv_config *cfg, srv_write_kind kind, c
 {
     (void)cfg;
     *out = NULL;
-    cJSON *root = parse_object(body, len, e);
-    if (!root) return -1;
+    parsed_body pb;
+    if (parse_object(ix->srv, body, len, &pb, e)) return -1;
+    const cJSON *root = pb.root;
     srv_write *w = calloc(1, sizeof *w);
     if (!w) {
-        cJSON_Delete(root);
+        parsed_body_free(&pb);
         return srv_fail(e, 503, "OUT_OF_MEMORY", "out of memory");
     }
     w->kind = kind;
@@ -813,11 +868,11 @@ int srv_parse_write(srv_index *ix, const srv_config *cfg, srv_write_kind kind, c
                  "metadata (its shards keep none)", ix->name);
         goto fail;
     }
-    cJSON_Delete(root);
+    parsed_body_free(&pb);
     *out = w;
     return 0;
 fail:
-    cJSON_Delete(root);
+    parsed_body_free(&pb);
     srv_write_free(w);
     return -1;
 }

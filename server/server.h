@@ -61,6 +61,7 @@ typedef struct srv_config {
     int http_threads;          /* libmicrohttpd pool size */
     int search_threads;        /* the library's threads per batched search (0: all CPUs) */
     size_t max_body;           /* bytes */
+    size_t max_parse_memory;   /* bytes: what the JSON trees of the bodies parsed at once may take */
     uint32_t max_k;            /* 1000 */
     int64_t max_queries;       /* per request: 1024 */
     uint32_t max_query_tokens; /* per query: 1024 */
@@ -164,6 +165,7 @@ struct srv_server {
     srv_metrics metrics;
     struct MHD_Daemon *daemon;
     atomic_int draining;         /* 1 after SIGTERM: new requests get 503 */
+    atomic_size_t parse_bytes;   /* reserved by the parses in flight (request.c) */
     pthread_mutex_t log_lock;
 };
 

@@ -11,8 +11,9 @@ Proves, against the `chimera` executable named by $CHIMERA (scratch in $TEST_TMP
     filters; and concurrent single-query requests (gathered into batches) give the same
     answers as one batched CLI run;
   - every error case has its status and the {code, message} shape: malformed JSON 400,
-    wrong dimension or dtype 422, unknown index 404, body over --max-body 413, k or nq
-    over the limits 422, 401, 404, 405, 415;
+    wrong dimension or dtype 422, unknown index 404, body over --max-body 413, a body
+    whose parse would take more than --max-parse-memory 413 (and its reservation given
+    back), k or nq over the limits 422, 401, 404, 405, 415;
   - stalled clients (more than the HTTP threads) do not stop the server answering, and
     are timed out;
   - a fuzz run of FUZZ_REQUESTS (default 3000) malformed requests (random bytes, truncated
@@ -451,6 +452,15 @@ def test_errors(srv, limited, corpus):
         pass
     s.close()
     check(resp.startswith(b"HTTP/1.1 413"), f"413 for a chunked body: {resp[:200]}")
+    # --max-parse-memory 16 (MiB): 400,000 numbers in 0.8 MB would take ~32 MB once parsed
+    st, b = call(L, "POST", P, raw='{"queries": [[[' + ",".join(["0"] * 400000) + "]]]}")
+    is_error(st, b, 413, "PAYLOAD_TOO_LARGE")
+    check("--max-parse-memory" in b.get("message", ""), f"the 413 names --max-parse-memory: {b}")
+    # one under the budget is parsed (and refused for its shape), again and again: each
+    # parse gives back what it reserved
+    for i in range(4):
+        st, b = call(L, "POST", P, raw='{"queries": [[[' + ",".join(["0"] * 150000) + "]]]}")
+        is_error(st, b, 422)
 
 
 def test_slow_clients(srv):
@@ -784,7 +794,7 @@ def main():
     shutil.copytree(idx, scratch)
     srv = Server({"main": idx, "scratch": scratch}, "--api-key-file", os.path.join(TMP, "key"), "--threads", 2,
                  "--timeout", 2)
-    limited = Server({"main": idx}, "--max-body", 1, "--max-queries", 16, "--max-k", 20, "--max-query-tokens", 16,
+    limited = Server({"main": idx}, "--max-body", 1, "--max-parse-memory", 16, "--max-queries", 16, "--max-k", 20, "--max-query-tokens", 16,
                      "--quiet", name="limited")
     try:
         for name, fn, args in [("endpoints", test_endpoints, (srv, corpus, idx)),
