@@ -762,6 +762,20 @@ CHIMERA_API chimera_status chimera_index_delete(const char *dir, const int64_t *
                                                 chimera_update_report *report,
                                                 chimera_error *err);
 
+/* Deletes the documents whose metadata satisfies `filter` (an SQL expression over their
+ * records with n_args '?' arguments, as chimera_filter_sql takes it). The filter is
+ * evaluated under the writer lock, on the records of the state the delete commits
+ * against: a document another writer adds or updates in between is judged by what it
+ * is at the commit, never by what it was. Records of ids not in the index are skipped
+ * (report->ids_missing); nothing matched: CHIMERA_OK without a commit.
+ * @return CHIMERA_OK; _INVALID_ARG (the index has no metadata; the filter's errors, as
+ *         chimera_filter_sql's); the statuses of chimera_index_add. */
+CHIMERA_API chimera_status chimera_index_delete_where(const char *dir, const char *filter,
+                                                      const char *const *args, int n_args,
+                                                      const chimera_update_opts *opts,
+                                                      chimera_update_report *report,
+                                                      chimera_error *err);
+
 /* Replaces documents: every id of `docs` must be in the index (or, with missing_ok, is
  * added); the old versions are deleted and the new ones appended in one commit, so a
  * search sees either all the old versions or all the new ones.

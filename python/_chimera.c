@@ -645,6 +645,65 @@ static PyObject *py_runtime_info(PyObject *self, PyObject *args)
 /* Changing an index: add, delete, update, compact                                    */
 /* ---------------------------------------------------------------------------------- */
 
+/* A UTF-8 view of the str `obj` with no NUL inside (the library takes C strings, and
+ * an embedded NUL would silently cut the SQL short). NULL with ValueError set. */
+static const char *c_string(PyObject *obj, const char *name)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8AndSize(obj, &len) : NULL;
+    if (!s) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_UnicodeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: expected a str", name);
+        }
+        return NULL;
+    }
+    if ((Py_ssize_t)strlen(s) != len) {
+        PyErr_Format(PyExc_ValueError, "%s: contains a NUL character", name);
+        return NULL;
+    }
+    return s;
+}
+
+/* An SQL filter's arguments (a sequence of str, already converted by the Python layer,
+ * or None) as C strings in *argv (PyMem_Free it), owned by *seq (a tuple of its own: a
+ * list could change, and free its strings, while the GIL is released; Py_DECREF it
+ * after the library call). Returns 0, or -1 with an exception set and nothing to free. */
+static int sql_argv(PyObject *args_obj, PyObject **seq, const char ***argv, Py_ssize_t *n)
+{
+    *argv = NULL;
+    *seq = args_obj == Py_None ? PyTuple_New(0) : PySequence_Tuple(args_obj);
+    if (!*seq) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "filter_args: expected a sequence of str");
+        }
+        return -1;
+    }
+    *n = PyTuple_GET_SIZE(*seq);
+    if (*n > 4096) {
+        PyErr_Format(PyExc_ValueError, "filter_args: %zd arguments (at most 4096)", *n);
+        goto fail;
+    }
+    *argv = PyMem_Calloc((size_t)*n + 1, sizeof **argv);
+    if (!*argv) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        char name[40];
+        snprintf(name, sizeof name, "filter_args[%zd]", i);
+        if (!((*argv)[i] = c_string(PyTuple_GET_ITEM(*seq, i), name)))
+            goto fail;
+    }
+    return 0;
+fail:
+    PyMem_Free(*argv);
+    *argv = NULL;
+    Py_CLEAR(*seq);
+    return -1;
+}
+
 /* Writers work on the directory, not on an open handle (chimera.h): each is one atomic
  * commit under the index's writer lock, and handles see it after Index.refresh. The
  * call runs on run_interruptible's helper thread, so a progress callable never runs on
@@ -660,8 +719,11 @@ typedef struct change_call {
     int op;
     const char *path;
     const chimera_corpus *corpus; /* add, update */
-    const int64_t *ids;           /* delete */
+    const int64_t *ids;           /* delete by ids */
     int64_t n_ids;
+    const char *sql;              /* delete by filter (ids NULL): the expression */
+    const char **sql_args;
+    int n_sql_args;
     const char *meta_path;        /* meta import: the records file */
     int meta_csv;                 /* meta import: 1 CSV, 0 JSON Lines */
     const chimera_update_opts *uo;
@@ -676,6 +738,9 @@ static chimera_status change_run(void *ctx)
     case CHANGE_ADD: return chimera_index_add(c->path, c->corpus, c->uo, c->rep, c->err);
     case CHANGE_UPDATE: return chimera_index_update(c->path, c->corpus, c->uo, c->rep, c->err);
     case CHANGE_DELETE:
+        if (c->sql)
+            return chimera_index_delete_where(c->path, c->sql, c->sql_args, c->n_sql_args, c->uo,
+                                              c->rep, c->err);
         return chimera_index_delete(c->path, c->ids, c->n_ids, c->uo, c->rep, c->err);
     case CHANGE_META:
         return chimera_index_meta_import(c->path, c->meta_path, c->meta_csv, c->uo, c->rep,
@@ -787,23 +852,41 @@ static PyObject *py_update(PyObject *self, PyObject *args, PyObject *kw)
     return add_or_update(CHANGE_UPDATE, args, kw);
 }
 
+/* Deletes by ids, or (sql, sql_args) the documents whose metadata satisfies an SQL
+ * filter, evaluated by the library under the writer lock. */
 static PyObject *py_delete(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"path", "ids", "missing_ok", "no_sync", "lock_timeout_ms", NULL};
+    static char *names[] = {"path", "ids", "missing_ok", "no_sync", "lock_timeout_ms", "sql",
+                            "sql_args", NULL};
     const char *path;
-    PyObject *ids_obj;
+    PyObject *ids_obj, *sql = Py_None, *sql_args = Py_None;
     int missing_ok = 0, no_sync = 0, lock_ms = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|ppi", names, &path, &ids_obj, &missing_ok,
-                                     &no_sync, &lock_ms))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|ppiOO", names, &path, &ids_obj, &missing_ok,
+                                     &no_sync, &lock_ms, &sql, &sql_args))
         return NULL;
+    if ((ids_obj == Py_None) == (sql == Py_None))
+        return PyErr_Format(PyExc_ValueError, "give ids or a filter");
     chimera_update_opts uo;
-    Py_buffer ids = {0};
-    if (update_opts_from(&uo, missing_ok, no_sync, lock_ms, NULL) ||
-        get_buffer(ids_obj, &ids, "ids", KIND_I64, 1, 0))
+    if (update_opts_from(&uo, missing_ok, no_sync, lock_ms, NULL))
         return NULL;
-    change_call c = {.op = CHANGE_DELETE, .path = path, .ids = ids.buf, .n_ids = ids.shape[0],
-                     .uo = &uo};
+    change_call c = {.op = CHANGE_DELETE, .path = path, .uo = &uo};
+    if (sql != Py_None) {
+        PyObject *seq;
+        Py_ssize_t n;
+        if (!(c.sql = c_string(sql, "filter")) || sql_argv(sql_args, &seq, &c.sql_args, &n))
+            return NULL;
+        c.n_sql_args = (int)n;
+        PyObject *ret = run_change(&c);
+        PyMem_Free(c.sql_args);
+        Py_DECREF(seq);
+        return ret;
+    }
+    Py_buffer ids = {0};
+    if (get_buffer(ids_obj, &ids, "ids", KIND_I64, 1, 0))
+        return NULL;
+    c.ids = ids.buf;
+    c.n_ids = ids.shape[0];
     PyObject *ret = run_change(&c);
     release(&ids);
     return ret;
@@ -1064,67 +1147,20 @@ static int index_live(IndexObject *self)
     return 0;
 }
 
-/* A UTF-8 view of the str `obj` with no NUL inside (the library takes C strings, and
- * an embedded NUL would silently cut the SQL short). NULL with ValueError set. */
-static const char *c_string(PyObject *obj, const char *name)
-{
-    Py_ssize_t len;
-    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8AndSize(obj, &len) : NULL;
-    if (!s) {
-        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_UnicodeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "%s: expected a str", name);
-        }
-        return NULL;
-    }
-    if ((Py_ssize_t)strlen(s) != len) {
-        PyErr_Format(PyExc_ValueError, "%s: contains a NUL character", name);
-        return NULL;
-    }
-    return s;
-}
-
 /* The filter of an SQL expression over the index's metadata (Index.search's filter=),
- * with `args` (a sequence of str, already converted by the Python layer) bound to its
- * `?` in order. The library runs it read-only, with its own time limit, on the handle's
- * generation; the GIL is released meanwhile and the call counted as in flight. The
- * strings stay owned by `seq` until the library has copied what it needs. Returns 0,
- * or -1 with an exception set and *out NULL. */
+ * with `args` bound to its `?` in order. The library runs it read-only, with its own
+ * time limit, on the handle's generation; the GIL is released meanwhile and the call
+ * counted as in flight. Returns 0, or -1 with an exception set and *out NULL. */
 static int sql_filter(IndexObject *self, PyObject *expr_obj, PyObject *args_obj,
                       chimera_filter **out)
 {
     *out = NULL;
     const char *expr = c_string(expr_obj, "filter");
-    if (!expr)
+    PyObject *seq;
+    const char **argv;
+    Py_ssize_t n;
+    if (!expr || sql_argv(args_obj, &seq, &argv, &n))
         return -1;
-    /* A tuple of its own: a list could change (and free its strings) while the GIL is
-     * released. */
-    PyObject *seq = args_obj == Py_None ? PyTuple_New(0) : PySequence_Tuple(args_obj);
-    if (!seq) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "filter_args: expected a sequence of str");
-        }
-        return -1;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    const char **argv = NULL;
-    int rc = -1;
-    if (n > 4096) {
-        PyErr_Format(PyExc_ValueError, "filter_args: %zd arguments (at most 4096)", n);
-        goto done;
-    }
-    argv = PyMem_Calloc((size_t)n + 1, sizeof *argv);
-    if (!argv) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        char name[40];
-        snprintf(name, sizeof name, "filter_args[%zd]", i);
-        if (!(argv[i] = c_string(PyTuple_GET_ITEM(seq, i), name)))
-            goto done;
-    }
     chimera_error err = {0};
     chimera_status st;
     self->busy++;
@@ -1132,16 +1168,14 @@ static int sql_filter(IndexObject *self, PyObject *expr_obj, PyObject *args_obj,
     st = chimera_filter_sql(self->index, expr, argv, (int)n, 0, out, &err);
     Py_END_ALLOW_THREADS
     self->busy--;
+    PyMem_Free(argv);
+    Py_DECREF(seq);
     if (st != CHIMERA_OK) {
         raise_status(st, &err);
         *out = NULL;
-        goto done;
+        return -1;
     }
-    rc = 0;
-done:
-    PyMem_Free(argv);
-    Py_DECREF(seq);
-    return rc;
+    return 0;
 }
 
 static int Index_init(IndexObject *self, PyObject *args, PyObject *kw)

@@ -80,33 +80,9 @@ static chimera_status commit(srv_writer *wr, const srv_write *w, chimera_update_
     memset(rep, 0, sizeof *rep);
     if (w->kind == SRV_WRITE_DELETE) {
         if (!w->filter) return chimera_index_delete(ix->dir, w->ids, w->n_docs, &uo, rep, err);
-        /* by filter: evaluate it on the newest generation, then delete what it selects */
-        chimera_status s = chimera_index_refresh(ix->ix, NULL, err);
-        chimera_filter *f = NULL;
-        if (s == CHIMERA_OK)
-            s = chimera_filter_sql(ix->ix, w->filter, (const char *const *)w->filter_args,
-                                   w->n_filter_args, 0, &f, err);
-        if (s != CHIMERA_OK) return s;
-        int64_t n = chimera_filter_ids(f, NULL, 0, NULL);
-        int64_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-        if (!ids) {
-            chimera_filter_free(f);
-            snprintf(err->msg, sizeof err->msg, "out of memory");
-            return err->code = CHIMERA_ERR_NOMEM;
-        }
-        chimera_filter_ids(f, ids, n, NULL);
-        chimera_filter_free(f);
-        if (n == 0) {
-            free(ids);
-            rep->generation = chimera_index_generation(ix->ix);
-            rep->n_docs = chimera_index_n_docs(ix->ix);
-            return CHIMERA_OK; /* nothing matched: no commit */
-        }
-        /* a concurrent writer of another process may have deleted some meanwhile */
-        uo.missing_ok = 1;
-        s = chimera_index_delete(ix->dir, ids, n, &uo, rep, err);
-        free(ids);
-        return s;
+        /* by filter: the library evaluates it under the writer lock */
+        return chimera_index_delete_where(ix->dir, w->filter, (const char *const *)w->filter_args,
+                                          w->n_filter_args, &uo, rep, err);
     }
     char mpath[512] = "";
     if (w->metadata_jsonl && w->metadata_jsonl[0]) {

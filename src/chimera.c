@@ -799,6 +799,23 @@ chimera_status chimera_index_delete(const char *dir, const int64_t *ids, int64_t
     return s;
 }
 
+chimera_status chimera_index_delete_where(const char *dir, const char *filter,
+                                          const char *const *args, int n_args,
+                                          const chimera_update_opts *opts,
+                                          chimera_update_report *report, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!dir || !filter || n_args < 0 || (n_args > 0 && !args))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "index_delete_where: dir, a filter and n_args >= 0 arguments are required");
+    ix_update_opts io;
+    ix_update_report r;
+    to_ix_opts(opts, &io);
+    chimera_status s = ix_delete_where(dir, filter, args, n_args, &io, &r, err);
+    to_report(&r, report);
+    return s;
+}
+
 chimera_status chimera_index_meta_import(const char *dir, const char *path, int csv,
                                          const chimera_update_opts *opts,
                                          chimera_update_report *report, chimera_error *err)

@@ -87,7 +87,10 @@ int cmd_update(int argc, char **argv) { return add_or_update("update", 1, argc, 
 
 int cmd_delete(int argc, char **argv)
 {
-    /* --id N may repeat: gathered here, the rest goes to the parser */
+    /* --id N may repeat, and --filter-args takes every argument up to the next option:
+     * both gathered here, the rest goes to the parser */
+    const char *fargs[64];
+    int n_fargs = 0;
     int64_t *list = malloc((size_t)argc * sizeof *list);
     char **rest = malloc((size_t)(argc + 1) * sizeof *rest);
     if (!list || !rest) {
@@ -111,17 +114,26 @@ int cmd_delete(int argc, char **argv)
             i++;
             continue;
         }
+        if (i >= 2 && strcmp(argv[i], "--filter-args") == 0) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && n_fargs < 64)
+                fargs[n_fargs++] = argv[++i];
+            continue;
+        }
         rest[n_rest++] = argv[i];
     }
     rest[n_rest] = NULL;
-    const char *ids_path = NULL, *pos[1];
+    const char *ids_path = NULL, *filter = NULL, *pos[1];
     int missing_ok = 0, no_sync = 0, np = 0;
     cli_opt opts[] = {
         {"--ids", OPT_STR, &ids_path, "ids to delete (.npy int64 or text, one per line)", 0, 0},
+        {"--filter", OPT_STR, &filter,
+         "delete the documents whose metadata satisfies this SQL expression (chimera meta "
+         "import), ? bound to --filter-args", 0, 0},
         {"--missing-ok", OPT_FLAG, &missing_ok, "skip ids that are not in the index", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
     };
-    const char *syn = "IDX (--ids I.npy | --id N [--id M ...]) [--missing-ok]";
+    const char *syn = "IDX (--ids I.npy | --id N [--id M ...] | --filter EXPR [--filter-args A ...]) "
+                      "[--missing-ok]";
     int r = cli_parse("delete", syn, n_rest, rest, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
     int rc = 0;
     int64_t *ids = NULL, n = 0;
@@ -130,12 +142,22 @@ int cmd_delete(int argc, char **argv)
         rc = r < 0 ? 2 : 0;
         goto done;
     }
-    if (np != 1 || (!ids_path && n_list == 0)) {
+    if (np != 1 || (!ids_path && n_list == 0 && !filter) || (filter && (ids_path || n_list)) ||
+        (n_fargs && !filter)) {
         fprintf(stderr, "usage: chimera delete %s\n", syn);
         rc = 2;
         goto done;
     }
     double t0 = cli_now();
+    chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync};
+    chimera_update_report rep;
+    if (filter) {
+        if (chimera_index_delete_where(pos[0], filter, fargs, n_fargs, &uo, &rep, &err) != CHIMERA_OK) {
+            rc = cli_fail("delete", &err);
+            goto done;
+        }
+        goto report;
+    }
     int64_t *from_file = NULL;
     if (ids_path && chimera_ids_read(ids_path, &from_file, &n, &err) != CHIMERA_OK) {
         rc = cli_fail("delete", &err);
@@ -151,12 +173,11 @@ int cmd_delete(int argc, char **argv)
     }
     memcpy(ids + n, list, (size_t)n_list * sizeof *ids);
     n += n_list;
-    chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync};
-    chimera_update_report rep;
     if (chimera_index_delete(pos[0], ids, n, &uo, &rep, &err) != CHIMERA_OK) {
         rc = cli_fail("delete", &err);
         goto done;
     }
+report:
     printf("deleted %lld documents", (long long)rep.docs_deleted);
     if (rep.ids_missing) printf(" (%lld ids not in the index, skipped)", (long long)rep.ids_missing);
     printf("%s%s\n", rep.docs_deleted ? "" : "; nothing committed",

@@ -784,22 +784,35 @@ def update(path, documents=None, *, tokens=None, doclens=None, ids, missing_ok=F
                                lock_timeout_ms=_lock_timeout(lock_timeout), metadata=meta)
 
 
-def delete(path, ids, *, missing_ok=False, no_sync=False, lock_timeout=None):
+def delete(path, ids=None, *, filter=None, filter_args=(), missing_ok=False, no_sync=False,
+           lock_timeout=None):
     """Delete the documents with these ids (an int or a 1-d integer array-like; an id
-    listed twice counts once) from the index at `path`. Costs O(len(ids)): the
-    documents are marked deleted, never returned by a search of a handle opened or
-    refreshed afterwards, and their space is reclaimed by :func:`compact`.
+    listed twice counts once) from the index at `path`, or, with ``filter``, those whose
+    metadata (:func:`meta_import`) satisfies an SQL expression, ``?`` bound to
+    filter_args as in :meth:`Index.search`. Costs O(len(ids)): the documents are marked
+    deleted, never returned by a search of a handle opened or refreshed afterwards, and
+    their space is reclaimed by :func:`compact`.
 
+    A filter is evaluated under the index's writer lock, on the records of the state the
+    delete commits against: a document another writer changes meanwhile is judged by
+    what it is at the commit. Records of ids not in the index are skipped (ids_missing).
     missing_ok: ids not in the index are skipped (counted in the report's ids_missing)
         instead of raising ValueError. Nothing is committed when none was found.
-    The documents' metadata records (:func:`meta_import`) are removed in the same commit.
+    The documents' metadata records are removed in the same commit.
     no_sync, lock_timeout, atomicity, Ctrl-C and the report: as :func:`add`.
 
-    Raises ValueError (a negative id; an id not in the index, named, unless
-    missing_ok), FileNotFoundError, CorruptIndexError, OSError, MemoryError,
-    ChimeraError.
+    Raises ValueError (neither or both of ids and filter; a negative id; an id not in
+    the index, named, unless missing_ok; a refused filter; an index without metadata),
+    FileNotFoundError, CorruptIndexError, OSError, MemoryError, ChimeraError.
     """
     path = _index_dir(path)
+    if (ids is None) == (filter is None):
+        raise ValueError("give ids or filter")
+    if filter is not None:
+        return _chimera.delete(path, None, missing_ok=bool(missing_ok), no_sync=bool(no_sync),
+                               lock_timeout_ms=_lock_timeout(lock_timeout),
+                               **_sql_args(filter, filter_args))
+    _sql_args(None, filter_args)  # filter_args without a filter
     arr = _np.asarray(ids)
     if arr.ndim == 0:
         arr = arr.reshape(1)

@@ -158,8 +158,10 @@ def update(
 ) -> UpdateReport: ...
 def delete(
     path: _Path,
-    ids: int | npt.ArrayLike,
+    ids: int | npt.ArrayLike | None = None,
     *,
+    filter: str | None = None,
+    filter_args: Sequence[_SqlArg] = (),
     missing_ok: bool = False,
     no_sync: bool = False,
     lock_timeout: float | None = None,

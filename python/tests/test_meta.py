@@ -3,7 +3,8 @@ stores one record per document, and Index.search(filter=..., filter_args=...) re
 only documents whose record satisfies the SQL expression: checked against the same
 predicate evaluated in Python over the records, at k below and above the number allowed.
 add and update bring their documents' records (metadata=, a file or dicts) and delete
-removes them, in the same commit. Malformed records fail naming the line (or the
+removes them, in the same commit; delete(filter=...) deletes exactly the documents whose
+records match (and nothing when none does). Malformed records fail naming the line (or the
 record), with nothing imported; a filter that tries to be a statement is refused and
 leaves the metadata intact; a filter on an index without metadata says to import some;
 bad filter arguments raise ValueError before the library is called. No CLI needed."""
@@ -176,6 +177,34 @@ def test_add_update_delete_follow(meta_index):
     finally:
         db.close()
     assert have == set(range(1002, 1010))
+    index.close()
+
+
+def test_delete_by_filter(meta_index):
+    path, docs, records, _ = meta_index
+    with pytest.raises(ValueError, match="meta import"):       # no metadata yet
+        chimera.delete(path, filter="year > 1", no_sync=True)
+    chimera.meta_import(path, records=records.values(), no_sync=True)
+    index = chimera.Index.open(path)
+    gen = index.generation
+    for bad in [dict(ids=[1], filter="year > 1"), dict(), dict(ids=[1], filter_args=[1]),
+                dict(filter="year > ?"), dict(filter="1); DROP TABLE meta; --"),
+                dict(filter="year > ?", filter_args=[True])]:
+        with pytest.raises(ValueError):
+            chimera.delete(path, no_sync=True, **bad)
+    assert chimera.Index.open(path).generation == gen         # refused: nothing committed
+    gone = {i for i, r in records.items() if r["year"] >= 2015 and r["lang"] == "en"}
+    assert 0 < len(gone) < len(records)
+    rep = chimera.delete(path, filter="year >= ? AND lang = ?", filter_args=(2015, "en"),
+                         no_sync=True)
+    assert rep["docs_deleted"] == len(gone) and rep["ids_missing"] == 0
+    assert rep["n_docs"] - rep["n_deleted"] == len(records) - len(gone)
+    for i in gone:
+        del records[i]
+    assert index.refresh()
+    _check(index, docs, records, "year >= ?", [0], lambda r: True, k=len(docs))
+    rep = chimera.delete(path, filter="lang = ?", filter_args=["none"], no_sync=True)
+    assert rep["docs_deleted"] == 0 and rep["generation"] == index.generation   # no commit
     index.close()
 
 

@@ -110,6 +110,12 @@ chimera_status ix_meta_delete(ix_meta *m, const int64_t *ids, int64_t n, chimera
     return meta_db_delete_ids(m->db, ids, n, NULL, err);
 }
 
+chimera_status ix_meta_select(ix_meta *m, const char *expr, const char *const *args, int n_args,
+                              int timeout_ms, int64_t **ids, int64_t *n, chimera_error *err)
+{
+    return meta_filter_ids(m->db, expr, args, n_args, timeout_ms, ids, n, err);
+}
+
 chimera_status ix_meta_load(ix_meta *m, meta_input_format fmt, meta_load_mode mode,
                             const char *text, size_t len, const char *source,
                             meta_load_info *info, chimera_error *err)

@@ -38,6 +38,10 @@ chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int create, ix
 
 /* Row changes inside the change's transaction. */
 chimera_status ix_meta_delete(ix_meta *m, const int64_t *ids, int64_t n, chimera_error *err);
+/* The ids whose records satisfy expr (meta_filter_ids), as the database stands at the
+ * change's start (replayed, nothing of the change written yet). */
+chimera_status ix_meta_select(ix_meta *m, const char *expr, const char *const *args, int n_args,
+                              int timeout_ms, int64_t **ids, int64_t *n, chimera_error *err);
 chimera_status ix_meta_load(ix_meta *m, meta_input_format fmt, meta_load_mode mode,
                             const char *text, size_t len, const char *source,
                             meta_load_info *info, chimera_error *err);

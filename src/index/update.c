@@ -1007,32 +1007,22 @@ done:
     return s;
 }
 
-chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const ix_update_opts *opts,
-                         ix_update_report *report, chimera_error *err)
+/* The deletion of ids inside a begun change: tombstones and the ids' metadata records
+ * in one commit; without missing_ok an id not in the index fails it. */
+static chimera_status delete_in_change(change *c, const int64_t *ids, int64_t n, int missing_ok,
+                                       ix_update_report *rep, double t0, chimera_error *err)
 {
-    double t0 = cm_now();
-    ix_update_report rep_local, *rep = report ? report : &rep_local;
-    memset(rep, 0, sizeof *rep);
-    rep->drift_below = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0)
-            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                           "%s: id %lld (entry %lld) is negative; ids are >= 0. Nothing was "
-                           "deleted", dir, (long long)ids[i], (long long)i);
-    change c;
-    uint32_t *docs = NULL;
-    chimera_status s = change_begin(&c, dir, opts, 1, 0, err);
-    if (s != CHIMERA_OK) goto done;
-    docs = cm_malloc((size_t)(n + 1) * sizeof *docs);
-    if (!docs) goto oom;
+    uint32_t *docs = cm_malloc((size_t)(n + 1) * sizeof *docs);
+    if (!docs) return nomem(err);
+    chimera_status s = CHIMERA_OK;
     int64_t nd = 0;
     for (int64_t i = 0; i < n; i++) {
-        int64_t at = ix_find_id(&c.ix, ids[i]);
+        int64_t at = ix_find_id(&c->ix, ids[i]);
         if (at < 0) {
-            if (!c.o.missing_ok) {
+            if (!missing_ok) {
                 s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                             "%s: id %lld (entry %lld) is not in the index (--missing-ok skips "
-                            "such ids). Nothing was deleted", dir, (long long)ids[i], (long long)i);
+                            "such ids). Nothing was deleted", c->dir, (long long)ids[i], (long long)i);
                 goto done;
             }
             rep->ids_missing++;
@@ -1046,25 +1036,61 @@ chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const i
         if (u == 0 || docs[u - 1] != docs[i]) docs[u++] = docs[i];
     nd = u;
     if (nd == 0) { /* nothing to commit */
-        fill_report(rep, &c, c.ix.n_docs, c.ix.n_deleted, c.ix.n_segs, t0);
+        fill_report(rep, c, c->ix.n_docs, c->ix.n_deleted, c->ix.n_segs, t0);
         goto done;
     }
-    if ((s = write_tombstones(&c, docs, nd, &rep->merged, err)) != CHIMERA_OK) goto done;
-    meta_set(c.meta, "n_deleted", (double)(c.ix.n_deleted + nd));
-    if (c.md) { /* their metadata goes in the same commit */
-        if ((s = ix_meta_delete(c.md, ids, n, err)) != CHIMERA_OK) goto done;
-        c.md_op = "delete";
+    if ((s = write_tombstones(c, docs, nd, &rep->merged, err)) != CHIMERA_OK) goto done;
+    meta_set(c->meta, "n_deleted", (double)(c->ix.n_deleted + nd));
+    if (c->md) { /* their metadata goes in the same commit */
+        if ((s = ix_meta_delete(c->md, ids, n, err)) != CHIMERA_OK) goto done;
+        c->md_op = "delete";
     }
-    profiles_note_change(&c, nd);
-    if (!cJSON_GetObjectItemCaseSensitive(c.meta, "segments")) meta_segments(&c);
-    if ((s = change_commit(&c, rep, err)) != CHIMERA_OK) goto done;
+    profiles_note_change(c, nd);
+    if (!cJSON_GetObjectItemCaseSensitive(c->meta, "segments")) meta_segments(c);
+    if ((s = change_commit(c, rep, err)) != CHIMERA_OK) goto done;
     rep->docs_deleted = nd;
-    fill_report(rep, &c, c.ix.n_docs, c.ix.n_deleted + nd, c.ix.n_segs, t0);
-    goto done;
-oom:
-    s = nomem(err);
+    fill_report(rep, c, c->ix.n_docs, c->ix.n_deleted + nd, c->ix.n_segs, t0);
 done:
     cm_free(docs);
+    return s;
+}
+
+chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const ix_update_opts *opts,
+                         ix_update_report *report, chimera_error *err)
+{
+    double t0 = cm_now();
+    ix_update_report rep_local, *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->drift_below = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "%s: id %lld (entry %lld) is negative; ids are >= 0. Nothing was "
+                           "deleted", dir, (long long)ids[i], (long long)i);
+    change c;
+    chimera_status s = change_begin(&c, dir, opts, 1, 0, err);
+    if (s == CHIMERA_OK) s = delete_in_change(&c, ids, n, c.o.missing_ok, rep, t0, err);
+    change_end(&c);
+    return s;
+}
+
+chimera_status ix_delete_where(const char *dir, const char *expr, const char *const *args,
+                               int n_args, const ix_update_opts *opts, ix_update_report *report,
+                               chimera_error *err)
+{
+    double t0 = cm_now();
+    ix_update_report rep_local, *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->drift_below = -1;
+    change c;
+    int64_t *ids = NULL, n = 0;
+    chimera_status s = change_begin(&c, dir, opts, 1, 0, err);
+    if (s == CHIMERA_OK && !c.md)
+        s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                    "%s has no document metadata to filter on (chimera meta import)", dir);
+    if (s == CHIMERA_OK) s = ix_meta_select(c.md, expr, args, n_args, 0, &ids, &n, err);
+    if (s == CHIMERA_OK) s = delete_in_change(&c, ids, n, 1, rep, t0, err);
+    cm_free(ids);
     change_end(&c);
     return s;
 }

@@ -101,6 +101,16 @@ chimera_status ix_meta_import(const char *dir, const char *path, int csv, const 
 chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const ix_update_opts *opts,
                          ix_update_report *report, chimera_error *err);
 
+/* Deletes the documents whose metadata satisfies the filter expr (meta_filter_ids), the
+ * filter evaluated under the writer lock on the records of the same state the delete
+ * commits against, so no change of another writer falls between the two. Records of
+ * ids not in the index are skipped (report->ids_missing).
+ * @return CHIMERA_OK (nothing committed when nothing matched); _INVALID_ARG (the index
+ *         has no metadata; the filter's errors); the statuses of ix_add. */
+chimera_status ix_delete_where(const char *dir, const char *expr, const char *const *args,
+                               int n_args, const ix_update_opts *opts, ix_update_report *report,
+                               chimera_error *err);
+
 /* Rewrites the index as one segment without its deleted documents (user ids kept;
  * internal numbers change). Nothing to do (one segment, nothing deleted): CHIMERA_OK
  * without a commit.
