@@ -385,13 +385,17 @@ static void free_args(char **a, int n)
 }
 
 /* What parsing a body may take: cJSON makes one node (its struct and the allocator's
- * header) per JSON value and copies every string, so a body of "0,0,0,..." grows
- * ~40-fold. Values are counted without parsing (outside strings, a value starts the
- * body, follows each ',' and opens each non-empty container; '[' and '{' bound the
- * last), an upper bound the node count never exceeds. */
+ * header) per JSON value and copies every string, key or value, into an allocation of
+ * its own (at least 32 bytes with glibc), so a body of "0,0,0,..." grows ~40-fold and
+ * one of {"":"",...} ~30-fold. Counted without parsing, outside strings: a value starts
+ * the body, follows each ',' and opens each non-empty container ('[' and '{' bound the
+ * last), an upper bound the node count never exceeds; each '"' opening a string adds a
+ * copy; each '{' one more node, for the reference a document's object may get from
+ * parse_documents. */
 static size_t parse_cost(const char *body, size_t len)
 {
-    size_t values = 1;
+    const size_t node = sizeof(cJSON) + 2 * sizeof(void *), string_copy = 32;
+    size_t values = 1, objects = 0, strings = 0;
     int in_string = 0;
     for (size_t i = 0; i < len; i++) {
         char c = body[i];
@@ -400,11 +404,13 @@ static size_t parse_cost(const char *body, size_t len)
             else if (c == '"') in_string = 0;
         } else if (c == '"') {
             in_string = 1;
+            strings++;
         } else if (c == ',' || c == '[' || c == '{') {
             values++;
+            objects += c == '{';
         }
     }
-    return values * (sizeof(cJSON) + 2 * sizeof(void *)) + len;
+    return (values + objects) * node + strings * string_copy + len;
 }
 
 /* A parsed body and the share of the server's parse memory (--max-parse-memory) it

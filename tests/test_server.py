@@ -12,8 +12,8 @@ Proves, against the `chimera` executable named by $CHIMERA (scratch in $TEST_TMP
     answers as one batched CLI run;
   - every error case has its status and the {code, message} shape: malformed JSON 400,
     wrong dimension or dtype 422, unknown index 404, body over --max-body 413, a body
-    whose parse would take more than --max-parse-memory 413 (and its reservation given
-    back), k or nq over the limits 422, 401, 404, 405, 415;
+    whose parse would take more than --max-parse-memory 413 (numbers or strings; and its
+    reservation given back), beside other parses 503 BUSY with Retry-After, k or nq over the limits 422, 401, 404, 405, 415;
   - stalled clients (more than the HTTP threads) do not stop the server answering, and
     are timed out;
   - a fuzz run of FUZZ_REQUESTS (default 3000) malformed requests (random bytes, truncated
@@ -456,11 +456,42 @@ def test_errors(srv, limited, corpus):
     st, b = call(L, "POST", P, raw='{"queries": [[[' + ",".join(["0"] * 400000) + "]]]}")
     is_error(st, b, 413, "PAYLOAD_TOO_LARGE")
     check("--max-parse-memory" in b.get("message", ""), f"the 413 names --max-parse-memory: {b}")
+    # strings cost a copy each: 150,000 empty keys and values in 0.9 MB take ~22 MB
+    st, b = call(L, "POST", P, raw='{"x": {' + ",".join(['"":""'] * 150000) + '}, "queries": []}')
+    is_error(st, b, 413, "PAYLOAD_TOO_LARGE")
     # one under the budget is parsed (and refused for its shape), again and again: each
     # parse gives back what it reserved
     for i in range(4):
         st, b = call(L, "POST", P, raw='{"queries": [[[' + ",".join(["0"] * 150000) + "]]]}")
         is_error(st, b, 422)
+    # bodies that fit the budget one at a time, sent at once: each is parsed (422 for its
+    # shape) or told to retry (503 BUSY with Retry-After); rounds until one was told
+    big = '{"queries": [[[' + ",".join(["0"] * 150000) + "]]]}"
+
+    def send_big(out):
+        c = L.conn(timeout=30)
+        c.request("POST", P, body=big, headers={"Authorization": f"Bearer {KEY}",
+                                                "Content-Type": "application/json"})
+        r = c.getresponse()
+        out.append((r.status, r.getheader("Retry-After"), r.read()))
+        c.close()
+
+    answers = []
+    for _ in range(5):
+        ts = [threading.Thread(target=send_big, args=(answers,)) for _ in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if any(a[0] == 503 for a in answers):
+            break
+    check(any(a[0] == 503 for a in answers), "no body was told to retry: the parse budget "
+          "let every one through at once")
+    for st, retry, text in answers:
+        check(st == 422 or (st == 503 and b'"BUSY"' in text and retry == "1"),
+              f"a body beside others: {st} Retry-After={retry} {text[:200]!r}")
+    print(f"  parse budget under load: {sum(a[0] == 503 for a in answers)} of {len(answers)} "
+          f"told to retry")
 
 
 def test_slow_clients(srv):
@@ -671,6 +702,8 @@ def test_fuzz(srv, corpus, idx):
                 if not check(ok, f"fuzz: error body shape for {r.status}: {text[:200]!r}"):
                     break
             check(r.status < 500 or r.status == 503, f"fuzz: a 5xx answer {r.status}: {text[:300]!r}")
+            check(r.status != 503 or r.getheader("Retry-After") == "1",
+                  f"fuzz: a 503 without Retry-After: {text[:200]!r}")
             if r.getheader("Connection", "").lower() == "close":
                 conn.close()
                 conn = srv.conn(timeout=30)
