@@ -202,6 +202,7 @@ class ServerError(Exception):
     code: str
     message: str
     details: dict[str, Any] | None
+    retry_after: float
 
 class ShardedIndex:
     generation: int
@@ -235,7 +236,8 @@ class ShardedIndex:
 class Client:
     url: str
     last_profile: dict[str, Any] | None
-    def __init__(self, url: str = ..., api_key: str | None = None, timeout: float = 60.0) -> None: ...
+    def __init__(self, url: str = ..., api_key: str | None = None, timeout: float = 60.0,
+                 busy_retries: int = 3) -> None: ...
     def close(self) -> None: ...
     def __enter__(self) -> Client: ...
     def __exit__(self, *exc: object) -> None: ...

@@ -16,7 +16,11 @@ package's one dependency::
 
 A write returns once the server has committed it durably (its answer carries the new
 generation); searches sent after that see it. Errors the server answers raise
-:class:`ServerError` with its status, code and message.
+:class:`ServerError` with its status, code and message, except 503 BUSY, which is sent
+again after its Retry-After up to ``busy_retries`` times: the server gives it before
+doing anything (the writer lock is held elsewhere, other large bodies are being parsed),
+or, from a chimera-mpi service whose shards stalled, to every request from then on, so
+a retry never applies a write twice.
 
 Threads: one Client may be shared by threads; each thread keeps its own keep-alive
 connection.
@@ -26,6 +30,7 @@ import base64 as _base64
 import http.client as _http
 import json as _json
 import threading as _threading
+import time as _time
 import urllib.parse as _urlparse
 
 import numpy as _np
@@ -35,11 +40,13 @@ __all__ = ["Client", "ServerError"]
 
 class ServerError(Exception):
     """An error answer of the server: ``status`` (HTTP), ``code`` (stable, e.g.
-    ``DIMENSION_MISMATCH``), ``message`` and ``details`` (a dict or None)."""
+    ``DIMENSION_MISMATCH``), ``message``, ``details`` (a dict or None) and
+    ``retry_after`` (seconds the answer asked to wait before trying again; 1 without)."""
 
-    def __init__(self, status, code, message, details=None):
+    def __init__(self, status, code, message, details=None, retry_after=1.0):
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.details = status, code, message, details
+        self.retry_after = retry_after
 
 
 def _b64(tokens):
@@ -84,9 +91,12 @@ class Client:
 
     api_key: sent as ``Authorization: Bearer KEY`` (the server's --api-key-file).
     timeout: seconds to wait for an answer (writes wait for their commit).
+    busy_retries: how many times a request answered 503 BUSY is sent again, each after
+        the answer's Retry-After (at most 10 s); writes too (see above). 0: raise
+        ServerError at once.
     """
 
-    def __init__(self, url="http://127.0.0.1:8080", api_key=None, timeout=60.0):
+    def __init__(self, url="http://127.0.0.1:8080", api_key=None, timeout=60.0, busy_retries=3):
         u = _urlparse.urlsplit(url if "://" in url else "http://" + url)
         if u.scheme != "http":
             raise ValueError(f"url: only http:// is supported, got {url!r}")
@@ -95,6 +105,9 @@ class Client:
         self._prefix = u.path.rstrip("/")
         self._key = api_key
         self._timeout = timeout
+        if int(busy_retries) < 0:
+            raise ValueError(f"busy_retries: {busy_retries} < 0")
+        self._busy_retries = int(busy_retries)
         self._local = _threading.local()
         self.last_profile = None
 
@@ -115,7 +128,17 @@ class Client:
         """Sends one request, returns the parsed JSON answer (or the text); raises
         ServerError for an error status. A request on a kept-alive connection that the
         server had closed meanwhile is sent again on a new one when `retry` (reads and
-        searches: they change nothing)."""
+        searches: they change nothing). A 503 BUSY is sent again after its Retry-After,
+        busy_retries times at most."""
+        for attempt in range(self._busy_retries + 1):
+            try:
+                return self._request_once(method, path, body, retry)
+            except ServerError as e:
+                if e.status != 503 or e.code != "BUSY" or attempt == self._busy_retries:
+                    raise
+                _time.sleep(e.retry_after)
+
+    def _request_once(self, method, path, body, retry):
         headers = {"Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -140,8 +163,15 @@ class Client:
         out = _json.loads(text) if ctype.startswith("application/json") and text else text.decode()
         if r.status >= 400:
             if isinstance(out, dict):
-                raise ServerError(r.status, out.get("code", "?"), out.get("message", ""), out.get("details"))
-            raise ServerError(r.status, "HTTP", str(out)[:200])
+                e = ServerError(r.status, out.get("code", "?"), out.get("message", ""), out.get("details"))
+            else:
+                e = ServerError(r.status, "HTTP", str(out)[:200])
+            try:
+                wait = float(r.getheader("Retry-After", "1"))
+            except ValueError:  # an HTTP date, which chimera serve never sends
+                wait = 1.0
+            e.retry_after = min(wait, 10.0) if wait >= 0 else 1.0  # NaN fails >= 0
+            raise e
         return out
 
     def close(self):

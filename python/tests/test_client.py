@@ -1,9 +1,13 @@
 """chimera.Client against a real `chimera serve` (the CLI of CHIMERA_CLI): searches equal
 Index.search at the same parameters (float32 and float16, ragged queries, params,
 subsets, filters); add, update and delete change what the server finds; errors come back
-as ServerError with the server's status and code; API keys are sent."""
+as ServerError with the server's status and code; API keys are sent; a 503 BUSY is sent
+again after its Retry-After (against a stand-in server that answers BUSY on cue)."""
+import http.server
+import json
 import shutil
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -125,3 +129,67 @@ def test_errors(served, corpus):
         client.delete("main")
     assert [i["name"] for i in client.indexes()] == ["main", "scratch"]
     assert "chimera_queries_total" in client.metrics()
+
+
+class _BusyHandler(http.server.BaseHTTPRequestHandler):
+    """Answers the first `busy` requests 503 with `code`, then 200 {"status": "ok"}."""
+    plan = {"busy": 0, "code": "BUSY", "seen": []}
+
+    def _answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.plan["seen"].append((self.command, self.rfile.read(n)))
+        if self.plan["busy"] > 0:
+            self.plan["busy"] -= 1
+            status, body = 503, {"code": self.plan["code"], "message": "busy"}
+        else:
+            status, body = 200, {"status": "ok", "generation": 7}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 503:
+            self.send_header("Retry-After", "0")
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+def test_busy_is_retried():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BusyHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    plan = _BusyHandler.plan
+    try:
+        # two BUSY answers, then the answer: a read and a write both get through
+        plan.update(busy=2, code="BUSY", seen=[])
+        assert chimera.Client(url).health()["status"] == "ok"
+        assert len(plan["seen"]) == 3
+        plan.update(busy=2, seen=[])
+        out = chimera.Client(url).delete("docs", ids=[3, 4])
+        assert out["generation"] == 7
+        assert [m for m, _ in plan["seen"]] == ["DELETE"] * 3
+        assert len({b for _, b in plan["seen"]}) == 1  # the same body each time
+        # more BUSY answers than retries: the last one is raised, with its Retry-After
+        plan.update(busy=5, seen=[])
+        with pytest.raises(chimera.ServerError) as e:
+            chimera.Client(url, busy_retries=2).health()
+        assert e.value.status == 503 and e.value.code == "BUSY" and e.value.retry_after == 0
+        assert len(plan["seen"]) == 3
+        plan.update(busy=1, seen=[])
+        with pytest.raises(chimera.ServerError):
+            chimera.Client(url, busy_retries=0).health()
+        assert len(plan["seen"]) == 1
+        # another 503 (out of memory) is raised at once
+        plan.update(busy=1, code="OUT_OF_MEMORY", seen=[])
+        with pytest.raises(chimera.ServerError) as e:
+            chimera.Client(url).health()
+        assert e.value.code == "OUT_OF_MEMORY" and len(plan["seen"]) == 1
+        with pytest.raises(ValueError):
+            chimera.Client(url, busy_retries=-1)
+    finally:
+        srv.shutdown()
+        srv.server_close()
