@@ -682,6 +682,8 @@ typedef struct chimera_update_opts {
     const char *metadata;   /* add, update: a JSON Lines file of the documents' metadata
                                records ({"id": ..., fields}), stored with them in the same
                                commit (chimera_index_meta_import says how it is kept) */
+    int filter_timeout_ms;  /* delete_where: the filter's running time limit, as
+                               chimera_filter_sql's timeout_ms (0 = 2 s) */
 } chimera_update_opts;
 
 /* Sets *opts to the defaults (every field 0). */
@@ -766,10 +768,14 @@ CHIMERA_API chimera_status chimera_index_delete(const char *dir, const int64_t *
  * records with n_args '?' arguments, as chimera_filter_sql takes it). The filter is
  * evaluated under the writer lock, on the records of the state the delete commits
  * against: a document another writer adds or updates in between is judged by what it
- * is at the commit, never by what it was. Records of ids not in the index are skipped
- * (report->ids_missing); nothing matched: CHIMERA_OK without a commit.
+ * is at the commit, never by what it was. Matching records of ids not in the index
+ * (imported for documents never added) are counted in report->ids_missing and kept;
+ * nothing matched: CHIMERA_OK without a commit. The filter runs for at most
+ * opts->filter_timeout_ms (0: 2 s) while it holds the writer lock.
  * @return CHIMERA_OK; _INVALID_ARG (the index has no metadata; the filter's errors, as
- *         chimera_filter_sql's); the statuses of chimera_index_add. */
+ *         chimera_filter_sql's); _CANCELLED (the filter's time limit passed: nothing
+ *         changed; a larger filter_timeout_ms lets it finish); the statuses of
+ *         chimera_index_add. */
 CHIMERA_API chimera_status chimera_index_delete_where(const char *dir, const char *filter,
                                                       const char *const *args, int n_args,
                                                       const chimera_update_opts *opts,

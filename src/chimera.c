@@ -677,6 +677,7 @@ static void to_ix_opts(const chimera_update_opts *o, ix_update_opts *io)
     io->cancel = o->cancel;
     io->cancel_user = o->cancel_user;
     io->n_threads = o->n_threads;
+    io->filter_timeout_ms = o->filter_timeout_ms;
 }
 
 static void to_report(const ix_update_report *r, chimera_update_report *out)

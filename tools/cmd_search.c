@@ -120,13 +120,17 @@ static int read_per_query(const char *path, int64_t nq, chimera_filter ***out)
 int cmd_search(int argc, char **argv)
 {
     /* --filter-args A B ...: every argument up to the next option, taken out first */
-    const char *fargs[64];
     int n_fargs = 0, n_rest = 0;
+    const char **fargs = malloc((size_t)argc * sizeof *fargs);
     char **rest = malloc((size_t)(argc + 1) * sizeof *rest);
-    if (!rest) return 1;
+    if (!fargs || !rest) {
+        free(fargs);
+        free(rest);
+        return 1;
+    }
     for (int i = 0; i < argc; i++) {
         if (i >= 2 && strcmp(argv[i], "--filter-args") == 0) {
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && n_fargs < 64)
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
                 fargs[n_fargs++] = argv[++i];
             continue;
         }
@@ -134,6 +138,7 @@ int cmd_search(int argc, char **argv)
     }
     rest[n_rest] = NULL;
     int rc = search_main(n_rest, rest, fargs, n_fargs);
+    free(fargs);
     free(rest);
     return rc;
 }

@@ -89,11 +89,12 @@ int cmd_delete(int argc, char **argv)
 {
     /* --id N may repeat, and --filter-args takes every argument up to the next option:
      * both gathered here, the rest goes to the parser */
-    const char *fargs[64];
     int n_fargs = 0;
+    const char **fargs = malloc((size_t)argc * sizeof *fargs);
     int64_t *list = malloc((size_t)argc * sizeof *list);
     char **rest = malloc((size_t)(argc + 1) * sizeof *rest);
-    if (!list || !rest) {
+    if (!fargs || !list || !rest) {
+        free(fargs);
         free(list);
         free(rest);
         fprintf(stderr, "chimera delete: out of memory\n");
@@ -106,6 +107,7 @@ int cmd_delete(int argc, char **argv)
             long long v = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
             if (i + 1 >= argc || *argv[i + 1] == '\0' || *end) {
                 fprintf(stderr, "chimera delete: --id needs an integer id\n");
+                free(fargs);
                 free(list);
                 free(rest);
                 return 2;
@@ -115,7 +117,7 @@ int cmd_delete(int argc, char **argv)
             continue;
         }
         if (i >= 2 && strcmp(argv[i], "--filter-args") == 0) {
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && n_fargs < 64)
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
                 fargs[n_fargs++] = argv[++i];
             continue;
         }
@@ -124,11 +126,14 @@ int cmd_delete(int argc, char **argv)
     rest[n_rest] = NULL;
     const char *ids_path = NULL, *filter = NULL, *pos[1];
     int missing_ok = 0, no_sync = 0, np = 0;
+    uint32_t filter_ms = 0;
     cli_opt opts[] = {
         {"--ids", OPT_STR, &ids_path, "ids to delete (.npy int64 or text, one per line)", 0, 0},
         {"--filter", OPT_STR, &filter,
          "delete the documents whose metadata satisfies this SQL expression (chimera meta "
-         "import), ? bound to --filter-args", 0, 0},
+         "import), ? bound to --filter-args (every argument up to the next option)", 0, 0},
+        {"--filter-timeout-ms", OPT_U32, &filter_ms,
+         "the filter's time limit in milliseconds (default 2000)", 0, 0},
         {"--missing-ok", OPT_FLAG, &missing_ok, "skip ids that are not in the index", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
     };
@@ -143,13 +148,18 @@ int cmd_delete(int argc, char **argv)
         goto done;
     }
     if (np != 1 || (!ids_path && n_list == 0 && !filter) || (filter && (ids_path || n_list)) ||
-        (n_fargs && !filter)) {
+        (n_fargs && !filter) || (filter && missing_ok)) {
+        if (filter && missing_ok)
+            fprintf(stderr, "chimera delete: --missing-ok is for ids; with --filter, matching "
+                    "records of ids not in the index are always skipped\n");
         fprintf(stderr, "usage: chimera delete %s\n", syn);
         rc = 2;
         goto done;
     }
     double t0 = cli_now();
-    chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync};
+    if (filter_ms > INT32_MAX) filter_ms = INT32_MAX;
+    chimera_update_opts uo = {.missing_ok = missing_ok, .no_sync = no_sync,
+                              .filter_timeout_ms = (int)filter_ms};
     chimera_update_report rep;
     if (filter) {
         if (chimera_index_delete_where(pos[0], filter, fargs, n_fargs, &uo, &rep, &err) != CHIMERA_OK) {
@@ -179,7 +189,9 @@ int cmd_delete(int argc, char **argv)
     }
 report:
     printf("deleted %lld documents", (long long)rep.docs_deleted);
-    if (rep.ids_missing) printf(" (%lld ids not in the index, skipped)", (long long)rep.ids_missing);
+    if (rep.ids_missing)
+        printf(filter ? " (%lld matching records of ids not in the index, kept)"
+                      : " (%lld ids not in the index, skipped)", (long long)rep.ids_missing);
     printf("%s%s\n", rep.docs_deleted ? "" : "; nothing committed",
            rep.merged ? "; deletion lists merged" : "");
     print_report(pos[0], &rep, t0);
@@ -188,6 +200,7 @@ report:
                "space and time\n", 100.0 * (double)rep.n_deleted / (double)rep.n_docs, pos[0]);
 done:
     free(ids);
+    free(fargs);
     free(list);
     free(rest);
     return rc;

@@ -795,7 +795,8 @@ def delete(path, ids=None, *, filter=None, filter_args=(), missing_ok=False, no_
 
     A filter is evaluated under the index's writer lock, on the records of the state the
     delete commits against: a document another writer changes meanwhile is judged by
-    what it is at the commit. Records of ids not in the index are skipped (ids_missing).
+    what it is at the commit. Matching records of ids not in the index are kept and
+    counted in the report's ids_missing. The filter runs for at most 2 s.
     missing_ok: ids not in the index are skipped (counted in the report's ids_missing)
         instead of raising ValueError. Nothing is committed when none was found.
     The documents' metadata records are removed in the same commit.

@@ -26,9 +26,10 @@ static int64_t index_meta_gen(const ix_index *ix)
     return cJSON_IsNumber(g) && g->valuedouble >= 0 ? (int64_t)g->valuedouble : 0;
 }
 
-/* Replays the log entries after the database's generation, then deletes the rows of
- * ids the index no longer holds (every delete, and the ids an update replaced, end up
- * there), and records the index's metadata generation. Inside a transaction of its own. */
+/* Replays the log entries after the database's generation: the records an import or
+ * add stored, the ids a delete stored; and records the index's metadata generation.
+ * A delete logged before its ids were stored (format < 0.8) is replayed by deleting
+ * the rows of every id the index no longer holds. Inside a transaction of its own. */
 static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int64_t to,
                              int *n_replayed, chimera_error *err)
 {
@@ -36,6 +37,7 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
     const cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log"), *e;
     CM_TRY(meta_db_begin(db, err));
     chimera_status s = CHIMERA_OK;
+    int sweep = 0;
     cJSON_ArrayForEach(e, log)
     {
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "gen");
@@ -44,13 +46,32 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
         const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(e, "format");
         if (!cJSON_IsNumber(g) || g->valuedouble <= (double)from || !cJSON_IsString(op)) continue;
         (*n_replayed)++;
-        if (!cJSON_IsString(sec)) continue; /* a delete: below */
+        int is_delete = strcmp(op->valuestring, "delete") == 0;
+        if (!cJSON_IsString(sec)) {
+            sweep |= is_delete; /* an older delete, without its ids: below */
+            continue;
+        }
         const void *text;
         uint64_t bytes;
-        if (ix_store_section(ix->st, sec->valuestring, &text, &bytes) != CHIMERA_OK) {
+        if (ix_store_section(ix->st, sec->valuestring, &text, &bytes) != CHIMERA_OK ||
+            (is_delete && bytes % sizeof(int64_t) != 0)) {
             s = cm_fail(err, CHIMERA_ERR_CORRUPT, "metadata: the log names section '%s', which "
-                        "the index does not hold", sec->valuestring);
+                        "the index does not hold (or not as %s)", sec->valuestring,
+                        is_delete ? "ids" : "records");
             break;
+        }
+        if (is_delete) {
+            int64_t n_ids = (int64_t)(bytes / sizeof(int64_t));
+            int64_t *ids = n_ids ? cm_malloc((size_t)bytes) : NULL;
+            if (n_ids && !ids) {
+                s = cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
+                break;
+            }
+            if (n_ids) memcpy(ids, text, (size_t)bytes); /* the mapping's alignment aside */
+            s = meta_db_delete_ids(db, ids, n_ids, NULL, err);
+            cm_free(ids);
+            if (s != CHIMERA_OK) break;
+            continue;
         }
         meta_input_format f = cJSON_IsString(fmt) && strcmp(fmt->valuestring, "csv") == 0
                                   ? META_INPUT_CSV : META_INPUT_JSONL;
@@ -60,8 +81,10 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
         if (s != CHIMERA_OK) break;
     }
     int64_t *ids = NULL, n = 0;
-    if (s == CHIMERA_OK) s = meta_filter_ids(db, "1", NULL, 0, 0, &ids, &n, err);
-    if (s == CHIMERA_OK) {
+    /* On this connection: the rows the replay just wrote are not committed yet, and a
+     * separate reader would neither see them nor, after a large write, get in at all. */
+    if (s == CHIMERA_OK && sweep) s = meta_db_ids(db, &ids, &n, err);
+    if (s == CHIMERA_OK && sweep) {
         int64_t k = 0;
         for (int64_t i = 0; i < n; i++)
             if (ix_find_id(ix, ids[i]) < 0) ids[k++] = ids[i];

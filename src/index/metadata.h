@@ -4,14 +4,16 @@
  * The database is derived state. Every change that alters metadata (an import, an add
  * or update bringing records, a delete) also stores what it did in the index itself, in
  * the same manifest commit: the records as a section ("m<seq>_meta" for an import,
- * "s<seq>_meta" beside an added segment) and an entry of meta.metadata.log
+ * "s<seq>_meta" beside an added segment), or the ids whose records a delete removed
+ * ("d<seq>_ids", i64), and an entry of meta.metadata.log
  * ({"gen", "op": "replace" | "upsert" | "delete", "format", "section"}), and records the
  * generation of that commit as meta.metadata.gen. The database records the same number
  * once it holds the change. The order is: database transaction opened and changed,
  * manifest committed, database committed. A crash between the last two leaves the
  * database behind the index (its generation smaller than metadata.gen): the next writer
  * of the index replays the log entries after the database's generation (re-loading the
- * stored records, then deleting the rows of ids the index no longer holds) and says so;
+ * stored records, deleting the stored ids; a delete logged by an older version, without
+ * its ids, by deleting the rows of every id the index no longer holds) and says so;
  * filters refuse to run on a database that is behind rather than miss documents. A
  * crash before the manifest commit rolls the database back with the change. A
  * compaction copies the (repaired) database into the new index and clears the log. */

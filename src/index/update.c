@@ -1007,13 +1007,22 @@ done:
     return s;
 }
 
-/* The deletion of ids inside a begun change: tombstones and the ids' metadata records
- * in one commit; without missing_ok an id not in the index fails it. */
+/* The deletion of ids inside a begun change: tombstones and the metadata records of the
+ * deleted documents in one commit; without missing_ok an id not in the index fails it.
+ * The records of ids not in the index are left alone, whether or not anything else is
+ * deleted, so a delete's effect on the database never depends on the rest of its list;
+ * the ids whose records go are stored with the commit ("d<seq>_ids"), so that a replay
+ * after a crash removes exactly those (metadata.h). */
 static chimera_status delete_in_change(change *c, const int64_t *ids, int64_t n, int missing_ok,
                                        ix_update_report *rep, double t0, chimera_error *err)
 {
     uint32_t *docs = cm_malloc((size_t)(n + 1) * sizeof *docs);
-    if (!docs) return nomem(err);
+    int64_t *found = cm_malloc((size_t)(n + 1) * sizeof *found);
+    if (!docs || !found) {
+        cm_free(docs);
+        cm_free(found);
+        return nomem(err);
+    }
     chimera_status s = CHIMERA_OK;
     int64_t nd = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -1028,8 +1037,10 @@ static chimera_status delete_in_change(change *c, const int64_t *ids, int64_t n,
             rep->ids_missing++;
             continue;
         }
+        found[nd] = ids[i];
         docs[nd++] = (uint32_t)at;
     }
+    int64_t n_found = nd;
     qsort(docs, (size_t)nd, sizeof *docs, cmp_u32_docs);
     int64_t u = 0; /* an id listed twice deletes its document once */
     for (int64_t i = 0; i < nd; i++)
@@ -1042,8 +1053,14 @@ static chimera_status delete_in_change(change *c, const int64_t *ids, int64_t n,
     if ((s = write_tombstones(c, docs, nd, &rep->merged, err)) != CHIMERA_OK) goto done;
     meta_set(c->meta, "n_deleted", (double)(c->ix.n_deleted + nd));
     if (c->md) { /* their metadata goes in the same commit */
-        if ((s = ix_meta_delete(c->md, ids, n, err)) != CHIMERA_OK) goto done;
+        snprintf(c->md_section, sizeof c->md_section, "d%u_ids", c->next_seq++);
+        ix_store_type t = {"i64", 1, {(uint64_t)n_found, 0, 0, 0}};
+        if ((s = ix_store_writer_add_typed(c->w, c->md_section, &t, found,
+                                           (uint64_t)n_found * sizeof *found, err)) != CHIMERA_OK ||
+            (s = ix_meta_delete(c->md, found, n_found, err)) != CHIMERA_OK)
+            goto done;
         c->md_op = "delete";
+        c->md_fmt = "i64";
     }
     profiles_note_change(c, nd);
     if (!cJSON_GetObjectItemCaseSensitive(c->meta, "segments")) meta_segments(c);
@@ -1052,6 +1069,7 @@ static chimera_status delete_in_change(change *c, const int64_t *ids, int64_t n,
     fill_report(rep, c, c->ix.n_docs, c->ix.n_deleted + nd, c->ix.n_segs, t0);
 done:
     cm_free(docs);
+    cm_free(found);
     return s;
 }
 
@@ -1088,7 +1106,9 @@ chimera_status ix_delete_where(const char *dir, const char *expr, const char *co
     if (s == CHIMERA_OK && !c.md)
         s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                     "%s has no document metadata to filter on (chimera meta import)", dir);
-    if (s == CHIMERA_OK) s = ix_meta_select(c.md, expr, args, n_args, 0, &ids, &n, err);
+    if (s == CHIMERA_OK)
+        s = ix_meta_select(c.md, expr, args, n_args, c.o.filter_timeout_ms, &ids, &n, err);
+    if (s == CHIMERA_OK && cancelled(&c.o)) s = cancel_fail(dir, err);
     if (s == CHIMERA_OK) s = delete_in_change(&c, ids, n, 1, rep, t0, err);
     cm_free(ids);
     change_end(&c);

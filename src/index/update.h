@@ -56,6 +56,7 @@ typedef struct ix_update_opts {
     chimera_cancel_fn cancel; /* polled between blocks of work; non-zero: CANCELLED */
     void *cancel_user;
     int n_threads;        /* add, update: threads for assignment and encoding (0: all CPUs) */
+    int filter_timeout_ms;/* delete_where: the filter's time limit (0: META_FILTER_TIMEOUT_MS) */
 } ix_update_opts;
 
 typedef struct ix_update_report {
@@ -104,9 +105,10 @@ chimera_status ix_delete(const char *dir, const int64_t *ids, int64_t n, const i
 /* Deletes the documents whose metadata satisfies the filter expr (meta_filter_ids), the
  * filter evaluated under the writer lock on the records of the same state the delete
  * commits against, so no change of another writer falls between the two. Records of
- * ids not in the index are skipped (report->ids_missing).
+ * ids not in the index are kept and counted (report->ids_missing).
  * @return CHIMERA_OK (nothing committed when nothing matched); _INVALID_ARG (the index
- *         has no metadata; the filter's errors); the statuses of ix_add. */
+ *         has no metadata; the filter's errors); _CANCELLED (the filter's time limit);
+ *         the statuses of ix_add. */
 chimera_status ix_delete_where(const char *dir, const char *expr, const char *const *args,
                                int n_args, const ix_update_opts *opts, ix_update_report *report,
                                chimera_error *err);

@@ -122,6 +122,12 @@ chimera_status meta_db_set_generation(meta_db *db, int64_t gen, chimera_error *e
 /* Number of records. */
 chimera_status meta_db_count(meta_db *db, int64_t *n, chimera_error *err);
 
+/* The ids of all records, ascending, as this handle sees them: inside the caller's
+ * transaction its own uncommitted changes included (meta_filter_ids sees only what is
+ * committed).
+ * @param ids receives cm_malloc'd ids (free with cm_free); NULL when *n == 0. */
+chimera_status meta_db_ids(meta_db *db, int64_t **ids, int64_t *n, chimera_error *err);
+
 /* Deletes the rows of `ids` (ids without a row are ignored).
  * @param n_deleted optional: how many rows went. */
 chimera_status meta_db_delete_ids(meta_db *db, const int64_t *ids, int64_t n,

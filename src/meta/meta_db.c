@@ -358,6 +358,38 @@ chimera_status meta_db_count(meta_db *db, int64_t *n, chimera_error *err)
     return query_int(db->conn, "SELECT count(*) FROM meta", n, &found, "counting records", err);
 }
 
+chimera_status meta_db_ids(meta_db *db, int64_t **ids, int64_t *n, chimera_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, "SELECT id FROM meta ORDER BY id", -1, &st, NULL);
+    if (rc != SQLITE_OK) return meta_sqlite_fail(err, db->conn, rc, "listing records");
+    int64_t *v = NULL, len = 0, cap = 0;
+    chimera_status s = CHIMERA_OK;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            int64_t *grown = cm_realloc(v, (size_t)(cap ? 2 * cap : 1024) * sizeof *v);
+            if (!grown) {
+                s = cm_fail(err, CHIMERA_ERR_NOMEM, "listing records: out of memory");
+                break;
+            }
+            v = grown;
+            cap = cap ? 2 * cap : 1024;
+        }
+        v[len++] = sqlite3_column_int64(st, 0);
+    }
+    if (s == CHIMERA_OK && rc != SQLITE_DONE) s = meta_sqlite_fail(err, db->conn, rc, "listing records");
+    sqlite3_finalize(st);
+    if (s != CHIMERA_OK || len == 0) {
+        cm_free(v);
+        return s;
+    }
+    *ids = v;
+    *n = len;
+    return CHIMERA_OK;
+}
+
 chimera_status meta_db_delete_ids(meta_db *db, const int64_t *ids, int64_t n,
                                   int64_t *n_deleted, chimera_error *err)
 {
