@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 7
+#define CHIMERA_VERSION_MINOR 8
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.7.0"
+#define CHIMERA_VERSION_STRING "0.8.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
