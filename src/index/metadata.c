@@ -18,13 +18,17 @@ struct ix_meta {
 
 char *ix_meta_path(const char *dir) { return cm_path_join(dir, IX_META_FILE); }
 
-/* meta.metadata.gen of an index (0: no metadata change ever committed). */
-static int64_t index_meta_gen(const ix_index *ix)
+/* meta.metadata.<key> of a manifest's meta (0: absent). */
+static int64_t metadata_num(const cJSON *meta, const char *key)
 {
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, "gen");
-    return cJSON_IsNumber(g) && g->valuedouble >= 0 ? (int64_t)g->valuedouble : 0;
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(meta, "metadata");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, key);
+    return cJSON_IsNumber(g) && g->valuedouble >= 0 && g->valuedouble < 9e15 ? (int64_t)g->valuedouble
+                                                                             : 0;
 }
+
+/* meta.metadata.gen of an index (0: no metadata change ever committed). */
+static int64_t index_meta_gen(const ix_index *ix) { return metadata_num(ix_store_meta(ix->st), "gen"); }
 
 /* Replays the log entries after the database's generation: the records an import or
  * add stored, the ids a delete stored; and records the index's metadata generation.
@@ -35,6 +39,13 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
     const cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log"), *e;
+    int64_t log_from = metadata_num(ix_store_meta(ix->st), "log_from");
+    if (from < log_from)
+        return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                       "the metadata database is at generation %lld, older than the index's "
+                       "log reaches (%lld): it is not the database this index wrote (a copy "
+                       "put back?); import the records again (chimera meta import)",
+                       (long long)from, (long long)log_from);
     CM_TRY(meta_db_begin(db, err));
     chimera_status s = CHIMERA_OK;
     int sweep = 0;
@@ -53,8 +64,12 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
         }
         const void *text;
         uint64_t bytes;
+        int64_t at = ix_store_find(ix->st, sec->valuestring);
+        const char *dtype = at >= 0 ? ix_store_section_at(ix->st, (uint32_t)at)->dtype : NULL;
+        int ids_ok = dtype && strcmp(dtype, "i64") == 0 && cJSON_IsString(fmt) &&
+                     strcmp(fmt->valuestring, "i64") == 0;
         if (ix_store_section(ix->st, sec->valuestring, &text, &bytes) != CHIMERA_OK ||
-            (is_delete && bytes % sizeof(int64_t) != 0)) {
+            (is_delete && (!ids_ok || bytes % sizeof(int64_t) != 0))) {
             s = cm_fail(err, CHIMERA_ERR_CORRUPT, "metadata: the log names section '%s', which "
                         "the index does not hold (or not as %s)", sec->valuestring,
                         is_delete ? "ids" : "records");
@@ -97,9 +112,10 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
     return s;
 }
 
-chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int create, ix_meta **out,
+chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int flags, ix_meta **out,
                              int *repaired, chimera_error *err)
 {
+    int create = (flags & IX_META_CREATE) != 0;
     *out = NULL;
     if (repaired) *repaired = 0;
     char *path = ix_meta_path(dir);
@@ -116,7 +132,8 @@ chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int create, ix
     int64_t have = 0, want = index_meta_gen(ix);
     if (s == CHIMERA_OK) s = meta_db_generation(m->db, &have, err);
     int n = 0;
-    if (s == CHIMERA_OK && have != want) s = replay(m->db, ix, have, want, &n, err);
+    if (s == CHIMERA_OK && have != want && !(flags & IX_META_NO_REPLAY))
+        s = replay(m->db, ix, have, want, &n, err);
     if (repaired) *repaired = n;
     if (s == CHIMERA_OK) s = meta_db_begin(m->db, err);
     if (s != CHIMERA_OK) {
@@ -182,7 +199,10 @@ void ix_meta_end(ix_meta *m, int committed)
 void ix_meta_clear_log(cJSON *meta)
 {
     cJSON *md = cJSON_GetObjectItemCaseSensitive(meta, "metadata");
-    if (md) cJSON_DeleteItemFromObjectCaseSensitive(md, "log");
+    if (!md) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(md, "log");
+    cJSON_DeleteItemFromObjectCaseSensitive(md, "log_from");
+    cJSON_AddNumberToObject(md, "log_from", (double)metadata_num(meta, "gen"));
 }
 
 chimera_status ix_meta_filter(const char *dir, const ix_index *ix, const char *expr,

@@ -16,7 +16,9 @@
  * its ids, by deleting the rows of every id the index no longer holds) and says so;
  * filters refuse to run on a database that is behind rather than miss documents. A
  * crash before the manifest commit rolls the database back with the change. A
- * compaction copies the (repaired) database into the new index and clears the log. */
+ * compaction copies the (repaired) database into the new index and clears the log; so
+ * does every other change, once the database holds the log (the next writer replays
+ * first), dropping the sections the log names: the log holds only the last change. */
 #ifndef CHIMERA_INDEX_METADATA_H
 #define CHIMERA_INDEX_METADATA_H
 
@@ -30,12 +32,19 @@
 
 typedef struct ix_meta ix_meta;
 
+/* ix_meta_begin's flags */
+#define IX_META_CREATE 1    /* make a missing database */
+#define IX_META_NO_REPLAY 2 /* the change replaces every record: what the database is
+                               behind does not matter (an import) */
+
 /* Opens the database of the index at dir (opened as ix, under the writer lock) for a
  * change: replays what it is behind (committed at once; *repaired counts the entries
- * replayed), then begins the change's transaction. With create, a missing database is
- * made; without, *out is NULL when the index has none.
- * @return CHIMERA_OK; the statuses of meta_db_open and of loading stored records. */
-chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int create, ix_meta **out,
+ * replayed), then begins the change's transaction. Without IX_META_CREATE, *out is
+ * NULL when the index has none.
+ * @return CHIMERA_OK; CHIMERA_ERR_CORRUPT (the database is older than the log reaches:
+ *         not the one this index wrote, e.g. a copy put back; an import repairs it); the
+ *         statuses of meta_db_open and of loading stored records. */
+chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int flags, ix_meta **out,
                              int *repaired, chimera_error *err);
 
 /* Row changes inside the change's transaction. */
@@ -60,7 +69,10 @@ chimera_status ix_meta_prepare(ix_meta *m, struct cJSON *meta, uint64_t new_gen,
  * change: the next writer replays it. NULL is a no-op. */
 void ix_meta_end(ix_meta *m, int committed);
 
-/* A compaction: the log is cleared (its sections are not carried over). */
+/* Empties the log once the database holds what it describes (a compaction, which does
+ * not carry its sections over; any change, which drops them): meta.metadata.log_from
+ * records the generation it now starts after, below which a database cannot be
+ * replayed. */
 void ix_meta_clear_log(struct cJSON *meta);
 
 /* The path of the database of the index at dir (cm_malloc'd). */

@@ -15,15 +15,20 @@ static const ix_section_def tombstones = {"del", "u32", "[n]", "deleted document
                                           IX_SHARED};
 static const ix_section_def metadata = {"meta", "u8", "[bytes]",
                                         "metadata records (index/metadata.h)", 0, 0, IX_SHARED};
+static const ix_section_def deleted_ids = {"ids", "i64", "[n]",
+                                           "ids whose metadata a delete removed (index/metadata.h)",
+                                           0, 0, IX_SHARED};
 
 const ix_section_def *ix_section_find(const char *name)
 {
     /* "s<digits>_<name>" is a segment's copy of <name>; "t<digits>_del" a tombstone list */
-    if ((name[0] == 's' || name[0] == 't' || name[0] == 'm') && name[1] >= '0' && name[1] <= '9') {
+    if ((name[0] == 's' || name[0] == 't' || name[0] == 'm' || name[0] == 'd') && name[1] >= '0' &&
+        name[1] <= '9') {
         const char *p = name + 1;
         while (*p >= '0' && *p <= '9') p++;
         if (*p == '_') {
             if (name[0] == 't') return strcmp(p + 1, "del") == 0 ? &tombstones : NULL;
+            if (name[0] == 'd') return strcmp(p + 1, "ids") == 0 ? &deleted_ids : NULL;
             if (strcmp(p + 1, "meta") == 0) return &metadata; /* s<seq>_ or m<seq>_ */
             if (name[0] == 'm') return NULL;
             const ix_section_def *d = ix_section_find(p + 1);
@@ -33,4 +38,10 @@ const ix_section_def *ix_section_find(const char *name)
     for (int i = 0; i < IX_N_SECTIONS; i++)
         if (strcmp(ix_sections[i].name, name) == 0) return &ix_sections[i];
     return NULL;
+}
+
+int ix_section_is_metadata_change(const char *name)
+{
+    const ix_section_def *d = ix_section_find(name);
+    return d == &metadata || d == &deleted_ids;
 }

@@ -75,8 +75,13 @@ typedef struct ix_section_def {
 extern const ix_section_def ix_sections[IX_N_SECTIONS];
 
 /* The entry for `name`, or NULL for a name that is not an index section. An appended
- * segment's "s<seq>_<name>", a tombstone list's "t<seq>_del" and stored metadata records
- * ("m<seq>_meta", "s<seq>_meta": host-only) count as their kind. */
+ * segment's "s<seq>_<name>", a tombstone list's "t<seq>_del", stored metadata records
+ * ("m<seq>_meta", "s<seq>_meta") and a delete's ids ("d<seq>_ids") count as their kind
+ * (the last two host-only). */
 const ix_section_def *ix_section_find(const char *name);
+
+/* Non-zero for a section that carries one metadata change to the database (records or
+ * a delete's ids, named by an entry of meta.metadata.log: index/metadata.h). */
+int ix_section_is_metadata_change(const char *name);
 
 #endif

@@ -891,6 +891,16 @@ chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
     for (uint32_t i = 0; i < n_drop; i++)
         for (uint32_t j = 0; j < w->n_keep; j++)
             if (strcmp(w->keep[j].name, drop[i]) == 0) w->keep[j].name[0] = '\0';
+    /* a manifest readers would refuse (store_read.c) is never committed */
+    uint64_t n_listed = w->n_secs;
+    for (uint32_t j = 0; j < w->n_keep; j++) n_listed += w->keep[j].name[0] != '\0';
+    if (n_listed > FMT_MAX_SECTIONS) {
+        s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                    "%s: the change would leave %llu sections, more than the format's %d; "
+                    "compacting the index (chimera compact) merges them", w->out_dir,
+                    (unsigned long long)n_listed, FMT_MAX_SECTIONS);
+        goto fail;
+    }
     uint64_t next = w->base_gen < (uint64_t)FMT_MAX_JSON_INT ? w->base_gen + 1 : 1;
     if ((s = build_manifest(w, meta, next, &root, err)) != CHIMERA_OK) goto fail;
     /* the commit point: the new manifest renamed over the old one (cm_writer: temporary

@@ -84,8 +84,26 @@ static uint32_t first_free_seq(const ix_index *ix, const cJSON *meta)
     return seq;
 }
 
+static chimera_status drop_section(change *c, const char *name, chimera_error *err);
+
+/* The database holds every metadata change the index committed (ix_meta_begin replayed
+ * what it lacked), so the sections that carried those changes to it, and the log
+ * entries naming them, are spent: this change's commit drops them and leaves its own
+ * entry alone in the log. Kept, they would pile up with every change until the
+ * manifest outgrew FMT_MAX_SECTIONS. A crash before the commit drops nothing; after
+ * it, the database at worst lacks only this change, which the log still names. */
+static chimera_status drop_spent_metadata_changes(change *c, chimera_error *err)
+{
+    for (uint32_t i = 0; i < ix_store_n_sections(c->ix.st); i++) {
+        const char *name = ix_store_section_at(c->ix.st, i)->name;
+        if (ix_section_is_metadata_change(name)) CM_TRY(drop_section(c, name, err));
+    }
+    ix_meta_clear_log(c->meta);
+    return CHIMERA_OK;
+}
+
 static chimera_status change_begin(change *c, const char *dir, const ix_update_opts *opts,
-                                   int in_place, int meta_create, chimera_error *err)
+                                   int in_place, int meta_flags, chimera_error *err)
 {
     memset(c, 0, sizeof *c);
     c->dir = dir;
@@ -105,10 +123,11 @@ static chimera_status change_begin(change *c, const char *dir, const ix_update_o
     c->meta = cJSON_Duplicate(ix_store_meta(c->ix.st), 1);
     if (!c->meta) return nomem(err);
     c->next_seq = first_free_seq(&c->ix, c->meta);
-    CM_TRY(ix_meta_begin(dir, &c->ix, meta_create, &c->md, &c->md_repaired, err));
+    CM_TRY(ix_meta_begin(dir, &c->ix, meta_flags, &c->md, &c->md_repaired, err));
     if (in_place) {
         ix_store_write_opts wo = {.no_sync = c->o.no_sync};
         CM_TRY(ix_store_delta_begin(dir, c->ix.st, c->lock, &wo, &c->w, err));
+        if (c->md) CM_TRY(drop_spent_metadata_changes(c, err));
     }
     return CHIMERA_OK;
 }
@@ -844,7 +863,7 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
     cm_pool *pool = NULL;
     float **conv = NULL, **vrot = NULL;
     int nw = 0;
-    chimera_status s = change_begin(&c, dir, opts, 1, meta_text != NULL, err);
+    chimera_status s = change_begin(&c, dir, opts, 1, meta_text ? IX_META_CREATE : 0, err);
     if (s != CHIMERA_OK) goto done;
     ix_index *ix = &c.ix;
     if (docs->dim != ix->dim) {
@@ -1242,7 +1261,8 @@ chimera_status ix_meta_import(const char *dir, const char *path, int csv, const 
         return cm_fail(err, CHIMERA_ERR_IO, "%s: read failed", path);
     }
     change c;
-    chimera_status s = change_begin(&c, dir, opts, 1, 1, err);
+    /* every record replaced: a database the log cannot repair is repaired here */
+    chimera_status s = change_begin(&c, dir, opts, 1, IX_META_CREATE | IX_META_NO_REPLAY, err);
     if (s == CHIMERA_OK) {
         snprintf(c.md_section, sizeof c.md_section, "m%u_meta", c.next_seq++);
         ix_store_type t = {"u8", 1, {(uint64_t)len, 0, 0, 0}};
