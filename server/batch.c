@@ -239,8 +239,10 @@ done:
     } else {
         char msg[300];
         snprintf(msg, sizeof msg, "search: %s", err.msg[0] ? err.msg : "out of memory");
-        answer_failure(list[0], srv_status_of(st), st == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY" : "SEARCH_FAILED",
-                       msg);
+        const srv_remote *r = b->ix->remote;
+        int lost = r && r->healthy && !r->healthy(r->user);
+        answer_failure(list[0], srv_status_of(st), lost ? "SHARDS_LOST"
+                       : st == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY" : "SEARCH_FAILED", msg);
     }
     b->last_end = srv_now();
     chimera_queries_free(q);

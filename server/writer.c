@@ -127,8 +127,13 @@ static void answer_write(srv_writer *wr, srv_write *w, chimera_status s, const c
         atomic_fetch_add(&wr->m->write_errors, 1);
         srv_error e = {0};
         int status = srv_status_of(s);
-        srv_fail(&e, status, s == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY" : status == 503 ? "BUSY"
-                             : status == 409 ? "CONFLICT" : status == 422 ? "WRITE_REJECTED" : "WRITE_FAILED",
+        /* BUSY promises that nothing was done (clients send it again); shard processes
+         * lost during a write promise nothing, and answer so */
+        const srv_remote *r = wr->ix->remote;
+        int lost = r && r->healthy && !r->healthy(r->user);
+        srv_fail(&e, status, lost ? "SHARDS_LOST" : s == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY"
+                             : status == 503 ? "BUSY" : status == 409 ? "CONFLICT"
+                             : status == 422 ? "WRITE_REJECTED" : "WRITE_FAILED",
                  "%s", err->msg[0] ? err->msg : chimera_status_str(s));
         srv_answer_error(&a, &e);
     }

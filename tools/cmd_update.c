@@ -137,8 +137,8 @@ int cmd_delete(int argc, char **argv)
         {"--missing-ok", OPT_FLAG, &missing_ok, "skip ids that are not in the index", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
     };
-    const char *syn = "IDX (--ids I.npy | --id N [--id M ...] | --filter EXPR [--filter-args A ...]) "
-                      "[--missing-ok]";
+    const char *syn = "IDX (--ids I.npy | --id N [--id M ...]) [--missing-ok] | "
+                      "IDX --filter EXPR [--filter-args A ...] [--filter-timeout-ms MS]";
     int r = cli_parse("delete", syn, n_rest, rest, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
     int rc = 0;
     int64_t *ids = NULL, n = 0;
