@@ -1014,7 +1014,9 @@ CHIMERA_API int64_t chimera_filter_ids(const chimera_filter *filter, int64_t *id
  * bound as one) and at most timeout_ms of running time (0: 2 s).
  * @return CHIMERA_OK; _INVALID_ARG (a syntax error or a refused operation, named; the
  *         index has no metadata); _CANCELLED (the time limit); _CONFLICT (the metadata is
- *         behind the index after an interrupted change: any change repairs it); _NOMEM. */
+ *         behind the index after an interrupted change: any change repairs it); _CORRUPT
+ *         (the database is older than the index's log reaches, e.g. a copy put back:
+ *         chimera_index_meta_import repairs it); _NOMEM. */
 CHIMERA_API chimera_status chimera_filter_sql(const chimera_index *index, const char *expr,
                                               const char *const *args, int n_args,
                                               int timeout_ms, chimera_filter **out,

@@ -81,6 +81,7 @@ void srv_answer_json(srv_answer *a, int status, void *json)
 void srv_answer_error(srv_answer *a, const srv_error *e)
 {
     a->status = e->status ? e->status : 500;
+    a->lasting = e->code && strcmp(e->code, "SHARDS_LOST") == 0;
     a->body = srv_error_json(e);
     a->len = a->body ? strlen(a->body) : 0;
 }

@@ -240,7 +240,7 @@ done:
         char msg[300];
         snprintf(msg, sizeof msg, "search: %s", err.msg[0] ? err.msg : "out of memory");
         const srv_remote *r = b->ix->remote;
-        int lost = r && r->healthy && !r->healthy(r->user);
+        int lost = srv_status_of(st) == 503 && r && r->healthy && !r->healthy(r->user);
         answer_failure(list[0], srv_status_of(st), lost ? "SHARDS_LOST"
                        : st == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY" : "SEARCH_FAILED", msg);
     }

@@ -77,8 +77,9 @@ static enum MHD_Result send_answer(conn_req *r, srv_answer *a)
                             a->ctype ? a->ctype : "application/json");
     if (a->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (a->status == 405 && a->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, a->allow);
-    /* 503s are passing states (busy, out of memory, shutting down): say when to retry */
-    if (a->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    /* 503s are passing states (busy, out of memory, shutting down): say when to retry;
+     * lost shard processes stay lost until the service is restarted */
+    if (a->status == 503 && !a->lasting) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     /* An answer sent before the body was read leaves the rest of the body unread on the
      * socket: the connection cannot carry another request. */
     if (r->state == ST_RECEIVING && r->len == 0 && r->status == 0 && a->early)

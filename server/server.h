@@ -182,6 +182,7 @@ typedef struct srv_answer {
     const char *ctype;   /* static; NULL: application/json */
     const char *allow;   /* static; the Allow header of a 405 */
     int early;           /* answered before the body was read (the connection closes) */
+    int lasting;         /* a 503 that will not pass (SHARDS_LOST): no Retry-After */
 } srv_answer;
 
 /* Sets a's body to the cJSON value's text (and frees the value) or to e's error. */

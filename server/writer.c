@@ -130,7 +130,7 @@ static void answer_write(srv_writer *wr, srv_write *w, chimera_status s, const c
         /* BUSY promises that nothing was done (clients send it again); shard processes
          * lost during a write promise nothing, and answer so */
         const srv_remote *r = wr->ix->remote;
-        int lost = r && r->healthy && !r->healthy(r->user);
+        int lost = status == 503 && r && r->healthy && !r->healthy(r->user);
         srv_fail(&e, status, lost ? "SHARDS_LOST" : s == CHIMERA_ERR_NOMEM ? "OUT_OF_MEMORY"
                              : status == 503 ? "BUSY" : status == 409 ? "CONFLICT"
                              : status == 422 ? "WRITE_REJECTED" : "WRITE_FAILED",

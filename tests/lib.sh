@@ -35,6 +35,8 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 bad = [q for q in a if q not in b or a[q].keys() != b[q].keys() or
        any(abs(s - b[q][d]) > 1e-5 * max(1.0, abs(s)) for d, s in a[q].items())]
 bad += [q for q in b if q not in a]
+if not a:
+    bad = ["(none: the runs are empty)"]
 if bad:
     print("query %s differs" % bad[0])
 sys.exit(1 if bad else 0)

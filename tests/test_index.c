@@ -281,6 +281,22 @@ static void test_roundtrip(void)
                si->device_resident);
     }
     ix_close(&ix);
+    /* every name of the list is found as itself, a segment's copy as its kind, and the
+     * names of stored metadata changes as host-only sections of their own */
+    for (int i = 0; i < IX_N_SECTIONS; i++) {
+        char seg[64];
+        snprintf(seg, sizeof seg, "s12_%s", ix_sections[i].name);
+        CHECKF(ix_section_find(ix_sections[i].name) == &ix_sections[i], "ix_section_find(%s)",
+               ix_sections[i].name);
+        CHECKF(ix_section_find(seg) == (ix_sections[i].scope == IX_SEGMENT ? &ix_sections[i] : NULL),
+               "ix_section_find(%s)", seg);
+    }
+    const char *changes[] = {"d7_ids", "m3_meta", "s4_meta"}, *others[] = {"d7_meta", "d_ids", "m3_ids", "t2_ids"};
+    for (int i = 0; i < 3; i++)
+        CHECKF(ix_section_is_metadata_change(changes[i]) && !ix_section_find(changes[i])->on_device,
+               "%s is not a host-only metadata change", changes[i]);
+    for (int i = 0; i < 4; i++)
+        CHECKF(!ix_section_is_metadata_change(others[i]), "%s taken for a metadata change", others[i]);
 
     /* determinism: same input and seed, another thread count -> identical sections */
     char dir2[512], dir3[512];

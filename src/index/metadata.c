@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -23,29 +24,65 @@ static int64_t metadata_num(const cJSON *meta, const char *key)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(meta, "metadata");
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, key);
-    return cJSON_IsNumber(g) && g->valuedouble >= 0 && g->valuedouble < 9e15 ? (int64_t)g->valuedouble
-                                                                             : 0;
+    return cJSON_IsNumber(g) && g->valuedouble >= 0 && g->valuedouble <= FMT_MAX_JSON_INT
+               ? (int64_t)g->valuedouble : 0;
 }
 
 /* meta.metadata.gen of an index (0: no metadata change ever committed). */
 static int64_t index_meta_gen(const ix_index *ix) { return metadata_num(ix_store_meta(ix->st), "gen"); }
 
-/* Replays the log entries after the database's generation: the records an import or
- * add stored, the ids a delete stored; and records the index's metadata generation.
- * A delete logged before its ids were stored (format < 0.8) is replayed by deleting
- * the rows of every id the index no longer holds. Inside a transaction of its own. */
-static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int64_t to,
-                             int *n_replayed, chimera_error *err)
+/* Where the replay of a database at generation `from` starts: after *start, the
+ * entries to replay. An import's "replace" makes every record, so replayed it repairs a
+ * database of any age and what came before it does not matter. 0: the log cannot
+ * repair it (it is older than meta.metadata.log_from, where the log begins). */
+static int log_start(const ix_index *ix, int64_t from, double *start)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
     const cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log"), *e;
-    int64_t log_from = metadata_num(ix_store_meta(ix->st), "log_from");
-    if (from < log_from)
-        return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                       "the metadata database is at generation %lld, older than the index's "
-                       "log reaches (%lld): it is not the database this index wrote (a copy "
-                       "put back?); import the records again (chimera meta import)",
-                       (long long)from, (long long)log_from);
+    *start = (double)from;
+    int replace = 0;
+    cJSON_ArrayForEach(e, log)
+    {
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "gen");
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op");
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(e, "section");
+        if (cJSON_IsNumber(g) && g->valuedouble > (double)from && cJSON_IsString(op) &&
+            strcmp(op->valuestring, "replace") == 0 && cJSON_IsString(sec) &&
+            ix_store_find(ix->st, sec->valuestring) >= 0) {
+            *start = g->valuedouble - 1;
+            replace = 1;
+        }
+    }
+    return replace || from >= metadata_num(ix_store_meta(ix->st), "log_from");
+}
+
+static chimera_status too_old(int64_t from, const ix_index *ix, chimera_error *err)
+{
+    return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                   "the metadata database is at generation %lld, older than the index's log "
+                   "reaches (%lld): it is not the database this index wrote (a copy put "
+                   "back?); import the records again (chimera meta import)", (long long)from,
+                   (long long)metadata_num(ix_store_meta(ix->st), "log_from"));
+}
+
+/* Replays the log entries after the database's generation: the records an import or
+ * add stored, the ids a delete stored; and records the index's metadata generation.
+ * A delete logged before its ids were stored (format < 0.8) is replayed by deleting
+ * the rows of every id the index no longer holds. Inside a transaction of its own.
+ * created: the database file was just made (it was missing), for the message. */
+static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int64_t to,
+                             int created, int *n_replayed, chimera_error *err)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
+    const cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log"), *e;
+    double start;
+    if (!log_start(ix, from, &start)) {
+        if (created)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "the metadata database (%s) is missing: import the records again "
+                           "(chimera meta import)", IX_META_FILE);
+        return too_old(from, ix, err);
+    }
     CM_TRY(meta_db_begin(db, err));
     chimera_status s = CHIMERA_OK;
     int sweep = 0;
@@ -55,7 +92,7 @@ static chimera_status replay(meta_db *db, const ix_index *ix, int64_t from, int6
         const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op");
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(e, "section");
         const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(e, "format");
-        if (!cJSON_IsNumber(g) || g->valuedouble <= (double)from || !cJSON_IsString(op)) continue;
+        if (!cJSON_IsNumber(g) || g->valuedouble <= start || !cJSON_IsString(op)) continue;
         (*n_replayed)++;
         int is_delete = strcmp(op->valuestring, "delete") == 0;
         if (!cJSON_IsString(sec)) {
@@ -121,26 +158,29 @@ chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int flags, ix_
     char *path = ix_meta_path(dir);
     if (!path) return cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
     struct stat sb;
-    if (!create && stat(path, &sb) != 0) {
+    int missing = stat(path, &sb) != 0;
+    if (!create && missing) {
         cm_free(path);
         return CHIMERA_OK; /* no metadata */
     }
     ix_meta *m = cm_calloc(1, sizeof *m);
     chimera_status s = m ? meta_db_open(path, create, &m->db, err)
                          : cm_fail(err, CHIMERA_ERR_NOMEM, "metadata: out of memory");
-    cm_free(path);
     int64_t have = 0, want = index_meta_gen(ix);
     if (s == CHIMERA_OK) s = meta_db_generation(m->db, &have, err);
     int n = 0;
     if (s == CHIMERA_OK && have != want && !(flags & IX_META_NO_REPLAY))
-        s = replay(m->db, ix, have, want, &n, err);
+        s = replay(m->db, ix, have, want, missing, &n, err);
     if (repaired) *repaired = n;
     if (s == CHIMERA_OK) s = meta_db_begin(m->db, err);
     if (s != CHIMERA_OK) {
         cm_fail_prefix(err, "%s", dir);
         ix_meta_end(m, 0);
+        if (missing && m) unlink(path); /* made for nothing: leave it missing, as it was */
+        cm_free(path);
         return s;
     }
+    cm_free(path);
     *out = m;
     return CHIMERA_OK;
 }
@@ -224,7 +264,10 @@ chimera_status ix_meta_filter(const char *dir, const ix_index *ix, const char *e
     cm_free(path);
     int64_t have = 0, want = index_meta_gen(ix);
     if (s == CHIMERA_OK) s = meta_db_generation(db, &have, err);
-    if (s == CHIMERA_OK && have < want)
+    double start;
+    if (s == CHIMERA_OK && have < want && !log_start(ix, have, &start))
+        s = too_old(have, ix, err);
+    else if (s == CHIMERA_OK && have < want)
         s = cm_fail(err, CHIMERA_ERR_CONFLICT,
                     "%s: the metadata database is behind the index (a change was interrupted "
                     "after its commit); the next change to the index repairs it, e.g. chimera "

@@ -16,9 +16,13 @@
  * its ids, by deleting the rows of every id the index no longer holds) and says so;
  * filters refuse to run on a database that is behind rather than miss documents. A
  * crash before the manifest commit rolls the database back with the change. A
- * compaction copies the (repaired) database into the new index and clears the log; so
- * does every other change, once the database holds the log (the next writer replays
- * first), dropping the sections the log names: the log holds only the last change. */
+ * compaction copies the (repaired) database into the new index and clears the log. So
+ * does every other in-place change of an index with a database, once the database
+ * holds the log (it replays first): it drops every metadata-change section and leaves
+ * in the log only its own entry, if it has one. meta.metadata.log_from records where
+ * the log starts; a database older than that cannot be replayed (writers and filters
+ * refuse it as CORRUPT) unless a later import's "replace" entry is in the log, which
+ * makes every record; an import, which replaces all records, repairs it. */
 #ifndef CHIMERA_INDEX_METADATA_H
 #define CHIMERA_INDEX_METADATA_H
 
@@ -35,7 +39,8 @@ typedef struct ix_meta ix_meta;
 /* ix_meta_begin's flags */
 #define IX_META_CREATE 1    /* make a missing database */
 #define IX_META_NO_REPLAY 2 /* the change replaces every record: what the database is
-                               behind does not matter (an import) */
+                               behind does not matter (an import; the database stays
+                               behind until the change commits) */
 
 /* Opens the database of the index at dir (opened as ix, under the writer lock) for a
  * change: replays what it is behind (committed at once; *repaired counts the entries
@@ -80,8 +85,9 @@ char *ix_meta_path(const char *dir);
 
 /* The ids whose metadata satisfies expr (meta_filter_ids), from the database of the
  * index at dir as ix sees it: CHIMERA_ERR_CONFLICT when the database is behind ix (an
- * interrupted change, repaired by the next writer), CHIMERA_ERR_EMPTY-free: an index
- * without metadata is CHIMERA_ERR_INVALID_ARG ("no metadata: chimera meta import"). */
+ * interrupted change, repaired by the next writer), CHIMERA_ERR_CORRUPT when it is too
+ * old for the log to repair (an import does); an index without metadata is
+ * CHIMERA_ERR_INVALID_ARG ("no metadata: chimera meta import"). */
 chimera_status ix_meta_filter(const char *dir, const ix_index *ix, const char *expr,
                               const char *const *args, int n_args, int timeout_ms,
                               int64_t **ids, int64_t *n, chimera_error *err);

@@ -21,14 +21,16 @@ static const ix_section_def deleted_ids = {"ids", "i64", "[n]",
 
 const ix_section_def *ix_section_find(const char *name)
 {
-    /* "s<digits>_<name>" is a segment's copy of <name>; "t<digits>_del" a tombstone list */
+    /* "s<digits>_<name>" is a segment's copy of <name>; "t<digits>_del" a tombstone list;
+     * "d<digits>_ids" a delete's ids (and every other "d..." a name of the list: d1_codes) */
     if ((name[0] == 's' || name[0] == 't' || name[0] == 'm' || name[0] == 'd') && name[1] >= '0' &&
         name[1] <= '9') {
         const char *p = name + 1;
         while (*p >= '0' && *p <= '9') p++;
-        if (*p == '_') {
+        if (name[0] == 'd') {
+            if (strcmp(p, "_ids") == 0) return &deleted_ids;
+        } else if (*p == '_') {
             if (name[0] == 't') return strcmp(p + 1, "del") == 0 ? &tombstones : NULL;
-            if (name[0] == 'd') return strcmp(p + 1, "ids") == 0 ? &deleted_ids : NULL;
             if (strcmp(p + 1, "meta") == 0) return &metadata; /* s<seq>_ or m<seq>_ */
             if (name[0] == 'm') return NULL;
             const ix_section_def *d = ix_section_find(p + 1);

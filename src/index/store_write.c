@@ -895,7 +895,7 @@ chimera_status ix_store_delta_commit(ix_store_writer *w, const cJSON *meta,
     uint64_t n_listed = w->n_secs;
     for (uint32_t j = 0; j < w->n_keep; j++) n_listed += w->keep[j].name[0] != '\0';
     if (n_listed > FMT_MAX_SECTIONS) {
-        s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+        s = cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
                     "%s: the change would leave %llu sections, more than the format's %d; "
                     "compacting the index (chimera compact) merges them", w->out_dir,
                     (unsigned long long)n_listed, FMT_MAX_SECTIONS);
