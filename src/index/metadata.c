@@ -31,15 +31,15 @@ static int64_t metadata_num(const cJSON *meta, const char *key)
 /* meta.metadata.gen of an index (0: no metadata change ever committed). */
 static int64_t index_meta_gen(const ix_index *ix) { return metadata_num(ix_store_meta(ix->st), "gen"); }
 
-/* Where the replay of a database at generation `from` starts: after *start, the
- * entries to replay. An import's "replace" makes every record, so replayed it repairs a
+/* Where the replay of a database at generation `from` starts: after *start (may be
+ * NULL), the entries to replay. An import's "replace" makes every record, so replayed it repairs a
  * database of any age and what came before it does not matter. 0: the log cannot
  * repair it (it is older than meta.metadata.log_from, where the log begins). */
 static int log_start(const ix_index *ix, int64_t from, double *start)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "metadata");
     const cJSON *log = cJSON_GetObjectItemCaseSensitive(md, "log"), *e;
-    *start = (double)from;
+    double at = (double)from;
     int replace = 0;
     cJSON_ArrayForEach(e, log)
     {
@@ -49,10 +49,11 @@ static int log_start(const ix_index *ix, int64_t from, double *start)
         if (cJSON_IsNumber(g) && g->valuedouble > (double)from && cJSON_IsString(op) &&
             strcmp(op->valuestring, "replace") == 0 && cJSON_IsString(sec) &&
             ix_store_find(ix->st, sec->valuestring) >= 0) {
-            *start = g->valuedouble - 1;
+            at = g->valuedouble - 1;
             replace = 1;
         }
     }
+    if (start) *start = at;
     return replace || from >= metadata_num(ix_store_meta(ix->st), "log_from");
 }
 
@@ -264,8 +265,7 @@ chimera_status ix_meta_filter(const char *dir, const ix_index *ix, const char *e
     cm_free(path);
     int64_t have = 0, want = index_meta_gen(ix);
     if (s == CHIMERA_OK) s = meta_db_generation(db, &have, err);
-    double start;
-    if (s == CHIMERA_OK && have < want && !log_start(ix, have, &start))
+    if (s == CHIMERA_OK && have < want && !log_start(ix, have, NULL))
         s = too_old(have, ix, err);
     else if (s == CHIMERA_OK && have < want)
         s = cm_fail(err, CHIMERA_ERR_CONFLICT,

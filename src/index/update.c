@@ -84,7 +84,18 @@ static uint32_t first_free_seq(const ix_index *ix, const cJSON *meta)
     return seq;
 }
 
-static chimera_status drop_section(change *c, const char *name, chimera_error *err);
+static chimera_status drop_section(change *c, const char *name, chimera_error *err)
+{
+    if (c->n_drop == c->cap_drop) {
+        uint32_t cap = c->cap_drop ? 2 * c->cap_drop : 32;
+        char(*d)[FMT_NAME_BYTES] = cm_realloc(c->drop, cap * sizeof *d);
+        if (!d) return nomem(err);
+        c->drop = d;
+        c->cap_drop = cap;
+    }
+    snprintf(c->drop[c->n_drop++], FMT_NAME_BYTES, "%s", name);
+    return CHIMERA_OK;
+}
 
 /* The database holds every metadata change the index committed (ix_meta_begin replayed
  * what it lacked), so the sections that carried those changes to it, and the log
@@ -141,19 +152,6 @@ static void change_end(change *c)
     cm_free(c->drop);
     ix_store_lock_release(c->lock);
     memset(c, 0, sizeof *c);
-}
-
-static chimera_status drop_section(change *c, const char *name, chimera_error *err)
-{
-    if (c->n_drop == c->cap_drop) {
-        uint32_t cap = c->cap_drop ? 2 * c->cap_drop : 32;
-        char(*d)[FMT_NAME_BYTES] = cm_realloc(c->drop, cap * sizeof *d);
-        if (!d) return nomem(err);
-        c->drop = d;
-        c->cap_drop = cap;
-    }
-    snprintf(c->drop[c->n_drop++], FMT_NAME_BYTES, "%s", name);
-    return CHIMERA_OK;
 }
 
 /* Drops every per-segment section of segment sg. */
