@@ -940,7 +940,9 @@ CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_inde
 typedef struct chimera_search_params {
     uint32_t n_probe;   /* clusters probed per query token */
     uint32_t k_refine;  /* documents kept by 1-bit partial scores (refinement) */
-    uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k) */
+    uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k); at
+                           k_fullbit >= k_refine every refined document is, and the
+                           1-bit scoring stage is skipped */
     uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring */
     chimera_impute impute; /* refinement floor for unseen tokens (default: PROBE) */
     chimera_probe probe;   /* centroid search (default: the backend's choice) */
@@ -1055,7 +1057,8 @@ typedef struct chimera_search_profile {
     /* Since 0.6.0 */
     double t_interaction;       /* centroid interaction (summed per query; 0 when off) */
     uint64_t n_scored1;         /* documents 1-bit scored: n_refined, or the
-                                   k_interaction best of them */
+                                   k_interaction best of them; 0 for a query whose
+                                   k_fullbit covers them all (none is needed) */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k

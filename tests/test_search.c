@@ -6,7 +6,10 @@
  * is at least 0.9 on synthetic corpora of four shapes (d = 96 and 128, short and long
  * documents). With exhaustive parameters Recall@100 rises with the code width B = 2, 4, 8
  * and reaches 0.99 at B = 8, so the full-bit codes are what limits exhaustive quality.
- * Chunking: with k_fullbit = k_refine every chunk count 1..8 gives bit-identical results;
+ * Chunking: with k_fullbit = k_refine every chunk count 1..8 gives bit-identical results
+ * and no document is 1-bit scored; with k_fullbit = k_refine - 1 (1-bit scored, one
+ * candidate possibly not re-scored) the top k differs from that by at most one document
+ * and scores no rank higher;
  * with k_fullbit < k_refine more chunks re-score a superset of what one chunk re-scores,
  * so each rank's score can only rise, and exactly min(k_fullbit, candidates) documents
  * are re-scored with one chunk. The same query gives identical ids and scores when
@@ -237,7 +240,7 @@ done:
 
 /* ---- centroid interaction ---------------------------------------------------------- */
 
-/* Exhaustive probing and refinement with k_interaction = KI: the documents 1-bit scored
+/* Exhaustive probing and refinement with k_interaction = KI: the documents scored further
  * are the KI best by the centroid-interaction score, computed here from the centroids in
  * double (sum_j max_t <q_j, c_t>), so every returned document is among them (within a
  * rounding tolerance at the boundary), its score is its full-bit score (sp_fullbit_all),
@@ -261,10 +264,12 @@ static void test_interaction(const bench *b)
     double *ci = cm_malloc((size_t)nd * sizeof *ci), *sorted = cm_malloc((size_t)nd * sizeof *sorted);
     sp_stats st = {0};
     if (run_all(ix, &q, &p, 1, ids, sc, &st) != CHIMERA_OK) goto done;
-    CHECKF(st.n_scored1 == (uint64_t)nq * KI && st.n_refined == (uint64_t)nq * nd,
-           "interaction: %llu documents 1-bit scored of %llu refined, want %lld of %lld",
-           (unsigned long long)st.n_scored1, (unsigned long long)st.n_refined,
-           (long long)nq * KI, (long long)nq * nd);
+    /* k_fullbit = KI covers what the interaction keeps: all of it re-scored, none 1-bit */
+    CHECKF(st.n_fullbit == (uint64_t)nq * KI && st.n_scored1 == 0 &&
+           st.n_refined == (uint64_t)nq * nd,
+           "interaction: %llu documents re-scored (%llu 1-bit) of %llu refined, want %lld (0) "
+           "of %lld", (unsigned long long)st.n_fullbit, (unsigned long long)st.n_scored1,
+           (unsigned long long)st.n_refined, (long long)nq * KI, (long long)nq * nd);
     int outside = 0, bad_score = 0, missed = 0;
     for (int64_t i = 0; i < nq; i++) {
         uint32_t m;
@@ -391,11 +396,16 @@ static void test_chunks(const bench *b)
     int64_t *ids1 = cm_malloc(n * sizeof *ids1), *ids = cm_malloc(n * sizeof *ids);
     float *sc1 = cm_malloc(n * sizeof *sc1), *sc = cm_malloc(n * sizeof *sc);
     /* k_fullbit == k_refine: the host re-scores everything refinement kept, however the
-     * chunks fall */
+     * chunks fall, and no 1-bit score is needed (none is computed) */
     sp_params p = moderate;
     p.k_fullbit = p.k_refine = 120;
     p.chunks = 1;
-    run_all(&b->ix, &b->q, &p, 1, ids1, sc1, NULL);
+    sp_stats sc_st = {0};
+    run_all(&b->ix, &b->q, &p, 1, ids1, sc1, &sc_st);
+    CHECKF(sc_st.n_scored1 == 0 && sc_st.n_fullbit == sc_st.n_refined && sc_st.t_score1 == 0,
+           "k_fullbit == k_refine: %llu 1-bit scored, %llu of %llu re-scored",
+           (unsigned long long)sc_st.n_scored1, (unsigned long long)sc_st.n_fullbit,
+           (unsigned long long)sc_st.n_refined);
     int differ = 0;
     for (uint32_t c = 2; c <= 8; c++) {
         p.chunks = c;
@@ -403,6 +413,30 @@ static void test_chunks(const bench *b)
         differ += memcmp(ids, ids1, n * sizeof *ids) != 0 || memcmp(sc, sc1, n * sizeof *sc) != 0;
     }
     CHECKF(differ == 0, "k_fullbit == k_refine: %d of 7 chunk counts change the results", differ);
+    /* One document fewer: the 1-bit path re-scores all but at most one of the same
+     * candidates, so its top k lacks at most one of those documents and no rank scores
+     * above theirs. */
+    p.k_fullbit = p.k_refine - 1;
+    for (uint32_t c = 1; c <= 4; c++) {
+        p.chunks = c;
+        sp_stats st = {0};
+        run_all(&b->ix, &b->q, &p, 1, ids, sc, &st);
+        int64_t above = 0, q_bad = 0;
+        for (int64_t i = 0; i < nq; i++) {
+            int missing = 0;
+            for (uint32_t r = 0; r < k; r++) {
+                above += sc[i * k + r] > sc1[i * k + r];
+                int found = 0;
+                for (uint32_t r1 = 0; r1 < k; r1++) found |= ids[i * k + r] == ids1[i * k + r1];
+                missing += !found;
+            }
+            q_bad += missing > 1;
+        }
+        CHECKF(above == 0 && q_bad == 0 && st.n_scored1 == st.n_refined,
+               "k_fullbit = k_refine - 1, chunks %u: %lld ranks above, %lld queries with more "
+               "than one document not in the covered result", c, (long long)above,
+               (long long)q_bad);
+    }
     /* k_fullbit < k_refine: chunk c > 1 re-scores a superset of chunk 1's documents. The
      * second setting (one probe, a deep candidate list, a small k_fullbit) orders
      * refinement's candidates less like their 1-bit scores, so early chunks pick a few

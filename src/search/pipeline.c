@@ -161,6 +161,26 @@ static void prefetch_doc_head(const ix_index *ix, uint32_t doc)
     __builtin_prefetch(sg->tok_cid + t0);
 }
 
+/* Candidate c's full-bit score into w->fin. */
+static void rescore(sp_worker *w, uint32_t c)
+{
+    const sp_engine *e = w->e;
+    w->scored[c] = 1;
+    float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c], w->cs_local,
+                            w->cid_local);
+    w->n_fullbit++;
+    const ix_segment *sg = ix_doc_segment(e->ix, w->cand[c]);
+    int64_t ld = w->cand[c] - sg->doc_base;
+    if (!isfinite(s) && (isnan(s) || sg->doc_off[ld + 1] > sg->doc_off[ld])) {
+        if (w->bad_doc < 0) {
+            w->bad_doc = w->cand[c];
+            w->bad_score = s;
+        }
+        return; /* never push NaN (topk.h); the query fails */
+    }
+    cm_topk_push(&w->fin, s, w->cand[c]);
+}
+
 /* Rescoring after chunk i (0-based) of n_chunks; the first chunk_end[i+1] candidates
  * have 1-bit scores. */
 static void host_step(sp_worker *w, uint32_t i)
@@ -176,21 +196,8 @@ static void host_step(sp_worker *w, uint32_t i)
     for (uint32_t r = 0; r < sel.n; r++) {
         uint32_t c = (uint32_t)sel.id[r];
         if (w->scored[c]) continue;
-        w->scored[c] = 1;
         if (r + 1 < sel.n) prefetch_doc_head(e->ix, w->cand[sel.id[r + 1]]);
-        float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c],
-                                w->cs_local, w->cid_local);
-        w->n_fullbit++;
-        const ix_segment *sg = ix_doc_segment(e->ix, w->cand[c]);
-        int64_t ld = w->cand[c] - sg->doc_base;
-        if (!isfinite(s) && (isnan(s) || sg->doc_off[ld + 1] > sg->doc_off[ld])) {
-            if (w->bad_doc < 0) {
-                w->bad_doc = w->cand[c];
-                w->bad_score = s;
-            }
-            continue; /* never push NaN (topk.h); the query fails */
-        }
-        cm_topk_push(&w->fin, s, w->cand[c]);
+        rescore(w, c);
     }
 }
 
@@ -648,9 +655,35 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
      * (the documents the host would pick) go to the re-rank directly. Otherwise the
      * device scores chunks and the host stage rescores them (see Threads above). */
     double t3, t4, t_inline = 0; /* t_inline: the rescoring done between chunks */
+    int scored1 = 1; /* the device 1-bit scored the candidates */
     if (p->rerank_depth && p->rerank_depth >= p->k_fullbit) {
         CM_TRY(covered_candidates(e, worker, p, n_cand, err));
         t3 = t4 = cm_now();
+    } else if (n_cand <= p->k_fullbit) {
+        /* Full-bit scoring covers every candidate: the host would re-score them all
+         * whatever their 1-bit scores, which only order the work, so the device scores
+         * none (the same results; on the CPU a 1-bit scored document costs most of what a
+         * full-bit one does, bench/RESULTS.md 5.19). */
+        w->p = p;
+        w->q = q;
+        w->m = m;
+        w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
+        w->n_fullbit = 0;
+        w->bad_doc = -1;
+        cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
+        quant_qset_set(&w->qs, &e->ix->rot, q, m);
+        for (uint32_t c = 0; c < n_cand; c++) {
+            if (c + 1 < n_cand) prefetch_doc_head(e->ix, w->cand[c + 1]);
+            rescore(w, c);
+        }
+        t3 = t4 = cm_now();
+        w->t_fullbit = t_inline = t3 - t2b;
+        scored1 = 0;
+        if (w->bad_doc >= 0)
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "search: document row %lld got a %g full-bit score: section 'dB_fact' "
+                           "holds non-finite or implausible factors (run chimera check)",
+                           (long long)w->bad_doc, (double)w->bad_score);
     } else {
         uint32_t nc = p->chunks < n_cand ? p->chunks : (n_cand ? n_cand : 1);
         if (e->overlap) pthread_mutex_lock(&w->mu);
@@ -725,11 +758,11 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->tokens_refined += rs.tokens_scored;
         st->docs_touched += rs.docs_touched;
         st->n_refined += n_refined;
-        st->n_scored1 += n_cand;
+        st->n_scored1 += scored1 ? n_cand : 0;
         st->n_fullbit += w->n_fullbit;
         /* query tokens up; candidate ids + partial scores and chunk scores down */
-        st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (uint64_t)n_cand * 4;
-        st->bytes_down += (uint64_t)n_refined * (4 + 4) + (uint64_t)n_cand * 4;
+        st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (scored1 ? (uint64_t)n_cand * 4 : 0);
+        st->bytes_down += (uint64_t)n_refined * (4 + 4) + (scored1 ? (uint64_t)n_cand * 4 : 0);
         if (t2b > t2) { /* the interaction's ids up and scores down */
             st->bytes_up += (uint64_t)n_refined * 4;
             st->bytes_down += (uint64_t)n_refined * 4;

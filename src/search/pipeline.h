@@ -15,9 +15,12 @@
  * host from the index's stored vectors after the host stage (whatever the backend: the
  * vectors are never on a device). When rerank_depth >= k_fullbit the host stage is
  * skipped: it would full-bit score exactly the top k_fullbit by 1-bit score, all of which
- * the re-rank scores again, so those go to the re-rank directly. Each engine worker runs one query at a time
- * on two threads: the device stage on the worker's own thread and the host stage on a
- * companion thread fed chunk by chunk, so they overlap on any backend. */
+ * the re-rank scores again, so those go to the re-rank directly. When k_fullbit covers
+ * every candidate (k_fullbit >= the number refinement kept) the device's 1-bit scores
+ * are skipped: they would only order the host's work, which scores every candidate
+ * anyway. Each engine worker runs one query at a time on two threads: the device stage
+ * on the worker's own thread and the host stage on a companion thread fed chunk by
+ * chunk, so they overlap on any backend (pipeline.c, Threads). */
 #ifndef CHIMERA_SEARCH_PIPELINE_H
 #define CHIMERA_SEARCH_PIPELINE_H
 
