@@ -161,8 +161,8 @@ extern "C" {
 
 #define CHIMERA_VERSION_MAJOR 0
 #define CHIMERA_VERSION_MINOR 8
-#define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.8.0"
+#define CHIMERA_VERSION_PATCH 1
+#define CHIMERA_VERSION_STRING "0.8.1"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -1134,8 +1134,9 @@ typedef struct chimera_tune_result {
 
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
- * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target.
- * Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
+ * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target;
+ * since 0.8.1 it then tries k_fullbit = k_refine (no 1-bit pass), shrinking both, and
+ * keeps that when measurably faster. Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
  * (chimera_build_opts.rerank) is tuned with the exact re-rank on, every full-bit scored
  * document re-scored (rerank_depth = k_fullbit, in res->best and every point).
  * Thread-safe, as chimera_index_search (it is a series of searches).

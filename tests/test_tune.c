@@ -406,6 +406,16 @@ static void test_cost_model(void)
     /* the interaction's share does not grow with the dimension, 1-bit scoring's does */
     double d256 = sp_tune_cost(&b, &p, 1, 32, 256, 80) - sp_tune_cost(&a, &p, 1, 32, 256, 80);
     CHECK(d256 < with - base);
+    /* full-bit scoring covering every refined document: no 1-bit pass, no 1-bit cost */
+    chimera_search_profile cv = a, cv1 = a;
+    cv.n_fullbit = cv1.n_fullbit = cv.n_refined;
+    cv.n_scored1 = 0;
+    cv1.n_scored1 = cv1.n_refined;
+    chimera_search_params pc = p;
+    pc.k_fullbit = pc.k_refine;
+    CHECKF(sp_tune_cost(&cv, &pc, 1, 32, 128, 80) < sp_tune_cost(&cv1, &pc, 1, 32, 128, 80),
+           "covered %g vs 1-bit scored %g", sp_tune_cost(&cv, &pc, 1, 32, 128, 80),
+           sp_tune_cost(&cv1, &pc, 1, 32, 128, 80));
 }
 
 /* The walk keeps the start's k_refine and k_interaction per k_fullbit on every setting
@@ -490,6 +500,46 @@ static void test_backward_interaction(void)
     free(res);
 }
 
+/* The backward walk's covered step, on a model: every full-bit scored document counts
+ * fully toward recall and each refined-but-only-1-bit-scored one a third as much; a
+ * 1-bit scored document costs per_scored1 against a full-bit one's 10, and nothing when
+ * k_fullbit covers k_refine (the pipeline skips the pass). */
+static chimera_status cov_eval(void *ctx, const chimera_search_params *p, double *recall,
+                               double *qps)
+{
+    const double *per_scored1 = ctx;
+    double eff = p->k_fullbit + (double)(p->k_refine - p->k_fullbit) / 3;
+    *recall = (1 - 0.4 * exp(-(double)p->n_probe / 6)) * (1 - 0.4 * exp(-eff / 30));
+    double s1 = p->k_fullbit < p->k_refine ? *per_scored1 * p->k_refine : 0;
+    *qps = 1e9 / (1000 + 20.0 * p->n_probe + 10.0 * p->k_fullbit + s1);
+    return CHIMERA_OK;
+}
+
+static void test_backward_covered(void)
+{
+    chimera_tune_result *res = malloc(sizeof *res);
+    /* 1-bit scoring nearly as dear as full-bit: the covered form is taken */
+    double dear = 8;
+    CHECK_OK(sp_tune_backward(cov_eval, &dear, 10, 0.95, 7000, 20000, res), NULL);
+    const chimera_search_params *b = &res->best;
+    double r, q;
+    cov_eval(&dear, b, &r, &q);
+    CHECKF(res->reached && b->k_fullbit == b->k_refine && r >= 0.95,
+           "reached %d: %u/%u/%u recall %.4f", res->reached, b->n_probe, b->k_refine,
+           b->k_fullbit, r);
+    /* and no deeper than the target needs: a fifth fewer misses it */
+    chimera_search_params less = *b;
+    less.k_refine = less.k_fullbit = (uint32_t)(b->k_refine * 0.8);
+    cov_eval(&dear, &less, &r, &q);
+    CHECKF(r < 0.95, "covered %u reaches %.4f at %u", b->k_refine, r, less.k_refine);
+    /* 1-bit scoring cheap: filtering many documents first stays the faster form */
+    double cheap = 0.5;
+    CHECK_OK(sp_tune_backward(cov_eval, &cheap, 10, 0.95, 7000, 20000, res), NULL);
+    CHECKF(res->reached && b->k_fullbit < b->k_refine, "cheap: %u/%u/%u", b->n_probe,
+           b->k_refine, b->k_fullbit);
+    free(res);
+}
+
 int main(void)
 {
     test_interval();
@@ -497,6 +547,7 @@ int main(void)
     test_grow_by_cost();
     test_grow_ratios();
     test_backward_interaction();
+    test_backward_covered();
     test_pseudo_queries();
     test_calibrated();
     return check_report();

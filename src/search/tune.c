@@ -6,6 +6,8 @@
  *      is the only one that can recover order among good candidates;
  *   3. shrink k_refine (never below k_fullbit) while the target holds;
  *   4. then shrink n_probe while the target holds;
+ *   4a. try the covered form, k_fullbit = k_refine (no 1-bit pass), shrinking both
+ *      while the target holds; kept when measurably faster;
  *   4b. where k_refine is still 3 k_fullbit or more, try centroid interaction: three
  *      times k_refine, of which the interaction passes on as many as 1-bit scoring took
  *      before, then fewer while the target holds; kept when measurably faster;
@@ -112,6 +114,34 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
         best = t;
         best_r = r;
         best_q = q;
+    }
+    /* 4a. the covered form: k_fullbit raised to k_refine, where the pipeline skips the
+     * 1-bit pass (pipeline.h), then both cut by factors of ~0.8 while the target holds;
+     * kept when measurably faster. On the CPU a 1-bit scored document costs 0.75-1.2x a
+     * full-bit one (bench/RESULTS.md 5.19), so scoring fewer documents once often beats
+     * filtering more of them first. */
+    if (p.k_fullbit < p.k_refine) {
+        chimera_search_params t = p, cv = p;
+        t.k_fullbit = t.k_refine;
+        double cv_q = 0, cv_r = 0;
+        int ok = 0;
+        for (;;) {
+            CM_TRY(trial(eval, ctx, &t, res, &r, &q));
+            if (r < target) break;
+            ok = 1;
+            cv = t;
+            cv_q = q;
+            cv_r = r;
+            uint32_t next = (uint32_t)((double)t.k_refine * 0.8);
+            if (next < p.k_fullbit || next == t.k_refine) break;
+            t.k_refine = t.k_fullbit = next;
+        }
+        if (ok && cv_q > best_q * 1.03) {
+            p = cv;
+            best = cv;
+            best_r = cv_r;
+            best_q = cv_q;
+        }
     }
     /* 4b. centroid interaction: refinement keeps three times the documents and only the
      * best of them by the interaction are 1-bit scored, as many as were before, then
@@ -272,9 +302,12 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m * d / nq;
-    /* centroid interaction ran where fewer documents were 1-bit scored than refined */
+    /* centroid interaction ran where fewer documents were 1-bit scored than refined;
+     * none were where full-bit scoring covered them all (pipeline.h); a profile without
+     * the count (n_scored1 0 with fewer re-scored than refined) scored every one */
     int ci = prof->n_scored1 && prof->n_scored1 < prof->n_refined;
-    double scored1 = ci ? (double)prof->n_scored1 : (double)prof->n_refined;
+    int covered = !prof->n_scored1 && prof->n_fullbit >= prof->n_refined;
+    double scored1 = ci ? (double)prof->n_scored1 : covered ? 0 : (double)prof->n_refined;
     double interaction = ci ? COST_PAIR_CI * doc_len * m / nq * (double)prof->n_refined : 0;
     double score1 = COST_PAIR1_DIM * pairs * scored1;
     double fullbit = COST_PAIRB_DIM * pairs * (double)prof->n_fullbit;
