@@ -517,8 +517,10 @@ typedef struct chimera_build_report {
  * this corpus, not only on the corpora the library's fixed defaults were measured on.
  * It samples realistic pseudo-queries (chimera_corpus_sample_queries with m = 0),
  * takes as truth the exact Chamfer top-k among the candidates of a generous search
- * (exact scores of the corpus's own vectors), walks up from half the fixed defaults on
- * a third of the queries (a sixth for k = 100), raising n_probe or k_fullbit by the
+ * (exact scores of the corpus's own vectors), walks up from half the fixed defaults
+ * (since 0.8.1 with k_refine = k_fullbit: every refined document full-bit scored, no
+ * 1-bit pass, the faster form on the CPU) on a third of the queries (a sixth for
+ * k = 100), raising n_probe or k_fullbit by the
  * recall each gains per unit of a cost model of the search's own counts (posting
  * entries, documents scored: the same choice on every build, unlike timings), and keeps
  * the cheapest setting measured only when the lower bound of the 95% interval of its
@@ -954,7 +956,8 @@ typedef struct chimera_search_params {
      * against the query rounded to bfloat16 too). k_fullbit is raised to
      * rerank_depth when smaller; when the two are equal the top k_fullbit by 1-bit
      * score are re-scored directly (full-bit scores would pick the same documents, and
-     * the exact scores replace them). An index without the vectors fails the search with
+     * the exact scores replace them), and when k_refine is no more than that, every
+     * refined document is, with no 1-bit pass (bench/RESULTS.md 5.19). An index without the vectors fails the search with
      * CHIMERA_ERR_INVALID_ARG. At most 2^24. */
     uint32_t rerank_depth;
     /* Since 0.6.0: centroid interaction. When below k_refine, refinement's k_refine

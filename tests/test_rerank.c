@@ -227,20 +227,25 @@ static void test_exact(chimera_rerank type, uint32_t dim)
         CHECKF(same_results(ids, sc, tid, tsc, nq, 2e-6f, name), "%s: f32 re-rank != exact", name);
 
     /* partial: a shallow depth returns exact scores of the documents it returns, both
-     * when it covers k_fullbit (the 1-bit top goes to the re-rank, no full-bit scores)
-     * and when full-bit scores pick its documents from a deeper k_fullbit */
+     * when it covers k_fullbit (the 1-bit top goes to the re-rank, no full-bit scores),
+     * when full-bit scores pick its documents from a deeper k_fullbit, and when it covers
+     * k_refine too (every refined document re-ranked, no 1-bit scores either) */
     chimera_index *ix = NULL;
     CHECK_OK(chimera_index_open(dir, NULL, &ix, &err), &err);
     chimera_search_params p = {0};
     chimera_search_profile prof = {0};
-    for (int deeper = 0; deeper < 2; deeper++) {
-        p = (chimera_search_params){.rerank_depth = 2 * K, .k_fullbit = (deeper ? 4 : 2) * K};
+    for (int deeper = 0; deeper < 3; deeper++) {
+        p = (chimera_search_params){.rerank_depth = 2 * K, .k_fullbit = (deeper == 1 ? 4 : 2) * K,
+                                    .k_refine = (deeper == 2 ? 2 : 8) * K};
         memset(&prof, 0, sizeof prof);
         CHECK_OK(chimera_index_search(ix, q, K, &p, NULL, ids, sc, &prof, &err), &err);
         CHECK(prof.n_reranked == (uint64_t)(nq * 2 * K) && prof.t_rerank > 0);
-        CHECKF(deeper ? prof.n_fullbit >= (uint64_t)(nq * 4 * K) : prof.n_fullbit == 0,
+        CHECKF(deeper == 1 ? prof.n_fullbit >= (uint64_t)(nq * 4 * K) : prof.n_fullbit == 0,
                "%s: %llu documents full-bit scored with k_fullbit %u, rerank_depth %u", name,
                (unsigned long long)prof.n_fullbit, p.k_fullbit, p.rerank_depth);
+        CHECKF(deeper == 2 ? prof.n_scored1 == 0 : prof.n_scored1 >= (uint64_t)(nq * 2 * K),
+               "%s: %llu documents 1-bit scored with k_refine %u, k_fullbit %u, rerank_depth %u",
+               name, (unsigned long long)prof.n_scored1, p.k_refine, p.k_fullbit, p.rerank_depth);
         int exact_scores = 1;
         for (int64_t i = 0; i < nq; i++)
             for (int r = 0; r < K; r++) {

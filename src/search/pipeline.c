@@ -523,13 +523,21 @@ static chimera_status rerank(sp_engine *e, sp_worker *w, const float *q, uint32_
 
 /* A search whose re-rank covers the full-bit stage (sp_search): every candidate 1-bit
  * scored on the device in one call, and the top k_fullbit of them by that score put in
- * w->fin for the re-rank. */
+ * w->fin for the re-rank; when k_fullbit covers every candidate, all of them, unscored
+ * (their 1-bit scores would pick them all: the exact scores alone rank them). */
 static chimera_status covered_candidates(sp_engine *e, int worker, const sp_params *p,
-                                         uint32_t n_cand, chimera_error *err)
+                                         uint32_t n_cand, int *scored1, chimera_error *err)
 {
     sp_worker *w = &e->w[worker];
-    if (n_cand) CM_TRY(e->be.iface->score1(e->be.ctx, worker, w->cand, n_cand, w->s1, err));
     cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
+    w->n_fullbit = 0;
+    w->t_fullbit = 0;
+    *scored1 = n_cand > p->k_fullbit;
+    if (!*scored1) { /* fin holds max(k, depth) >= k_fullbit >= n_cand: all enter */
+        for (uint32_t c = 0; c < n_cand; c++) cm_topk_push(&w->fin, -(float)c, w->cand[c]);
+        return CHIMERA_OK;
+    }
+    CM_TRY(e->be.iface->score1(e->be.ctx, worker, w->cand, n_cand, w->s1, err));
     cm_topk sel;
     cm_topk_init(&sel, p->k_fullbit, w->sel_s, w->sel_i);
     for (uint32_t c = 0; c < n_cand; c++) {
@@ -541,8 +549,6 @@ static chimera_status covered_candidates(sp_engine *e, int worker, const sp_para
         cm_topk_push(&sel, w->s1[c], w->cand[c]);
     }
     for (uint32_t r = 0; r < sel.n; r++) cm_topk_push(&w->fin, sel.score[r], sel.id[r]);
-    w->n_fullbit = 0;
-    w->t_fullbit = 0;
     return CHIMERA_OK;
 }
 
@@ -657,7 +663,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     double t3, t4, t_inline = 0; /* t_inline: the rescoring done between chunks */
     int scored1 = 1; /* the device 1-bit scored the candidates */
     if (p->rerank_depth && p->rerank_depth >= p->k_fullbit) {
-        CM_TRY(covered_candidates(e, worker, p, n_cand, err));
+        CM_TRY(covered_candidates(e, worker, p, n_cand, &scored1, err));
         t3 = t4 = cm_now();
     } else if (n_cand <= p->k_fullbit) {
         /* Full-bit scoring covers every candidate: the host would re-score them all
