@@ -519,7 +519,9 @@ typedef struct chimera_build_report {
  * takes as truth the exact Chamfer top-k among the candidates of a generous search
  * (exact scores of the corpus's own vectors), walks up from half the fixed defaults
  * (since 0.8.1 with k_refine = k_fullbit: every refined document full-bit scored, no
- * 1-bit pass, the faster form on the CPU) on a third of the queries (a sixth for
+ * 1-bit pass, usually the faster form on the CPU, bench/RESULTS.md 5.19; a query with a
+ * filter still refines 4 k_fullbit and re-scores 2 k_fullbit of them by their 1-bit
+ * scores) on a third of the queries (a sixth for
  * k = 100), raising n_probe or k_fullbit by the
  * recall each gains per unit of a cost model of the search's own counts (posting
  * entries, documents scored: the same choice on every build, unlike timings), and keeps
@@ -942,9 +944,9 @@ CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_inde
 typedef struct chimera_search_params {
     uint32_t n_probe;   /* clusters probed per query token */
     uint32_t k_refine;  /* documents kept by 1-bit partial scores (refinement) */
-    uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k); at
-                           k_fullbit >= k_refine every refined document is, and the
-                           1-bit scoring stage is skipped */
+    uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k); when it
+                           covers the documents refinement kept (always at k_fullbit >=
+                           k_refine), every one is, and the 1-bit pass is skipped */
     uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring */
     chimera_impute impute; /* refinement floor for unseen tokens (default: PROBE) */
     chimera_probe probe;   /* centroid search (default: the backend's choice) */
@@ -965,8 +967,9 @@ typedef struct chimera_search_params {
      * centroid (sum over query tokens of the best <q_j, c> among the document's tokens'
      * centroids: PLAID's centroid interaction, from scores the probe already computed,
      * no code read), and only the best k_interaction (at least k_fullbit) are 1-bit
-     * scored. A k_refine of 8-12 k_fullbit with a k_interaction of 3 k_fullbit reaches
-     * Recall@k 0.96-0.98 for up to 1.4-1.8x less time than without; at 0.95 it gains
+     * scored (or, when that is k_fullbit, all re-scored with no 1-bit pass). A
+     * k_refine of 8-12 k_fullbit with a k_interaction of 3 k_fullbit reaches Recall@k
+     * 0.96-0.98 for up to 1.4-1.8x less time than without; at 0.95 it gains
      * nothing (bench/RESULTS.md 5.9), so calibration leaves it off and `chimera tune`
      * keeps it only when it measured it faster. 0: the index's
      * calibrated value when k_refine is left to the index too, else off;

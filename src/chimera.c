@@ -1067,7 +1067,7 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
      * twice the default k_fullbit (bench/RESULTS.md section 5.3); an explicit k_fullbit
      * is kept, and queries without a filter are searched as in an unfiltered call. */
     int filtered = opts && (opts->filter || opts->query_filters);
-    int own_k_fullbit = cp.k_fullbit != 0;
+    int own_k_fullbit = cp.k_fullbit != 0, own_k_refine = cp.k_refine != 0;
     if (!(cp.impute_scale >= 0 && cp.impute_scale <= 1)) /* NaN too */
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: impute_scale %g, expected a value in (0, 1], or 0 for the "
@@ -1110,6 +1110,15 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
                    .k_interaction = cp.k_interaction};
     if (filtered && !own_k_fullbit) { /* only the queries that have a filter */
         uint32_t scored1 = cp.k_interaction ? cp.k_interaction : cp.k_refine;
+        if (!own_k_refine && !cp.k_interaction && cp.k_refine <= cp.k_fullbit) {
+            /* default parameters of the covered form (k_refine = k_fullbit, the
+             * calibration's since 0.8.1): the candidates the 1-bit form gave a filtered
+             * query, where its doubling was measured (k_refine 4 k_fullbit, the best
+             * 2 k_fullbit of them by 1-bit score re-scored) */
+            uint64_t kr = (uint64_t)cp.k_fullbit * 4;
+            p.k_refine_filtered = kr < (1u << 24) ? (uint32_t)kr : (1u << 24);
+            scored1 = p.k_refine_filtered;
+        }
         p.k_fullbit_filtered = 2 * cp.k_fullbit < scored1 ? 2 * cp.k_fullbit : scored1;
     }
     { /* room for the deeper probing of selective filters and of queries whose probed

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Search filters through the CLI: `chimera search --subset` returns only the listed ids
 # (every result checked, k of them while the set has k), `--exclude` never returns the
-# listed ids, `--subset-per-query` gives each query its own set (a query with no line
+# listed ids (and, without --k-fullbit, re-scores more than the default k_fullbit: twice
+# it, as the library does for a filtered query, or every allowed document; an explicit
+# one is kept), `--subset-per-query` gives
+# each query its own set (a query with no line
 # returns nothing), and bad use fails before searching with a message: two filters at
 # once, a malformed per-query line (named by its line number), a query number out of
 # range, a negative id.
@@ -31,6 +34,17 @@ seq 0 2 799 >"$T/even.txt"
 "${S[@]}" --exclude "$T/even.txt" --out "$T/r3" >/dev/null && ok || bad "search --exclude failed"
 [ "$(wc -l <"$T/r3")" = 200 ] && ok || bad "--exclude: not 10 results per query"
 awk '$3 % 2 == 0 {bad++} END {exit bad > 0}' "$T/r3" && ok || bad "--exclude returned an excluded id"
+
+# a filtered search without --k-fullbit re-scores twice the default (the library's deeper
+# defaults for filtered queries reach the CLI's searches too)
+prof=$("${S[@]}" --exclude "$T/even.txt" --profile 2>&1)
+fb=$(printf '%s\n' "$prof" | sed -n 's/.* \([0-9.]*\) full-bit scored (k_fullbit \([0-9]*\)).*/\1 \2/p')
+awk -v fb="$fb" 'BEGIN { split(fb, a, " "); exit !(a[1] + 0 > a[2] + 0 && a[2] > 0) }' && ok ||
+  bad "--exclude without --k-fullbit: full-bit scored per query / default k_fullbit: $fb"
+# an explicit --k-fullbit is the user's own, filter or not
+prof=$("${S[@]}" --exclude "$T/even.txt" --k-fullbit 30 --k-refine 120 --profile 2>&1)
+printf '%s\n' "$prof" | grep -q ' 30.0 full-bit scored (k_fullbit 30)' && ok ||
+  bad "--exclude with --k-fullbit 30: $(printf '%s\n' "$prof" | grep candidates)"
 
 # --subset-per-query: query q may return ids q, q + 20, q + 40, ...; query 19 gets no line
 for q in $(seq 0 18); do seq "$q" 20 799 | sed "s/^/$q /"; done >"$T/pq.txt"

@@ -341,8 +341,20 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         if (sp.impute_scale == 0) sp.impute_scale = tuned.impute_scale;
     }
     /* what is still unset: the index's calibrated defaults for this k, else the
-     * library's (the same the search itself would pick; filled here to be printed) */
+     * library's (the same the search itself would pick; filled here to be printed).
+     * Depths left unset stay unset in what the search is given when a filter is on: the
+     * library then gives filtered queries their deeper defaults (twice k_fullbit,
+     * chimera_index_search), which a filled-in k_fullbit would read as the user's own. */
+    chimera_search_params run = sp;
     int calibrated = chimera_index_params_default(ix, k, &sp);
+    int keep_depths = (filter || qf) && !tgt.set;
+    if (!keep_depths) run = sp;
+    else {
+        chimera_search_params filled = sp;
+        filled.k_refine = run.k_refine;
+        filled.k_fullbit = run.k_fullbit;
+        run = filled;
+    }
     /* as the search does (chimera_search_params.rerank_depth), so the line printed below
      * shows what ran */
     if (sp.k_fullbit < sp.rerank_depth) sp.k_fullbit = sp.rerank_depth;
@@ -365,7 +377,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
                 rc = cli_fail("search", &err);
                 goto done;
             }
-            chimera_status s = target_search(&tgt, w, k, &sp, &so, ids, scores, &wp, &err);
+            chimera_status s = target_search(&tgt, w, k, &run, &so, ids, scores, &wp, &err);
             chimera_queries_free(w);
             if (s != CHIMERA_OK) {
                 fprintf(stderr, "chimera search: %s\n", err.msg);
@@ -386,7 +398,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         }
         prof.latency = lat + b0;
         chimera_status s =
-            target_search(&tgt, sl, k, &sp, &so, ids + b0 * k, scores + b0 * k, &prof, &err);
+            target_search(&tgt, sl, k, &run, &so, ids + b0 * k, scores + b0 * k, &prof, &err);
         chimera_queries_free(sl);
         if (s != CHIMERA_OK) {
             fprintf(stderr, "chimera search: %s\n", err.msg);

@@ -106,7 +106,10 @@ struct sp_engine {
  * are tested by their bits, because the host's decoder (qm_f16_to_f32) turns Inf/NaN
  * into large finite values. The 1-bit stages (on the device) are checked through their
  * scores: a NaN or +inf partial or 1-bit score is reported (a GPU decodes halves in
- * hardware, so a bad 1-bit factor shows there as a NaN or infinite score). A bad 1-bit
+ * hardware, so a bad 1-bit factor shows there as a NaN or infinite score), where they
+ * run: a search whose full-bit stage covers its candidates computes no 1-bit score
+ * (sp_search) and so reports no bad 1-bit factor, which could not change its results
+ * either (`chimera check` finds it). A bad 1-bit
  * factor that yields a finite estimate, or one a maximum discards, only skews which
  * documents are re-scored, not the scores returned; open's samples catch a damaged
  * section and `chimera check` every value. Every finding is CHIMERA_ERR_CORRUPT naming
@@ -590,12 +593,16 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         p->k_refine > e->max.k_refine || p->k_fullbit > e->max.k_fullbit || p->chunks == 0 ||
         p->chunks > SP_MAX_CHUNKS || p->rerank_depth > e->max.rerank_depth)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
-    if (p->k_fullbit_filtered > e->max.k_fullbit || p->k_fullbit_filtered > p->k_refine)
+    uint32_t kr_f = p->k_refine_filtered ? p->k_refine_filtered : p->k_refine;
+    if (p->k_fullbit_filtered > e->max.k_fullbit || p->k_fullbit_filtered > kr_f ||
+        kr_f > e->max.k_refine)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: parameters exceed the engine's maxima");
     sp_params pf;
-    if (p->filter && p->k_fullbit_filtered) { /* this query's own k_fullbit (pipeline.h) */
+    if (p->filter && (p->k_fullbit_filtered || p->k_refine_filtered)) {
+        /* this query's own depths (pipeline.h) */
         pf = *p;
-        pf.k_fullbit = p->k_fullbit_filtered;
+        if (p->k_fullbit_filtered) pf.k_fullbit = p->k_fullbit_filtered;
+        pf.k_refine = kr_f;
         p = &pf; /* lives until the host thread is done with the query, below */
     }
     double t0 = cm_now();

@@ -48,7 +48,9 @@ typedef struct sp_params {
     uint32_t n_probe_room;   /* the largest n_probe a filtered query may probe (>= n_probe;
                                 0: n_probe): engines are sized for it */
     uint32_t k_fullbit_filtered; /* k_fullbit of a query with a filter (0: k_fullbit); <=
-                                    k_refine. Engines are sized for the larger */
+                                    its k_refine. Engines are sized for the larger */
+    uint32_t k_refine_filtered;  /* k_refine of a query with a filter (0: k_refine).
+                                    Engines are sized for the larger */
     uint32_t rerank_depth;   /* 0: off; else the top max(k, rerank_depth) by full-bit score
                                 (by 1-bit score when rerank_depth >= k_fullbit) are
                                 re-scored exactly (search/rerank.h) and the best k of

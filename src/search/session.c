@@ -107,6 +107,7 @@ static int fits(const sp_session *ss, const char *backend, int workers, int thre
     return same_shape(ss, backend, workers, threads) && max_m <= ss->max_m &&
            p->k <= ss->max.k && p->n_probe <= ss->max.n_probe &&
            p->n_probe_room <= ss->max.n_probe && p->k_fullbit_filtered <= ss->max.k_fullbit &&
+           p->k_refine_filtered <= ss->max.k_refine &&
            p->k_refine <= ss->max.k_refine && p->k_fullbit <= ss->max.k_fullbit &&
            p->rerank_depth <= ss->max.rerank_depth;
 }
@@ -149,6 +150,7 @@ static chimera_status session_take(sp_sessions *s, const char *backend, int work
     sp_params mx = *p;
     if (mx.n_probe_room > mx.n_probe) mx.n_probe = mx.n_probe_room;
     if (mx.k_fullbit_filtered > mx.k_fullbit) mx.k_fullbit = mx.k_fullbit_filtered;
+    if (mx.k_refine_filtered > mx.k_refine) mx.k_refine = mx.k_refine_filtered;
     uint32_t mm = max_m;
     if (stale && same_shape(stale, backend, workers, threads)) {
         mx.k = MAX2(mx.k, stale->max.k);
