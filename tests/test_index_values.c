@@ -330,7 +330,9 @@ static void test_pipeline_checks(const fixture *f)
     size_t N = (size_t)ix.n_tokens;
     quant_f1 *c1 = cm_malloc(N * sizeof *c1), *d1 = cm_malloc(N * sizeof *d1);
     quant_fB *dB = cm_malloc(N * sizeof *dB);
-    for (int kind = 0; kind < 4; kind += 3) {
+    /* kind 4: kind 3 with k_refine = k_fullbit, where the host re-scores every candidate
+     * without a 1-bit pass (pipeline.h) */
+    for (int kind = 0; kind < 5; kind = kind ? kind + 1 : 3) {
         memcpy(c1, ix.segs[0].c1_fact, N * sizeof *c1);
         memcpy(d1, ix.segs[0].d1_fact, N * sizeof *d1);
         memcpy(dB, ix.segs[0].dB_fact, N * sizeof *dB);
@@ -338,11 +340,11 @@ static void test_pipeline_checks(const fixture *f)
         for (size_t t = 0; t < N; t++) {
             if (kind == 1) c1[t].kappa = 0x7c00u; /* +inf */
             if (kind == 2) d1[t].kappa = 0x7c00u;
-            if (kind == 3) dB[t].kappa = NAN;
+            if (kind >= 3) dB[t].kappa = NAN;
         }
         if (kind == 1) needle = "c1_fact";
         if (kind == 2) needle = "d1_fact";
-        if (kind == 3) needle = "dB_fact";
+        if (kind >= 3) needle = "dB_fact";
         ix_index v = ix;
         ix_segment seg = ix.segs[0];
         v.segs = &seg;
@@ -353,6 +355,7 @@ static void test_pipeline_checks(const fixture *f)
         chimera_search_params_default(K, &d); /* what the reference run used */
         sp_params p = {.k = K, .n_probe = d.n_probe, .k_refine = d.k_refine,
                        .k_fullbit = d.k_fullbit, .chunks = d.chunks};
+        if (kind == 4) p.k_refine = p.k_fullbit;
         sp_engine *e;
         CHECK_OK(sp_engine_new(&v, "cpu", 1, 1, &p, 64, &e, &err), &err);
         if (!e) continue;

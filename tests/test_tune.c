@@ -366,7 +366,7 @@ static void test_grow_by_cost(void)
 static void test_cost_model(void)
 {
     chimera_search_profile a = {.tokens_refined = 40000, .docs_touched = 12000,
-                                .n_refined = 160, .n_fullbit = 40};
+                                .n_refined = 160, .n_scored1 = 160, .n_fullbit = 40};
     chimera_search_params p = {.n_probe = 8, .k_refine = 160, .k_fullbit = 40};
     double base = sp_tune_cost(&a, &p, 1, 32, 128, 80);
     CHECK(base > 0);
@@ -378,7 +378,10 @@ static void test_cost_model(void)
     b.n_fullbit *= 2;
     CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
     b = a;
-    b.n_refined *= 2;
+    b.n_scored1 *= 2;
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    b = a;
+    b.docs_touched *= 2;
     CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
     chimera_search_params q = p;
     q.n_probe = 16;
@@ -388,29 +391,32 @@ static void test_cost_model(void)
     b.tokens_refined *= 2;
     b.docs_touched *= 2;
     b.n_refined *= 2;
+    b.n_scored1 *= 2;
     b.n_fullbit *= 2;
     CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - base) < 1e-9 * base);
     /* wider tokens and longer documents cost more to score */
     CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160) > base);
-    /* centroid interaction: n_scored1 equal to n_refined (or unset) is no interaction */
+    /* centroid interaction (the setting's k_interaction below k_refine): scoring a
+     * quarter of the refined documents at 1 bit after it costs less than scoring them
+     * all, more than scoring that quarter with no interaction */
+    chimera_search_params pi = p;
+    pi.k_interaction = 40;
     b = a;
-    b.n_scored1 = b.n_refined;
-    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) == base);
-    /* scoring a quarter of the refined documents at 1 bit after the interaction costs
-     * less than scoring them all, more than scoring that quarter with no interaction */
     b.n_scored1 = b.n_refined / 4;
-    chimera_search_profile c = a;
-    c.n_refined = b.n_scored1;
-    double with = sp_tune_cost(&b, &p, 1, 32, 128, 80);
+    chimera_search_profile c = b;
+    double with = sp_tune_cost(&b, &pi, 1, 32, 128, 80);
     CHECKF(with < base && with > sp_tune_cost(&c, &p, 1, 32, 128, 80), "%g vs %g", with, base);
+    /* k_interaction at or above k_refine is off: no interaction cost */
+    pi.k_interaction = 160;
+    CHECK(sp_tune_cost(&a, &pi, 1, 32, 128, 80) == base);
     /* the interaction's share does not grow with the dimension, 1-bit scoring's does */
-    double d256 = sp_tune_cost(&b, &p, 1, 32, 256, 80) - sp_tune_cost(&a, &p, 1, 32, 256, 80);
+    pi.k_interaction = 40;
+    double d256 = sp_tune_cost(&b, &pi, 1, 32, 256, 80) - sp_tune_cost(&a, &p, 1, 32, 256, 80);
     CHECK(d256 < with - base);
     /* full-bit scoring covering every refined document: no 1-bit pass, no 1-bit cost */
     chimera_search_profile cv = a, cv1 = a;
     cv.n_fullbit = cv1.n_fullbit = cv.n_refined;
     cv.n_scored1 = 0;
-    cv1.n_scored1 = cv1.n_refined;
     chimera_search_params pc = p;
     pc.k_fullbit = pc.k_refine;
     CHECKF(sp_tune_cost(&cv, &pc, 1, 32, 128, 80) < sp_tune_cost(&cv1, &pc, 1, 32, 128, 80),

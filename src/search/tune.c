@@ -172,9 +172,10 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
             best_q = ci_q;
         }
     }
-    /* 5. chunks: the speed knob that does not change recall (much) */
+    /* 5. chunks: the speed knob that does not change recall (much); none in the covered
+     * form, which has no 1-bit chunks */
     uint32_t chunk_opts[] = {1, 2, 8};
-    for (size_t i = 0; i < sizeof chunk_opts / sizeof chunk_opts[0]; i++) {
+    for (size_t i = 0; best.k_fullbit < best.k_refine && i < sizeof chunk_opts / sizeof chunk_opts[0]; i++) {
         chimera_search_params t = best;
         t.chunks = chunk_opts[i];
         CM_TRY(trial(eval, ctx, &t, res, &r, &q));
@@ -302,12 +303,11 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m * d / nq;
-    /* centroid interaction ran where fewer documents were 1-bit scored than refined;
-     * none were where full-bit scoring covered them all (pipeline.h); a profile without
-     * the count (n_scored1 0 with fewer re-scored than refined) scored every one */
-    int ci = prof->n_scored1 && prof->n_scored1 < prof->n_refined;
-    int covered = !prof->n_scored1 && prof->n_fullbit >= prof->n_refined;
-    double scored1 = ci ? (double)prof->n_scored1 : covered ? 0 : (double)prof->n_refined;
+    /* the documents 1-bit scored as counted (none where full-bit scoring covered the
+     * refined ones, pipeline.h); centroid interaction, where the setting asks for it,
+     * reads every refined document */
+    int ci = p->k_interaction && p->k_interaction < p->k_refine;
+    double scored1 = (double)prof->n_scored1;
     double interaction = ci ? COST_PAIR_CI * doc_len * m / nq * (double)prof->n_refined : 0;
     double score1 = COST_PAIR1_DIM * pairs * scored1;
     double fullbit = COST_PAIRB_DIM * pairs * (double)prof->n_fullbit;
