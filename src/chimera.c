@@ -1110,11 +1110,13 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
                    .k_interaction = cp.k_interaction};
     if (filtered && !own_k_fullbit) { /* only the queries that have a filter */
         uint32_t scored1 = cp.k_interaction ? cp.k_interaction : cp.k_refine;
-        if (!own_k_refine && !cp.k_interaction && cp.k_refine <= cp.k_fullbit) {
+        if (!own_k_refine && !cp.k_interaction && !cp.rerank_depth &&
+            cp.k_refine <= cp.k_fullbit) {
             /* default parameters of the covered form (k_refine = k_fullbit, the
              * calibration's since 0.8.1): the candidates the 1-bit form gave a filtered
              * query, where its doubling was measured (k_refine 4 k_fullbit, the best
-             * 2 k_fullbit of them by 1-bit score re-scored) */
+             * 2 k_fullbit of them by 1-bit score re-scored). Not with the re-rank,
+             * whose depth raised both and whose filtered queries re-rank that depth. */
             uint64_t kr = (uint64_t)cp.k_fullbit * 4;
             p.k_refine_filtered = kr < (1u << 24) ? (uint32_t)kr : (1u << 24);
             scored1 = p.k_refine_filtered;

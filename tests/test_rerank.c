@@ -653,6 +653,15 @@ static void test_filtered(void)
         CHECKF(prof.n_fullbit == 0 && prof.n_reranked > 0, "filtered re-rank: %llu full-bit "
                "scored, %llu re-ranked", (unsigned long long)prof.n_fullbit,
                (unsigned long long)prof.n_reranked);
+        /* the depths left to the index: the depth raises them, and a filtered query is
+         * not deepened past it (the re-rank covers its candidates, as unfiltered) */
+        p = (chimera_search_params){.n_probe = in.n_clusters, .rerank_depth = (uint32_t)n_docs};
+        memset(&prof, 0, sizeof prof);
+        CHECK_OK(chimera_index_search(ix, q, K, &p, &so, ids, sc, &prof, &err), &err);
+        CHECKF(same_results(ids, sc, tid, tsc, nq, 2e-6f, exclude ? "excluded" : "listed") &&
+                   prof.n_fullbit == 0,
+               "filtered re-rank, default depths (%s a third): %llu full-bit scored",
+               exclude ? "excluding" : "allowing", (unsigned long long)prof.n_fullbit);
         chimera_filter_free(f);
     }
     chimera_index_close(ix);
