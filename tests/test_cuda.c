@@ -537,12 +537,13 @@ static int split_make(const fix *f, split *sp)
     }
     if (n[0] != T1 || n[1] != N - T1) return -1; /* every token in exactly one list */
     for (int64_t d = 0; d <= D - D1; d++) sp->doc_off_b[d] = s0->doc_off[D1 + d] - T1;
-    sp->seg[0] = (be_segment){.doc_base = 0, .n_docs = D1, .n_tokens = T1, .n_lists = K,
+    /* keys: content identities, distinct per segment (backend.h: be_segment.key) */
+    sp->seg[0] = (be_segment){.key = 1, .doc_base = 0, .n_docs = D1, .n_tokens = T1, .n_lists = K,
                               .post_off = sp->post_off[0], .post_doc = sp->post_doc[0],
                               .c1_codes = sp->c1_codes[0], .c1_fact = sp->c1_fact[0],
                               .d1_codes = s0->d1_codes, .d1_fact = s0->d1_fact,
                               .tok_cid = s0->tok_cid, .doc_off = s0->doc_off};
-    sp->seg[1] = (be_segment){.doc_base = D1, .n_docs = D - D1, .n_tokens = N - T1,
+    sp->seg[1] = (be_segment){.key = 2, .doc_base = D1, .n_docs = D - D1, .n_tokens = N - T1,
                               .n_lists = nl_b, .post_cid = sp->post_cid_b,
                               .post_off = sp->post_off[1], .post_doc = sp->post_doc[1],
                               .c1_codes = sp->c1_codes[1], .c1_fact = sp->c1_fact[1],
@@ -610,9 +611,11 @@ static void split_check(fix *f, int gpu)
     CHECK_OK(grow.iface->refresh(grow.ctx, &sp.r, &err), &err);
     same_runs(f, &whole, &grow, "cuda refresh");
 
-    /* refused: a segment that differs from the uploaded one, fewer segments */
+    /* refused: a segment that differs from the uploaded one (other content, so another
+     * key), fewer segments */
     be_segment changed[2] = {sp.seg[0], sp.seg[1]};
     changed[0].post_doc = sp.post_doc[1];
+    changed[0].key = 3;
     be_resident bad = sp.r;
     bad.segments = changed;
     CHECK_STATUS(grow.iface->refresh(grow.ctx, &bad, &err), CHIMERA_ERR_INVALID_ARG, &err);

@@ -57,11 +57,11 @@ __global__ void __launch_bounds__(BRUTE_THREADS)
 {
     extern __shared__ unsigned long long pb_buf[];
     __shared__ uint32_t hist[CU_RADIX_BINS];
-    __shared__ cu_sel_state st;
+    __shared__ cu_sel_state st[2];
     __shared__ uint32_t cnt;
     const float *row = S_mk + (size_t)blockIdx.x * K;
     auto key_of = [row](uint32_t i) { return cu_sel_key(row[i], i); };
-    unsigned long long T = cu_block_select(key_of, K, np, hist, &st);
+    unsigned long long T = cu_block_select(key_of, K, np, hist, st);
     if (threadIdx.x == 0) cnt = 0;
     for (uint32_t i = threadIdx.x; i < P; i += blockDim.x) pb_buf[i] = 0ull;
     __syncthreads();

@@ -84,18 +84,26 @@ __device__ static inline void cu_bitonic_desc(unsigned long long *a, uint32_t P)
 }
 
 // Block-wide radix select over n keys key_of(i), i < n. hist: CU_RADIX_BINS shared
-// words; st: a shared cu_sel_state. All threads call it; returns the threshold
-// (every thread). Keys of 0 are ignored.
+// words; st: two shared cu_sel_state, the state of this pass and the next's. All threads
+// call it; returns the threshold (every thread). Keys of 0 are ignored.
+//
+// Thread 0 picks from a copy of this pass's state into the other one, so no shared state
+// is ever written while another thread may read it. With one state read and written in
+// place, compute-sanitizer's racecheck reported loads of it (the pick's `st->done`) in
+// other threads while thread 0 wrote it: the compiler may load shared memory for every
+// thread of a branch that only thread 0 takes.
 template <class KeyOf>
 __device__ static inline unsigned long long cu_block_select(KeyOf key_of, uint32_t n, uint32_t k,
-                                                            uint32_t *hist, cu_sel_state *st)
+                                                            uint32_t *hist, cu_sel_state st[2])
 {
-    if (threadIdx.x == 0) *st = cu_sel_state{0ull, 0ull, 0ull, 0u, 0u, 0u, 0u};
+    if (threadIdx.x == 0) st[0] = cu_sel_state{0ull, 0ull, 0ull, 0u, 0u, 0u, 0u};
     __syncthreads();
     for (int pass = 0; pass < 8; pass++) {
+        const cu_sel_state *cur = &st[pass & 1];
+        cu_sel_state *next = &st[(pass + 1) & 1];
         for (uint32_t b = threadIdx.x; b < CU_RADIX_BINS; b += blockDim.x) hist[b] = 0;
         __syncthreads();
-        unsigned long long prefix = st->prefix, mask = st->mask;
+        unsigned long long prefix = cur->prefix, mask = cur->mask;
         uint32_t shift = 56u - 8u * (uint32_t)pass;
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
             unsigned long long key = key_of(i);
@@ -103,11 +111,16 @@ __device__ static inline unsigned long long cu_block_select(KeyOf key_of, uint32
                 atomicAdd(&hist[(uint32_t)(key >> shift) & 0xffu], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) cu_sel_pick(st, hist, k);
+        if (threadIdx.x == 0) {
+            cu_sel_state s = *cur;
+            cu_sel_pick(&s, hist, k);
+            *next = s;
+        }
         __syncthreads();
-        if (st->done) break; // uniform: every thread reads the same shared word
+        // uniform: every thread reads the same shared word; pass 7 always ends it
+        if (next->done || pass == 7) return next->threshold;
     }
-    return st->threshold;
+    return 0ull; // not reached
 }
 
 // ---- grid-wide form (topk.cu) -----------------------------------------------------------
