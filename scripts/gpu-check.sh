@@ -1,21 +1,77 @@
 #!/usr/bin/env bash
-# One-command GPU check on a CUDA machine (sized for an H200 with 16 cores, <= 6 min):
-#   1. configure + build Release for sm_90 into build-gpu
-#   2. the GPU tests (ctest -R cuda)
-#   3. a ~10^7-token synthetic corpus, its index and exact top-100 truth
-#   4. CPU vs CUDA search at two parameter settings, evaluated against the truth
-# and a table last: backend, params, Recall@100, QPS, p50/p99 latency, bytes up/down
-# per query. Every step has its own timeout and the whole run a deadline; logs go to
-# $WORK (default build-gpu/gpu-check). Set CHECK_DOCS / CHECK_QUERIES to resize.
+# One-command GPU check on a CUDA machine (sized for an H100/H200 with 16 cores):
+#   scripts/gpu-check.sh                  build there, then check (below)
+#   scripts/gpu-check.sh --bundle DIR     on a machine WITHOUT a GPU but with the project's
+#                                         dependencies and the CUDA toolkit: build for
+#                                         sm_90 and put the test and CLI binaries, with
+#                                         the shared libraries the GPU machine may lack
+#                                         (OpenBLAS, cJSON, xxHash, SQLite), into DIR
+#   scripts/gpu-check.sh --prebuilt DIR   on the GPU machine: check with DIR's binaries
+#                                         (its own CUDA runtime and cuBLAS)
+#   ... --sanitize                        compute-sanitizer (memcheck with leak check,
+#                                         synccheck, initcheck, racecheck) on test_cuda
+#                                         instead of the search table
+# The check: the GPU tests (test_cuda_link, test_cuda: CUDA against the CPU backend and
+# a host model of the GPU's arithmetic, test_api), then a ~10^7-token synthetic corpus,
+# its index and exact top-100 truth, CPU vs CUDA search at two settings evaluated against
+# the truth, and a table last: backend, params, Recall@100, QPS, p50/p99 latency, bytes
+# up/down per query. Every step has its own timeout and the whole run a deadline; logs go
+# to $WORK (default build-gpu/gpu-check, or DIR/gpu-check). Set CHECK_DOCS /
+# CHECK_QUERIES to resize, CHECK_SECONDS for the deadline.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-gpu
-WORK=${WORK:-$BUILD/gpu-check}
+MODE=build PREBUILT= SANITIZE=0
+while (( $# )); do
+    case $1 in
+    --bundle) MODE=bundle PREBUILT=$2; shift 2 ;;
+    --prebuilt) MODE=prebuilt PREBUILT=$(cd "$2" && pwd); shift 2 ;;
+    --sanitize) SANITIZE=1; shift ;;
+    *) echo "usage: $0 [--bundle DIR | --prebuilt DIR] [--sanitize]" >&2; exit 2 ;;
+    esac
+done
+TESTS=(test_cuda_link test_cuda test_api)
+
+if [[ $MODE == bundle ]]; then
+    # Release with line info, so compute-sanitizer's reports name source lines. The
+    # service and MPI front ends are left out: the check uses neither.
+    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHIMERA_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_FLAGS=-lineinfo -DCHIMERA_SERVER=OFF \
+        -DCHIMERA_MPI=OFF >/dev/null
+    cmake --build "$BUILD" -j "$(nproc)" --target chimera "${TESTS[@]}"
+    mkdir -p "$PREBUILT/bin" "$PREBUILT/lib"
+    cp "$BUILD/chimera" "$PREBUILT/bin/"
+    for t in "${TESTS[@]}"; do cp "$BUILD/tests/$t" "$PREBUILT/bin/"; done
+    strip --strip-debug "$PREBUILT"/bin/* # host debug info: no debugger there; symbols stay
+    # Every shared object but the C and C++ runtimes (any Linux has newer ones) and
+    # CUDA's own (the GPU machine's must match its driver).
+    for b in "$PREBUILT"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
+        grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
+        while read -r lib; do cp -L "$lib" "$PREBUILT/lib/"; done
+    echo "bundle in $PREBUILT: $(du -sh "$PREBUILT" | cut -f1) ($(ls "$PREBUILT/lib" | tr '\n' ' '))"
+    echo "on the GPU machine: scripts/gpu-check.sh --prebuilt $PREBUILT [--sanitize]"
+    exit 0
+fi
+
+if [[ $MODE == prebuilt ]]; then
+    BIN=$PREBUILT/bin
+    WORK=${WORK:-$PREBUILT/gpu-check}
+    export LD_LIBRARY_PATH=$PREBUILT/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if ldd "$BIN/chimera" | grep -q "not found"; then
+        echo "missing shared libraries for $BIN/chimera:" >&2
+        ldd "$BIN/chimera" | grep "not found" >&2
+        exit 1
+    fi
+else
+    BIN=$BUILD/tests
+    WORK=${WORK:-$BUILD/gpu-check}
+fi
+export PATH=$PATH:/usr/local/cuda/bin
 DOCS=${CHECK_DOCS:-120000}     # x ~83 tokens (16..150) = ~10^7 tokens
 QUERIES=${CHECK_QUERIES:-500}
 JOBS=${JOBS:-$(nproc)}
-DEADLINE=$(( $(date +%s) + ${CHECK_SECONDS:-355} ))
+DEADLINE=$(( $(date +%s) + ${CHECK_SECONDS:-480} ))
 
 ts() { date +%H:%M:%S; }
 log() { echo "[$(ts)] $*"; }
@@ -32,7 +88,7 @@ step() {
     local rc=0
     timeout --kill-after=5 "$lim" "$@" > "$WORK/$name.log" 2>&1 || rc=$?
     log "$name: rc=$rc in $(( $(date +%s) - t0 ))s"
-    if (( rc != 0 )); then tail -n 30 "$WORK/$name.log"; fi
+    if (( rc != 0 )); then grep -v "^cuda worker" "$WORK/$name.log" | tail -n 30; fi
     return $rc
 }
 
@@ -41,14 +97,43 @@ export CHIMERA_CUDA_PROFILE=1 # the CUDA backend prints per-stage device times a
 log "gpu-check in $ROOT, work dir $WORK"
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm --format=csv,noheader || true
 
-step configure 60 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-    -DCHIMERA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-step build 150 cmake --build "$BUILD" -j "$JOBS"
+if [[ $MODE == build ]]; then
+    step configure 60 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+        -DCHIMERA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_FLAGS=-lineinfo
+    step build 150 cmake --build "$BUILD" -j "$JOBS"
+    CLI=$BUILD/chimera
+else
+    CLI=$BIN/chimera
+fi
 TEST_RC=0
-step tests 60 ctest --test-dir "$BUILD" -R cuda --output-on-failure || TEST_RC=$?
-grep -E "skipped|passed|failed|Test #" "$WORK/tests.log" || true
+for t in "${TESTS[@]}"; do
+    step "$t" 120 "$BIN/$t" || TEST_RC=$?
+    grep -E "devices:|device:|skipped|passed" "$WORK/$t.log" || true
+done
 
-CLI=$BUILD/chimera
+if (( SANITIZE )); then
+    # racecheck is the slow one (~4 min for test_cuda on an H100): last.
+    SAN_RC=0
+    step memcheck 120 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+        "$BIN/test_cuda" || SAN_RC=$?
+    step synccheck 90 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/test_cuda" ||
+        SAN_RC=$?
+    step initcheck 90 compute-sanitizer --tool initcheck --error-exitcode 9 "$BIN/test_cuda" ||
+        SAN_RC=$?
+    step racecheck 330 compute-sanitizer --tool racecheck --print-limit 40 --error-exitcode 9 \
+        "$BIN/test_cuda" || SAN_RC=$?
+    for t in memcheck synccheck initcheck racecheck; do
+        if [[ -f $WORK/$t.log ]]; then
+            echo "$t: $(grep -E "SUMMARY" "$WORK/$t.log" | tail -n 1 || true)"
+        fi
+    done
+    if (( TEST_RC != 0 || SAN_RC != 0 )); then
+        log "FAILED (tests rc=$TEST_RC, sanitizers rc=$SAN_RC): see $WORK"
+        exit 1
+    fi
+    exit 0
+fi
+
 DATA=$WORK/data
 IDX=$WORK/idx
 if [[ ! -f $DATA/queries.npy ]]; then
@@ -98,10 +183,16 @@ for r in "${RUNS[@]}"; do
         "${up:--}" "${down:--}")")
 done
 
+for p in a b; do # the CUDA run's top 100 against the CPU run's (same parameters)
+    if [[ -f $WORK/cuda-$p.trec && -f $WORK/cpu-$p.trec ]]; then
+        echo "cuda-$p against cpu-$p: $("$CLI" eval --run "$WORK/cuda-$p.trec" \
+            --truth "$WORK/cpu-$p.trec" -k 100 --json | tr -d '\n')"
+    fi
+done
 grep -h "^cuda worker" "$WORK"/search-cuda-*.log 2>/dev/null | head -n 4 || true
 echo
-log "results ($DOCS docs, $QUERIES queries, $(( $(date +%s) - DEADLINE + ${CHECK_SECONDS:-355} ))s)"
+log "results ($DOCS docs, $QUERIES queries, $(( $(date +%s) - DEADLINE + ${CHECK_SECONDS:-480} ))s)"
 printf '%-7s %-5s %-23s %9s %9s %8s %8s %9s %9s\n' run backend params R@100 QPS p50_ms \
     p99_ms KiB_up/q KiB_dn/q
 for row in "${ROWS[@]}"; do echo "$row"; done
-if (( TEST_RC != 0 )); then log "GPU tests FAILED (rc=$TEST_RC): see $WORK/tests.log"; exit 1; fi
+if (( TEST_RC != 0 )); then log "GPU tests FAILED (rc=$TEST_RC): see $WORK"; exit 1; fi
