@@ -22,8 +22,12 @@
  * CHIMERA_ERR_DIM with a message naming both dimensions, and k = 0 or too many chunks
  * give CHIMERA_ERR_INVALID_ARG, as do thread counts over CHIMERA_MAX_THREADS and a graph
  * degree over 127; stored profiles with values no integer field holds are refused naming
- * the member. An engine for an index whose one document holds 2^32 - 1 tokens fails for
- * want of memory rather than starting with a wrapped 1-byte scratch buffer. A probe
+ * the member. An engine for an index whose one document holds 2^32 - 1 tokens is made
+ * (no scratch grows with document length) on the CPU and device paths. The device path
+ * ("cpu-as-device": the pipeline computes its own centroid scores and rescores on a host
+ * thread, as with the CUDA backend) returns the CPU backend's ids and scores (exhaustive:
+ * brute force's; chunked and covered: within 1e-5), and the same on two concurrent
+ * workers as on one. A probe
  * whose centroid scores are all -inf pads its output instead of reading unwritten heap
  * slots, and refinement then finds nothing. The CPU backend's graph probe (seeded walk,
  * centroid scores computed lazily) finds >= 0.99 of the brute-force probe's centroids per
@@ -131,14 +135,15 @@ static const float *query(const data_queries *q, int64_t i, uint32_t *m)
     return q->tokens + q->off[i] * q->dim;
 }
 
-/* Runs every query through one engine (n_workers 1, `threads` per call). ids/scores:
- * [nq x p->k]. */
-static chimera_status run_all(const ix_index *ix, const data_queries *q, const sp_params *p,
-                              int threads, int64_t *ids, float *scores, sp_stats *st)
+/* Runs every query through one engine on `backend` (n_workers 1, `threads` per call).
+ * ids/scores: [nq x p->k]. */
+static chimera_status run_all_on(const char *backend, const ix_index *ix, const data_queries *q,
+                                 const sp_params *p, int threads, int64_t *ids, float *scores,
+                                 sp_stats *st)
 {
     sp_engine *e;
     chimera_error err;
-    chimera_status s = sp_engine_new(ix, "cpu", 1, threads, p, 64, &e, &err);
+    chimera_status s = sp_engine_new(ix, backend, 1, threads, p, 64, &e, &err);
     CHECK_OK(s, &err);
     if (s != CHIMERA_OK) return s;
     for (int64_t i = 0; i < q->n && s == CHIMERA_OK; i++) {
@@ -149,6 +154,12 @@ static chimera_status run_all(const ix_index *ix, const data_queries *q, const s
     }
     sp_engine_free(e);
     return s;
+}
+
+static chimera_status run_all(const ix_index *ix, const data_queries *q, const sp_params *p,
+                              int threads, int64_t *ids, float *scores, sp_stats *st)
+{
+    return run_all_on("cpu", ix, q, p, threads, ids, scores, st);
 }
 
 /* Mean over queries of |top-k(run) ∩ top-k(truth)| / k. */
@@ -194,7 +205,7 @@ static int by_score(const void *a, const void *b)
     return (x->d > y->d) - (x->d < y->d);
 }
 
-static void test_exhaustive(const bench *b)
+static void test_exhaustive(const bench *b, const char *backend)
 {
     const ix_index *ix = &b->ix;
     uint32_t nd = (uint32_t)ix->n_docs;
@@ -204,7 +215,7 @@ static void test_exhaustive(const bench *b)
     int64_t *ids = cm_malloc((size_t)b->q.n * p.k * sizeof *ids);
     float *sc = cm_malloc((size_t)b->q.n * p.k * sizeof *sc);
     sp_stats st = {0};
-    if (run_all(ix, &b->q, &p, 1, ids, sc, &st) != CHIMERA_OK) goto done;
+    if (run_all_on(backend, ix, &b->q, &p, 1, ids, sc, &st) != CHIMERA_OK) goto done;
     CHECKF(st.n_fullbit == (uint64_t)b->q.n * nd, "exhaustive: %llu documents re-scored, want %llu",
            (unsigned long long)st.n_fullbit, (unsigned long long)b->q.n * nd);
     float *all = cm_malloc((size_t)nd * sizeof *all);
@@ -227,10 +238,10 @@ static void test_exhaustive(const bench *b)
             bad_rank += got < 0 || fabsf(all[got] - ref[r].s) > TIE_TOL;
         }
     }
-    printf("exhaustive: %lld queries, top-%u equal to brute force (%d tie swaps)\n",
-           (long long)nq, p.k, swapped);
-    CHECKF(bad_rank == 0 && bad_score == 0, "exhaustive: %d ranks and %d scores differ from "
-           "brute force", bad_rank, bad_score);
+    printf("exhaustive (%s): %lld queries, top-%u equal to brute force (%d tie swaps)\n",
+           backend, (long long)nq, p.k, swapped);
+    CHECKF(bad_rank == 0 && bad_score == 0, "exhaustive (%s): %d ranks and %d scores differ "
+           "from brute force", backend, bad_rank, bad_score);
     cm_free(all);
     cm_free(ref);
 done:
@@ -587,6 +598,77 @@ done:
     cm_free(c);
     cm_free(as);
     cm_free(cs);
+}
+
+/* ---- the device path: the pipeline's own centroid scores ---------------------------- */
+
+/* "cpu-as-device" is the CPU backend without host centroid scores, so the pipeline runs
+ * as with the CUDA backend: it computes the rows of S its full-bit stage needs itself
+ * (once a query, in blocks) and rescores on a host thread. Chunked and covered searches
+ * on it must return what the CPU backend returns (brute probing, so both compute S in
+ * float): the same ids up to swaps at ties within TIE_TOL, every score within TIE_TOL, as
+ * many documents re-scored; and two workers searching concurrently (each with its own
+ * rows) exactly what one worker returns. */
+static void test_device_path(const bench *b)
+{
+    const ix_index *ix = &b->ix;
+    sp_params ps[2] = {
+        {.k = 10, .n_probe = 8, .k_refine = 120, .k_fullbit = 30, .chunks = 4,
+         .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE},
+        {.k = 10, .n_probe = 8, .k_refine = 60, .k_fullbit = 60, .chunks = 4,
+         .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE},
+    };
+    size_t n = (size_t)b->q.n * 10;
+    int64_t *ic = cm_malloc(n * sizeof *ic), *id = cm_malloc(n * sizeof *id),
+            *id2 = cm_malloc(n * sizeof *id2);
+    float *sc = cm_malloc(n * sizeof *sc), *sd = cm_malloc(n * sizeof *sd),
+          *sd2 = cm_malloc(n * sizeof *sd2);
+    for (int v = 0; v < 2; v++) {
+        const sp_params *p = &ps[v];
+        sp_stats stc = {0}, std = {0};
+        if (run_all(ix, &b->q, p, 1, ic, sc, &stc) != CHIMERA_OK ||
+            run_all_on("cpu-as-device", ix, &b->q, p, 1, id, sd, &std) != CHIMERA_OK)
+            break;
+        int bad_score = 0, bad_rank = 0, swaps = 0;
+        for (size_t r = 0; r < n; r++) {
+            bad_score += fabsf(sd[r] - sc[r]) > TIE_TOL;
+            if (id[r] == ic[r]) continue;
+            swaps++;
+            bad_rank += fabsf(sd[r] - sc[r]) > TIE_TOL; /* a swap only between equal scores */
+        }
+        printf("device path (k_refine %u, k_fullbit %u): %lld queries as on the cpu backend "
+               "(%d tie swaps), %llu documents re-scored\n", p->k_refine, p->k_fullbit,
+               (long long)b->q.n, swaps, (unsigned long long)std.n_fullbit);
+        CHECKF(bad_score == 0 && bad_rank == 0,
+               "device path: %d scores and %d ranks differ from the cpu backend's", bad_score,
+               bad_rank);
+        CHECKF(std.n_fullbit == stc.n_fullbit && std.n_fullbit > 0,
+               "device path: %llu documents re-scored, cpu %llu",
+               (unsigned long long)std.n_fullbit, (unsigned long long)stc.n_fullbit);
+        sp_engine *e;
+        chimera_error err;
+        CHECK_OK(sp_engine_new(ix, "cpu-as-device", 2, 1, p, 64, &e, &err), &err);
+        if (!e) break;
+        half_job j[2];
+        pthread_t th[2];
+        for (int w = 0; w < 2; w++) {
+            j[w] = (half_job){e, &b->q, p, w, id2, sd2, CHIMERA_OK};
+            pthread_create(&th[w], NULL, half_main, &j[w]);
+        }
+        for (int w = 0; w < 2; w++) {
+            pthread_join(th[w], NULL);
+            CHECK(j[w].s == CHIMERA_OK);
+        }
+        sp_engine_free(e);
+        CHECKF(memcmp(id, id2, n * sizeof *id) == 0 && memcmp(sd, sd2, n * sizeof *sd) == 0,
+               "device path: two concurrent workers differ from one");
+    }
+    cm_free(ic);
+    cm_free(id);
+    cm_free(id2);
+    cm_free(sc);
+    cm_free(sd);
+    cm_free(sd2);
 }
 
 /* ---- probe and imputation modes ---------------------------------------------------- */
@@ -1514,10 +1596,17 @@ static void test_long_document(const bench *b)
     sp_params p = {.k = 10, .n_probe = 4, .k_refine = 20, .k_fullbit = 10, .chunks = 1};
     sp_engine *e = NULL;
     chimera_error err = {0};
-    chimera_status s = sp_engine_new(&ix, "cpu", 1, 1, &p, QUANT_QTOK_MAX, &e, &err);
-    CHECKF(s == CHIMERA_ERR_NOMEM && !e, "a 2^32-1 token document: engine gave %s (%s)",
-           chimera_status_str(s), err.msg);
-    sp_engine_free(e);
+    /* no scratch grows with the longest document (the host computes centroid scores by
+     * centroid, not by document token), so where a 4 TiB allocation fails the engine is
+     * made all the same, on either path */
+    for (int v = 0; v < 2; v++) {
+        chimera_status s = sp_engine_new(&ix, v ? "cpu-as-device" : "cpu", 1, 1, &p,
+                                         QUANT_QTOK_MAX, &e, &err);
+        CHECKF(s == CHIMERA_OK && e, "a 2^32-1 token document: engine gave %s (%s)",
+               chimera_status_str(s), err.msg);
+        sp_engine_free(e);
+        e = NULL;
+    }
 }
 
 /* Brute-force probing keeps centroids whose score beats -inf. Centroids of huge
@@ -1625,7 +1714,9 @@ int main(void)
     for (int i = 0; i < 4; i++)
         if (ok[i]) test_recall_shape(&sh[i]);
     if (ok[0]) {
-        test_exhaustive(&sh[0]);
+        test_exhaustive(&sh[0], "cpu");
+        test_exhaustive(&sh[0], "cpu-as-device");
+        test_device_path(&sh[0]);
         test_chunks(&sh[0]);
         test_interaction(&sh[0]);
         test_determinism(&sh[0]);
@@ -1637,7 +1728,8 @@ int main(void)
         test_probe_unfilled(&sh[0]);
     }
     if (ok[2]) {
-        test_exhaustive(&sh[2]);
+        test_exhaustive(&sh[2], "cpu");
+        test_device_path(&sh[2]);
         test_interaction(&sh[2]);
     }
     for (int i = 0; i < 4; i++) bench_free(&sh[i]);

@@ -41,6 +41,8 @@ chimera_status backend_new(const char *name, cm_backend *out, chimera_error *err
         return cpu_backend_new(out, err);
     }
     if (strcmp(name, "cpu") == 0) return cpu_backend_new(out, err);
+    /* internal (not among chimera.h's backends): the pipeline's device path on the CPU */
+    if (strcmp(name, "cpu-as-device") == 0) return cpu_backend_new_as_device(out, err);
     if (strcmp(name, "cuda") == 0) {
 #ifdef CHIMERA_HAVE_CUDA
         char status[128];

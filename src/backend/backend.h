@@ -210,11 +210,11 @@ struct cm_backend_i {
 typedef struct cm_backend {
     const struct cm_backend_i *iface;
     void *ctx;
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda", "cpu-as-device" */
 } cm_backend;
 
 /* Creates a backend by name ("cpu", "cuda", or "auto": cuda when compiled in and a
- * device is usable, else cpu). @return CHIMERA_OK, _UNSUPPORTED (cuda not compiled),
+ * device is usable, else cpu; "cpu-as-device" for tests: cpu_backend.h). @return CHIMERA_OK, _UNSUPPORTED (cuda not compiled),
  * _DEVICE (no usable device), _NOMEM. */
 chimera_status backend_new(const char *name, cm_backend *out, chimera_error *err);
 void backend_free(cm_backend *b);

@@ -40,6 +40,7 @@
 #include "core/alloc.h"
 
 #define SP_MAX_CHUNKS 64
+#define SP_LAZY_ROWS 64 /* centroid rows a block of the host's own S (sp_worker.S_lazy) */
 
 typedef struct sp_worker {
     struct sp_engine *e;
@@ -50,8 +51,16 @@ typedef struct sp_worker {
     int64_t *dh_i;
     /* host side */
     quant_qset qs;
-    float *cs_local;     /* [max_doc_len x max_m] centroid scores when S is not on the host */
-    uint32_t *cid_local; /* [max_doc_len] 0, 1, 2, ... */
+    /* When the backend keeps the centroid scores S on the device (host_centroid_scores
+     * NULL), the host computes the rows its full-bit stage needs, once a query, in blocks
+     * of SP_LAZY_ROWS through one sgemm (a gemv per document token cost 3-4x the whole
+     * full-bit stage, bench/RESULTS.md section 6.1). Host thread only, but reset by the
+     * worker while that thread is idle. */
+    float *S_lazy;       /* [K x m]: row k valid for this query when bit k of S_have is set */
+    uint64_t *S_have;    /* [K bits] */
+    uint32_t *lz_id;     /* [SP_LAZY_ROWS] centroids of the next block */
+    float *lz_c;         /* [SP_LAZY_ROWS x dim] their vectors, gathered */
+    float *lz_s;         /* [SP_LAZY_ROWS x max_m] their scores */
     uint8_t *scored;     /* [max_refine] full-bit done */
     float *sel_s, *fin_s;
     int64_t *sel_i, *fin_i;
@@ -87,7 +96,6 @@ struct sp_engine {
     be_segment *segs; /* res.segments */
     sp_params max;
     uint32_t max_m;
-    uint64_t max_doc_len; /* up to n_tokens, 2^32 - 1: "+ 1" must not wrap */
     int n_workers;
     int overlap;      /* a host thread a worker (see Threads above) */
     sp_worker *w;
@@ -119,11 +127,11 @@ static int fB_usable(const quant_fB *f)
     return isfinite(f->kappa) && (f->alpha & 0x7c00u) != 0x7c00u;
 }
 
-/* The full-bit Chamfer estimate of `doc`; -inf for an empty document, NaN when one of
- * its tokens has a non-finite factor. */
+/* The full-bit Chamfer estimate of `doc` from the centroid scores S ([K x m], the rows of
+ * its tokens' centroids at least); -inf for an empty document, NaN when one of its
+ * tokens has a non-finite factor. */
 static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const quant_qset *qs,
-                           const float *S, const float *q, uint32_t m, uint32_t doc,
-                           float *cs_local, uint32_t *cid_local)
+                           const float *S, uint32_t m, uint32_t doc)
 {
     const ix_segment *sg = ix_doc_segment(ix, doc);
     int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
@@ -134,15 +142,6 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
     float mx[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) mx[j] = -INFINITY;
     const uint32_t *cid = sg->tok_cid + t0;
-    if (!S) {
-        /* centroid scores of this document's tokens only: cs_local[t][j] = <c_t, q_j> */
-        for (int64_t t = 0; t < n; t++) cid_local[t] = (uint32_t)t;
-        for (int64_t t = 0; t < n; t++)
-            cm_sgemm_nt(1, (int)m, (int)ix->dim, 1.0f, ix->centroids + (size_t)cid[t] * ix->dim,
-                        (int)ix->dim, q, (int)ix->dim, 0.0f, cs_local + (size_t)t * m, (int)m);
-        S = cs_local;
-        cid = cid_local;
-    }
     quant_estB_doc_max(kt, qs, ix->bits, sg->dB_codes + (size_t)t0 * cB, sg->dB_fact + t0,
                        (size_t)n, cid, S, m, mx);
     float s = 0.0f;
@@ -164,13 +163,74 @@ static void prefetch_doc_head(const ix_index *ix, uint32_t doc)
     __builtin_prefetch(sg->tok_cid + t0);
 }
 
+/* ---- the host's own centroid scores (a backend that keeps S on the device) --------- */
+
+/* Rows lz_id[0..nb) of w->S_lazy. */
+static void lazy_flush(sp_worker *w, uint32_t nb)
+{
+    const ix_index *ix = w->e->ix;
+    size_t d = ix->dim;
+    for (uint32_t i = 0; i < nb; i++)
+        memcpy(w->lz_c + i * d, ix->centroids + (size_t)w->lz_id[i] * d, d * sizeof(float));
+    cm_sgemm_nt((int)nb, (int)w->m, (int)d, 1.0f, w->lz_c, (int)d, w->q, (int)d, 0.0f, w->lz_s,
+                (int)w->m);
+    for (uint32_t i = 0; i < nb; i++)
+        memcpy(w->S_lazy + (size_t)w->lz_id[i] * w->m, w->lz_s + (size_t)i * w->m,
+               w->m * sizeof(float));
+}
+
+/* Queues the rows of doc's tokens' centroids not computed yet in this query, nb queued
+ * before; flushes full blocks. @return the number queued now. */
+static uint32_t lazy_need(sp_worker *w, uint32_t doc, uint32_t nb)
+{
+    const ix_segment *sg = ix_doc_segment(w->e->ix, doc);
+    int64_t ld = doc - sg->doc_base;
+    uint64_t *have = w->S_have;
+    for (int64_t t = sg->doc_off[ld]; t < sg->doc_off[ld + 1]; t++) {
+        uint32_t k = sg->tok_cid[t];
+        uint64_t bit = (uint64_t)1 << (k & 63);
+        if (have[k >> 6] & bit) continue;
+        have[k >> 6] |= bit;
+        w->lz_id[nb] = k;
+        if (++nb == SP_LAZY_ROWS) {
+            lazy_flush(w, nb);
+            nb = 0;
+        }
+    }
+    return nb;
+}
+
+/* The query's centroid scores for the host stage: the backend's, else w->S_lazy with no
+ * row computed yet. Called by the worker while its host thread is idle. */
+static void host_scores_begin(sp_engine *e, sp_worker *w, int worker)
+{
+    const struct cm_backend_i *be = e->be.iface;
+    if (be->host_centroid_scores) {
+        w->S = be->host_centroid_scores(e->be.ctx, worker);
+        return;
+    }
+    memset(w->S_have, 0, ((size_t)e->ix->n_clusters + 63) / 64 * sizeof(uint64_t));
+    w->S = w->S_lazy;
+}
+
+/* Makes w->S hold the rows the documents of candidates cs[0..n) need (cs NULL: 0..n). */
+static void host_scores_for(sp_worker *w, const int64_t *cs, uint32_t n)
+{
+    if (w->S != w->S_lazy) return;
+    uint32_t nb = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        uint32_t c = cs ? (uint32_t)cs[r] : r;
+        if (!w->scored[c]) nb = lazy_need(w, w->cand[c], nb);
+    }
+    if (nb) lazy_flush(w, nb);
+}
+
 /* Candidate c's full-bit score into w->fin. */
 static void rescore(sp_worker *w, uint32_t c)
 {
     const sp_engine *e = w->e;
     w->scored[c] = 1;
-    float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->q, w->m, w->cand[c], w->cs_local,
-                            w->cid_local);
+    float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->m, w->cand[c]);
     w->n_fullbit++;
     const ix_segment *sg = ix_doc_segment(e->ix, w->cand[c]);
     int64_t ld = w->cand[c] - sg->doc_base;
@@ -196,6 +256,7 @@ static void host_step(sp_worker *w, uint32_t i)
     cm_topk sel;
     cm_topk_init(&sel, (uint32_t)target, w->sel_s, w->sel_i);
     for (uint32_t c = 0; c < seen; c++) cm_topk_push(&sel, w->s1[c], c);
+    host_scores_for(w, sel.id, sel.n);
     for (uint32_t r = 0; r < sel.n; r++) {
         uint32_t c = (uint32_t)sel.id[r];
         if (w->scored[c]) continue;
@@ -258,10 +319,6 @@ chimera_status sp_engine_refresh(sp_engine *e, const ix_index *ix, chimera_error
     if (!be->refresh)
         return cm_fail(err, CHIMERA_ERR_UNSUPPORTED, "search: the %s backend makes its engine "
                        "anew on a refresh", e->be.name);
-    /* the host scratch is sized for the longest document */
-    if ((uint64_t)ix->max_doc_len > e->max_doc_len)
-        return cm_fail(err, CHIMERA_ERR_UNSUPPORTED, "search: a longer document than the "
-                       "engine's scratch holds; made anew");
     be_segment *segs = cm_calloc(ix->n_segs, sizeof *segs);
     if (!segs) return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
     be_resident r;
@@ -299,8 +356,11 @@ void sp_engine_free(sp_engine *e)
             cm_free(w->dh_i);
             cm_free(w->partial);
             cm_free(w->s1);
-            cm_free(w->cs_local);
-            cm_free(w->cid_local);
+            cm_free(w->S_lazy);
+            cm_free(w->S_have);
+            cm_free(w->lz_id);
+            cm_free(w->lz_c);
+            cm_free(w->lz_s);
             cm_free(w->scored);
             cm_free(w->sel_s);
             cm_free(w->sel_i);
@@ -332,7 +392,6 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
     e->max_m = max_m;
     e->n_workers = n_workers < 1 ? 1 : n_workers;
     e->kt = quant_kernels_active();
-    e->max_doc_len = (uint64_t)ix->max_doc_len;
     e->segs = cm_calloc(ix->n_segs, sizeof *e->segs);
     if (!e->segs) {
         cm_free(e);
@@ -366,18 +425,23 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         w->dh_i = cm_malloc((size_t)(kr + 1) * sizeof *w->dh_i);
         w->partial = cm_malloc((size_t)kr * sizeof *w->partial);
         w->s1 = cm_malloc((size_t)kr * sizeof *w->s1);
-        /* [longest document x max_m] centroid scores: 4 TiB at the 2^32 - 1 tokens an
-         * index allows and m = 256, which the allocation refuses (as NOMEM) */
-        size_t rows = (size_t)e->max_doc_len + 1, cs_bytes = 0;
-        if (cm_mul_size(rows, (size_t)max_m * sizeof(float), &cs_bytes) != 0) goto nomem;
-        w->cs_local = cm_malloc(cs_bytes);
-        w->cid_local = cm_calloc(rows, sizeof(uint32_t));
+        if (!e->be.iface->host_centroid_scores) {
+            /* [K x max_m] floats, as a CPU backend's S */
+            size_t K = ix->n_clusters, s_bytes = 0;
+            if (cm_mul_size(K, (size_t)max_m * sizeof(float), &s_bytes) != 0) goto nomem;
+            w->S_lazy = cm_malloc(s_bytes);
+            w->S_have = cm_malloc((K + 63) / 64 * sizeof(uint64_t));
+            w->lz_id = cm_malloc(SP_LAZY_ROWS * sizeof(uint32_t));
+            w->lz_c = cm_malloc((size_t)SP_LAZY_ROWS * ix->dim * sizeof(float));
+            w->lz_s = cm_malloc((size_t)SP_LAZY_ROWS * max_m * sizeof(float));
+            if (!w->S_lazy || !w->S_have || !w->lz_id || !w->lz_c || !w->lz_s) goto nomem;
+        }
         w->scored = cm_malloc(kr);
         w->sel_s = cm_malloc((size_t)(kf + 1) * sizeof(float));
         w->sel_i = cm_malloc((size_t)(kf + 1) * sizeof(int64_t));
         w->fin_s = cm_malloc((size_t)(kfin + 1) * sizeof(float));
         w->fin_i = cm_malloc((size_t)(kfin + 1) * sizeof(int64_t));
-        if (!w->cand || !w->dh_s || !w->dh_i || !w->partial || !w->s1 || !w->cs_local || !w->cid_local || !w->scored ||
+        if (!w->cand || !w->dh_s || !w->dh_i || !w->partial || !w->s1 || !w->scored ||
             !w->sel_s || !w->sel_i || !w->fin_s || !w->fin_i)
             goto nomem;
         if (max->rerank_depth) {
@@ -680,11 +744,13 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         w->p = p;
         w->q = q;
         w->m = m;
-        w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
+        host_scores_begin(e, w, worker);
         w->n_fullbit = 0;
         w->bad_doc = -1;
         cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
         quant_qset_set(&w->qs, &e->ix->rot, q, m);
+        memset(w->scored, 0, n_cand ? n_cand : 1);
+        host_scores_for(w, NULL, n_cand);
         for (uint32_t c = 0; c < n_cand; c++) {
             if (c + 1 < n_cand) prefetch_doc_head(e->ix, w->cand[c + 1]);
             rescore(w, c);
@@ -703,7 +769,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         w->p = p;
         w->q = q;
         w->m = m;
-        w->S = be->host_centroid_scores ? be->host_centroid_scores(ctx, worker) : NULL;
+        host_scores_begin(e, w, worker);
         w->n_chunks = nc;
         for (uint32_t i = 0; i <= nc; i++) w->chunk_end[i] = (uint32_t)((uint64_t)n_cand * i / nc);
         w->chunks_ready = 0;
@@ -800,7 +866,7 @@ chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, fl
     const quant_kernels *kt = quant_kernels_active();
     for (int64_t d = 0; d < ix->n_docs; d++)
         scores[d] = ix_is_deleted(ix, d) ? -INFINITY
-                                         : fullbit_score(ix, kt, &qs, S, q, m, (uint32_t)d, NULL, NULL);
+                                         : fullbit_score(ix, kt, &qs, S, m, (uint32_t)d);
     cm_free(S);
     quant_qset_free(&qs);
     return CHIMERA_OK;

@@ -1016,6 +1016,21 @@ static const struct cm_backend_i cpu_iface = {
     .score_ci = cpu_score_ci,
 };
 
+/* The same backend without host_centroid_scores: the search pipeline then treats it as
+ * it treats a device (its own centroid scores, a host thread a worker; see
+ * cpu_backend.h). */
+static const struct cm_backend_i cpu_as_device_iface = {
+    .api_version = BE_API_VERSION,
+    .upload = cpu_upload,
+    .query_begin = cpu_query_begin,
+    .probe = cpu_probe,
+    .refine = cpu_refine,
+    .score1 = cpu_score1,
+    .release = cpu_free,
+    .query_batch = cpu_query_batch,
+    .score_ci = cpu_score_ci,
+};
+
 chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)
 {
     cpu_ctx *c = cm_calloc(1, sizeof *c);
@@ -1027,5 +1042,13 @@ chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)
     out->iface = &cpu_iface;
     out->ctx = c;
     out->name = "cpu";
+    return CHIMERA_OK;
+}
+
+chimera_status cpu_backend_new_as_device(cm_backend *out, chimera_error *err)
+{
+    CM_TRY(cpu_backend_new(out, err));
+    out->iface = &cpu_as_device_iface;
+    out->name = "cpu-as-device";
     return CHIMERA_OK;
 }
