@@ -149,18 +149,21 @@ if [[ ! -f $WORK/truth.trec ]]; then
         --queries "$DATA/queries.npy" -k 100 --out "$WORK/truth.trec" --threads "$JOBS"
 fi
 
-# name backend nprobe k_refine k_fullbit
+# name backend nprobe k_refine k_fullbit CHIMERA_CUDA_SYNC (spin: the runtime's default;
+# block: waiting workers sleep, leaving the cores to the host's full-bit scoring)
 RUNS=(
-    "cpu-a cpu 16 1000 200"
-    "cuda-a cuda 16 1000 200"
-    "cpu-b cpu 32 2000 400"
-    "cuda-b cuda 32 2000 400"
+    "cpu-a cpu 16 1000 200 spin"
+    "cuda-a cuda 16 1000 200 spin"
+    "cudabl-a cuda 16 1000 200 block"
+    "cpu-b cpu 32 2000 400 spin"
+    "cuda-b cuda 32 2000 400 spin"
+    "cudabl-b cuda 32 2000 400 block"
 )
 ROWS=()
 for r in "${RUNS[@]}"; do
-    read -r name be np kr kf <<<"$r"
+    read -r name be np kr kf sync <<<"$r"
     rc=0
-    step "search-$name" 45 "$CLI" search "$IDX" \
+    step "search-$name" 45 env CHIMERA_CUDA_SYNC="$sync" "$CLI" search "$IDX" \
         --queries "$DATA/queries.npy" -k 100 --out "$WORK/$name.trec" --nprobe "$np" \
         --k-refine "$kr" --k-fullbit "$kf" --chunks 4 --threads "$JOBS" --backend "$be" \
         --profile || rc=$?
@@ -178,21 +181,22 @@ for r in "${RUNS[@]}"; do
             recall=$(sed -nE 's/.*"recall@100": ([0-9.]+).*/\1/p' "$WORK/eval-$name.log")
         fi
     fi
-    ROWS+=("$(printf '%-7s %-5s np=%-3s kr=%-5s kf=%-4s %9s %9s %8s %8s %9s %9s' \
+    ROWS+=("$(printf '%-8s %-5s np=%-3s kr=%-5s kf=%-4s %9s %9s %8s %8s %9s %9s' \
         "$name" "$be" "$np" "$kr" "$kf" "${recall:--}" "${qps:--}" "${p50:--}" "${p99:--}" \
         "${up:--}" "${down:--}")")
 done
 
-for p in a b; do # the CUDA run's top 100 against the CPU run's (same parameters)
-    if [[ -f $WORK/cuda-$p.trec && -f $WORK/cpu-$p.trec ]]; then
-        echo "cuda-$p against cpu-$p: $("$CLI" eval --run "$WORK/cuda-$p.trec" \
-            --truth "$WORK/cpu-$p.trec" -k 100 --json | tr -d '\n')"
+for p in cuda-a cudabl-a cuda-b cudabl-b; do # the CUDA runs' top 100 against the CPU's
+    c=cpu-${p#*-}
+    if [[ -f $WORK/$p.trec && -f $WORK/$c.trec ]]; then
+        echo "$p against $c: $("$CLI" eval --run "$WORK/$p.trec" --truth "$WORK/$c.trec" \
+            -k 100 --json | tr -d '\n')"
     fi
 done
 grep -h "^cuda worker" "$WORK"/search-cuda-*.log 2>/dev/null | head -n 4 || true
 echo
 log "results ($DOCS docs, $QUERIES queries, $(( $(date +%s) - DEADLINE + ${CHECK_SECONDS:-480} ))s)"
-printf '%-7s %-5s %-23s %9s %9s %8s %8s %9s %9s\n' run backend params R@100 QPS p50_ms \
+printf '%-8s %-5s %-23s %9s %9s %8s %8s %9s %9s\n' run backend params R@100 QPS p50_ms \
     p99_ms KiB_up/q KiB_dn/q
 for row in "${ROWS[@]}"; do echo "$row"; done
 if (( TEST_RC != 0 )); then log "GPU tests FAILED (rc=$TEST_RC): see $WORK"; exit 1; fi

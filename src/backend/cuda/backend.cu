@@ -46,7 +46,11 @@
 // totalled per worker and printed at release when CHIMERA_CUDA_PROFILE is set. With
 // CHIMERA_CUDA_POISON set, every device output buffer is filled with 0xff bytes before
 // the kernels that write it, so a result a kernel failed to write shows up as NaN /
-// UINT32_MAX instead of a stale value (the tests set it).
+// UINT32_MAX instead of a stale value (the tests set it). With CHIMERA_CUDA_SYNC=block a
+// worker waiting for its stream sleeps (a blocking-sync event) instead of spinning on a
+// core, the runtime's default with fewer contexts than cores: with as many workers as
+// cores, the spinning threads compete with the host threads' full-bit scoring. The
+// default stays until a GPU run measures both (scripts/gpu-check.sh does).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -191,6 +195,7 @@ static void cu_release(void *vctx)
                 for (int e = 0; e < 2; e++)
                     if (w->ev[s][e]) CU_IGNORE(cudaEventDestroy(w->ev[s][e]));
             if (w->ev_up) CU_IGNORE(cudaEventDestroy(w->ev_up));
+            if (w->ev_sync) CU_IGNORE(cudaEventDestroy(w->ev_sync));
             if (w->blas) cublasDestroy(w->blas);
             if (w->stream) CU_IGNORE(cudaStreamDestroy(w->stream));
         }
@@ -350,7 +355,10 @@ static chimera_status worker_init(cu_ctx *c, cu_worker *w, chimera_error *err)
     CUBLAS_CHECK(cublasSetMathMode(w->blas, CUBLAS_DEFAULT_MATH));
     for (int s = 0; s < CU_N_STAGES; s++)
         for (int e = 0; e < 2; e++) CUDA_CHECK(cudaEventCreate(&w->ev[s][e]));
-    CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_up, cudaEventDisableTiming));
+    unsigned ev_flags = cudaEventDisableTiming | (c->blocking_sync ? cudaEventBlockingSync : 0u);
+    CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_up, ev_flags));
+    CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_sync, ev_flags));
+    w->blocking_sync = c->blocking_sync;
     CM_TRY(dalloc(&w->d_q, mm * c->r.dim, err));
     CM_TRY(dalloc(&w->d_qrot, mm * c->r.dim_pad, err));
     CM_TRY(dalloc(&w->d_lut, mm * c->r.dim_pad * 4, err));
@@ -681,7 +689,12 @@ static chimera_status stages_collect(cu_worker *w, chimera_error *err)
 
 static chimera_status sync_worker(cu_worker *w, chimera_error *err)
 {
-    CUDA_CHECK(cudaStreamSynchronize(w->stream));
+    if (w->blocking_sync) { // an event of cudaEventBlockingSync: the thread sleeps
+        CUDA_CHECK(cudaEventRecord(w->ev_sync, w->stream));
+        CUDA_CHECK(cudaEventSynchronize(w->ev_sync));
+    } else {
+        CUDA_CHECK(cudaStreamSynchronize(w->stream));
+    }
     return stages_collect(w, err);
 }
 
@@ -894,6 +907,8 @@ extern "C" chimera_status cuda_backend_new(cm_backend *out, chimera_error *err)
     if (!c) return cm_fail(err, CHIMERA_ERR_NOMEM, "cuda backend: out of memory");
     const char *poison = getenv("CHIMERA_CUDA_POISON");
     c->poison = poison && *poison && strcmp(poison, "0") != 0;
+    const char *sync = getenv("CHIMERA_CUDA_SYNC");
+    c->blocking_sync = sync && strcmp(sync, "block") == 0;
     c->device = 0;
     out->iface = &cu_iface;
     out->ctx = c;

@@ -119,6 +119,8 @@ struct cu_worker {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev[CU_N_STAGES][2], ev_up; // per-stage start/end; query upload done
+    cudaEvent_t ev_sync;                   // sync_worker's, when blocking_sync
+    int blocking_sync;                     // the context's (CHIMERA_CUDA_SYNC=block)
     int stage_pending[CU_N_STAGES];
     double stage_ms[CU_N_STAGES];
     uint64_t stage_calls[CU_N_STAGES], bytes_up, bytes_down;
@@ -157,6 +159,7 @@ struct cu_worker {
 
 struct cu_ctx {
     int device, n_sm, poison;
+    int blocking_sync; // CHIMERA_CUDA_SYNC=block: workers sleep while they wait (backend.cu)
     int ready; // upload completed: workers and resident data usable
     size_t smem_optin;
     be_config cfg;
