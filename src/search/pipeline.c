@@ -21,9 +21,8 @@
  *
  * Full-bit scores need <q_j, c> for each token's centroid. When the backend computed the
  * centroid scores on the host anyway (the CPU backend) they are reused; otherwise (a GPU
- * keeps them on the device) the host computes the few it needs, per document.
- * XXX: that costs as much again as the full-bit inner products themselves; a small host
- * cache of centroid scores per query would halve it. */
+ * keeps them on the device) the host computes the rows its documents need, once a query
+ * per centroid and 64 centroids an sgemm (sp_worker.S_lazy). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
