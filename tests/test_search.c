@@ -608,22 +608,38 @@ done:
  * on it must return what the CPU backend returns (brute probing, so both compute S in
  * float): the same ids up to swaps at ties within TIE_TOL, every score within TIE_TOL, as
  * many documents re-scored; and two workers searching concurrently (each with its own
- * rows) exactly what one worker returns. */
+ * rows) exactly what one worker returns. Also with centroid interaction, with a filter
+ * of every third document, and with a filter of five (the direct path). */
 static void test_device_path(const bench *b)
 {
     const ix_index *ix = &b->ix;
-    sp_params ps[2] = {
-        {.k = 10, .n_probe = 8, .k_refine = 120, .k_fullbit = 30, .chunks = 4,
-         .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE},
-        {.k = 10, .n_probe = 8, .k_refine = 60, .k_fullbit = 60, .chunks = 4,
-         .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE},
-    };
+    uint32_t nd = (uint32_t)ix->n_docs;
+    sp_filter third = {cm_calloc((nd + 7) / 8, 1), cm_malloc(nd * sizeof(uint32_t)), 0},
+              five = {cm_calloc((nd + 7) / 8, 1), cm_malloc(nd * sizeof(uint32_t)), 0};
+    for (uint32_t d = 0; d < nd; d++) {
+        sp_filter *f = d % 3 == 0 ? &third : NULL;
+        if (f) {
+            f->allow[d >> 3] |= (uint8_t)(1u << (d & 7));
+            f->docs[f->n++] = d;
+        }
+        if (d % (nd / 5) == 1 && five.n < 5) {
+            five.allow[d >> 3] |= (uint8_t)(1u << (d & 7));
+            five.docs[five.n++] = d;
+        }
+    }
+    sp_params base = {.k = 10, .n_probe = 8, .k_refine = 120, .k_fullbit = 30, .chunks = 4,
+                      .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE};
+    sp_params ps[5] = {base, base, base, base, base};
+    ps[1].k_refine = ps[1].k_fullbit = 60; /* covered: every candidate re-scored */
+    ps[2].k_interaction = 60;
+    ps[3].filter = &third;
+    ps[4].filter = &five;
     size_t n = (size_t)b->q.n * 10;
     int64_t *ic = cm_malloc(n * sizeof *ic), *id = cm_malloc(n * sizeof *id),
             *id2 = cm_malloc(n * sizeof *id2);
     float *sc = cm_malloc(n * sizeof *sc), *sd = cm_malloc(n * sizeof *sd),
           *sd2 = cm_malloc(n * sizeof *sd2);
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 5; v++) {
         const sp_params *p = &ps[v];
         sp_stats stc = {0}, std = {0};
         if (run_all(ix, &b->q, p, 1, ic, sc, &stc) != CHIMERA_OK ||
@@ -636,9 +652,11 @@ static void test_device_path(const bench *b)
             swaps++;
             bad_rank += fabsf(sd[r] - sc[r]) > TIE_TOL; /* a swap only between equal scores */
         }
-        printf("device path (k_refine %u, k_fullbit %u): %lld queries as on the cpu backend "
-               "(%d tie swaps), %llu documents re-scored\n", p->k_refine, p->k_fullbit,
-               (long long)b->q.n, swaps, (unsigned long long)std.n_fullbit);
+        printf("device path (k_refine %u, k_fullbit %u, k_interaction %u, filter of %lld): "
+               "%lld queries as on the cpu backend (%d tie swaps), %llu documents "
+               "re-scored\n", p->k_refine, p->k_fullbit, p->k_interaction,
+               p->filter ? (long long)p->filter->n : -1LL, (long long)b->q.n, swaps,
+               (unsigned long long)std.n_fullbit);
         CHECKF(bad_score == 0 && bad_rank == 0,
                "device path: %d scores and %d ranks differ from the cpu backend's", bad_score,
                bad_rank);
@@ -669,6 +687,10 @@ static void test_device_path(const bench *b)
     cm_free(sc);
     cm_free(sd);
     cm_free(sd2);
+    cm_free(third.allow);
+    cm_free(third.docs);
+    cm_free(five.allow);
+    cm_free(five.docs);
 }
 
 /* ---- probe and imputation modes ---------------------------------------------------- */
