@@ -550,6 +550,20 @@ static void *half_main(void *arg)
     return NULL;
 }
 
+/* Every query on engine e's two workers at once (half_main); 1 when both succeeded. */
+static int run_halves(sp_engine *e, const data_queries *q, const sp_params *p, int64_t *ids,
+                      float *sc)
+{
+    half_job j[2];
+    pthread_t th[2];
+    for (int w = 0; w < 2; w++) {
+        j[w] = (half_job){e, q, p, w, ids, sc, CHIMERA_OK};
+        pthread_create(&th[w], NULL, half_main, &j[w]);
+    }
+    for (int w = 0; w < 2; w++) pthread_join(th[w], NULL);
+    return j[0].s == CHIMERA_OK && j[1].s == CHIMERA_OK;
+}
+
 static void test_determinism(const bench *b)
 {
     const sp_params *p = &moderate;
@@ -577,16 +591,7 @@ static void test_determinism(const bench *b)
     /* two workers, concurrently */
     CHECK_OK(sp_engine_new(&b->ix, "cpu", 2, 1, p, 64, &e, &err), &err);
     if (!e) goto done;
-    half_job j[2];
-    pthread_t th[2];
-    for (int w = 0; w < 2; w++) {
-        j[w] = (half_job){e, &b->q, p, w, c, cs, CHIMERA_OK};
-        pthread_create(&th[w], NULL, half_main, &j[w]);
-    }
-    for (int w = 0; w < 2; w++) {
-        pthread_join(th[w], NULL);
-        CHECK(j[w].s == CHIMERA_OK);
-    }
+    CHECK(run_halves(e, &b->q, p, c, cs));
     sp_engine_free(e);
     CHECK(memcmp(a, c, n * sizeof *a) == 0 && memcmp(as, cs, n * sizeof *as) == 0);
     /* latency mode: one worker, two threads per device call */
@@ -667,16 +672,7 @@ static void test_device_path(const bench *b)
         chimera_error err;
         CHECK_OK(sp_engine_new(ix, "cpu-as-device", 2, 1, p, 64, &e, &err), &err);
         if (!e) break;
-        half_job j[2];
-        pthread_t th[2];
-        for (int w = 0; w < 2; w++) {
-            j[w] = (half_job){e, &b->q, p, w, id2, sd2, CHIMERA_OK};
-            pthread_create(&th[w], NULL, half_main, &j[w]);
-        }
-        for (int w = 0; w < 2; w++) {
-            pthread_join(th[w], NULL);
-            CHECK(j[w].s == CHIMERA_OK);
-        }
+        CHECK(run_halves(e, &b->q, p, id2, sd2));
         sp_engine_free(e);
         CHECKF(memcmp(id, id2, n * sizeof *id) == 0 && memcmp(sd, sd2, n * sizeof *sd) == 0,
                "device path: two concurrent workers differ from one");

@@ -214,8 +214,8 @@ typedef struct cm_backend {
 } cm_backend;
 
 /* Creates a backend by name ("cpu", "cuda", or "auto": cuda when compiled in and a
- * device is usable, else cpu; "cpu-as-device" for tests: cpu_backend.h). @return CHIMERA_OK, _UNSUPPORTED (cuda not compiled),
- * _DEVICE (no usable device), _NOMEM. */
+ * device is usable, else cpu; "cpu-as-device" for tests: cpu_backend.h). @return
+ * CHIMERA_OK, _UNSUPPORTED (cuda not compiled), _DEVICE (no usable device), _NOMEM. */
 chimera_status backend_new(const char *name, cm_backend *out, chimera_error *err);
 void backend_free(cm_backend *b);
 

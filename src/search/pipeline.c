@@ -212,14 +212,15 @@ static void host_scores_begin(sp_engine *e, sp_worker *w, int worker)
     w->S = w->S_lazy;
 }
 
-/* Makes w->S hold the rows the documents of candidates cs[0..n) need (cs NULL: 0..n). */
+/* Makes w->S hold the rows the documents of candidates cs[0..n) need, skipping those
+ * already re-scored (cs NULL: candidates 0..n, none re-scored yet). */
 static void host_scores_for(sp_worker *w, const int64_t *cs, uint32_t n)
 {
     if (w->S != w->S_lazy) return;
     uint32_t nb = 0;
     for (uint32_t r = 0; r < n; r++) {
         uint32_t c = cs ? (uint32_t)cs[r] : r;
-        if (!w->scored[c]) nb = lazy_need(w, w->cand[c], nb);
+        if (!cs || !w->scored[c]) nb = lazy_need(w, w->cand[c], nb);
     }
     if (nb) lazy_flush(w, nb);
 }
@@ -748,7 +749,6 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         w->bad_doc = -1;
         cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
         quant_qset_set(&w->qs, &e->ix->rot, q, m);
-        memset(w->scored, 0, n_cand ? n_cand : 1);
         host_scores_for(w, NULL, n_cand);
         for (uint32_t c = 0; c < n_cand; c++) {
             if (c + 1 < n_cand) prefetch_doc_head(e->ix, w->cand[c + 1]);

@@ -1003,33 +1003,21 @@ static const float *cpu_host_scores(void *vctx, int worker)
     return c->w[worker].S;
 }
 
+/* Every entry but host_centroid_scores, shared by the two faces of this backend. */
+#define CPU_IFACE_ENTRIES                                                                  \
+    .api_version = BE_API_VERSION, .upload = cpu_upload, .query_begin = cpu_query_begin,  \
+    .probe = cpu_probe, .refine = cpu_refine, .score1 = cpu_score1, .release = cpu_free,  \
+    .query_batch = cpu_query_batch, .score_ci = cpu_score_ci
+
 static const struct cm_backend_i cpu_iface = {
-    .api_version = BE_API_VERSION,
-    .upload = cpu_upload,
-    .query_begin = cpu_query_begin,
-    .probe = cpu_probe,
-    .refine = cpu_refine,
-    .score1 = cpu_score1,
+    CPU_IFACE_ENTRIES,
     .host_centroid_scores = cpu_host_scores,
-    .release = cpu_free,
-    .query_batch = cpu_query_batch,
-    .score_ci = cpu_score_ci,
 };
 
 /* The same backend without host_centroid_scores: the search pipeline then treats it as
  * it treats a device (its own centroid scores, a host thread a worker; see
  * cpu_backend.h). */
-static const struct cm_backend_i cpu_as_device_iface = {
-    .api_version = BE_API_VERSION,
-    .upload = cpu_upload,
-    .query_begin = cpu_query_begin,
-    .probe = cpu_probe,
-    .refine = cpu_refine,
-    .score1 = cpu_score1,
-    .release = cpu_free,
-    .query_batch = cpu_query_batch,
-    .score_ci = cpu_score_ci,
-};
+static const struct cm_backend_i cpu_as_device_iface = {CPU_IFACE_ENTRIES};
 
 chimera_status cpu_backend_new(cm_backend *out, chimera_error *err)
 {

@@ -357,8 +357,7 @@ static chimera_status worker_init(cu_ctx *c, cu_worker *w, chimera_error *err)
         for (int e = 0; e < 2; e++) CUDA_CHECK(cudaEventCreate(&w->ev[s][e]));
     unsigned ev_flags = cudaEventDisableTiming | (c->blocking_sync ? cudaEventBlockingSync : 0u);
     CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_up, ev_flags));
-    CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_sync, ev_flags));
-    w->blocking_sync = c->blocking_sync;
+    if (c->blocking_sync) CUDA_CHECK(cudaEventCreateWithFlags(&w->ev_sync, ev_flags));
     CM_TRY(dalloc(&w->d_q, mm * c->r.dim, err));
     CM_TRY(dalloc(&w->d_qrot, mm * c->r.dim_pad, err));
     CM_TRY(dalloc(&w->d_lut, mm * c->r.dim_pad * 4, err));
@@ -689,7 +688,7 @@ static chimera_status stages_collect(cu_worker *w, chimera_error *err)
 
 static chimera_status sync_worker(cu_worker *w, chimera_error *err)
 {
-    if (w->blocking_sync) { // an event of cudaEventBlockingSync: the thread sleeps
+    if (w->ev_sync) { // an event of cudaEventBlockingSync: the thread sleeps
         CUDA_CHECK(cudaEventRecord(w->ev_sync, w->stream));
         CUDA_CHECK(cudaEventSynchronize(w->ev_sync));
     } else {

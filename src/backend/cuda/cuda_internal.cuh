@@ -119,8 +119,7 @@ struct cu_worker {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaEvent_t ev[CU_N_STAGES][2], ev_up; // per-stage start/end; query upload done
-    cudaEvent_t ev_sync;                   // sync_worker's, when blocking_sync
-    int blocking_sync;                     // the context's (CHIMERA_CUDA_SYNC=block)
+    cudaEvent_t ev_sync; // sync_worker's blocking-sync event (CHIMERA_CUDA_SYNC=block), or null
     int stage_pending[CU_N_STAGES];
     double stage_ms[CU_N_STAGES];
     uint64_t stage_calls[CU_N_STAGES], bytes_up, bytes_down;
