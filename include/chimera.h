@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 8
-#define CHIMERA_VERSION_PATCH 1
-#define CHIMERA_VERSION_STRING "0.8.1"
+#define CHIMERA_VERSION_MINOR 9
+#define CHIMERA_VERSION_PATCH 0
+#define CHIMERA_VERSION_STRING "0.9.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -984,6 +984,14 @@ typedef struct chimera_search_params {
      * itself) lost up to 0.05 of Recall@10 at the same cost (bench/RESULTS.md 5.12), so
      * the build calibrates it. In (0, 1]; 0: the index's calibrated scale, else 1. */
     float impute_scale;
+    /* Since 0.9.0: a target recall, to search with the index's tuned profile for this k
+     * and the smallest stored target >= recall (chimera_index_profile_get): every field
+     * left 0 takes the profile's value first, then the defaults as usual; fields set
+     * win. Its depths count as the index's own, so a query with a filter searches
+     * deeper, as with the calibrated defaults (the profile was tuned without one). In
+     * (0, 1]; 0: no profile. A search fails with CHIMERA_ERR_EMPTY (message) when the
+     * index has no such profile, or the one that qualifies is stale. */
+    double recall;
 } chimera_search_params;
 
 /* Sets every field of *p that is zero to the library's fixed default for top-k: on a
@@ -1076,6 +1084,21 @@ typedef struct chimera_search_profile {
  *         (none stored, or stale: a fifth of the documents changed since the build). */
 CHIMERA_API int chimera_index_params_default(const chimera_index *index, uint32_t k,
                                              chimera_search_params *p);
+
+/* Since 0.9.0. The setting a search of `index` with top-k and these params (NULL: all
+ * defaults) runs, as chimera_index_search resolves it: the fields set, a tuned
+ * profile's (params->recall), the calibrated and library defaults, made consistent
+ * (k_fullbit >= k and >= rerank_depth, k_refine >= k_fullbit, k_interaction off when
+ * >= k_refine, n_probe at most the index's clusters). filtered != 0: the depths of a
+ * query with a filter (deeper when they were left to the index or a profile; probing
+ * also widens per query with the filter's selectivity, which no setting states).
+ * out->recall is params->recall. Thread-safe.
+ * @return CHIMERA_OK, _INVALID_ARG (a field out of range, as the search would fail),
+ *         _EMPTY (params->recall names no usable profile; message in err). */
+CHIMERA_API chimera_status chimera_index_params_resolve(const chimera_index *index, uint32_t k,
+                                                        const chimera_search_params *params,
+                                                        int filtered, chimera_search_params *out,
+                                                        chimera_error *err);
 
 /* Searches every query: ids[i*k + r], scores[i*k + r] = query i's r-th result (user id,
  * full-bit estimated Chamfer score; the exact score with params->rerank_depth), best

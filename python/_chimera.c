@@ -1263,15 +1263,18 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         if (!(target > 0 && target <= 1))
             return PyErr_Format(PyExc_ValueError, "recall: %S is not in (0, 1]", recall);
         chimera_error err = {0};
-        uint32_t depth = sp.rerank_depth; /* asked for with the profile: it wins */
-        chimera_status st = chimera_index_profile_get(self->index, k, target, &sp, &err);
-        if (depth) sp.rerank_depth = depth;
+        chimera_search_params tuned; /* checked here for a clear error; the search takes the
+                                        fields params left unset from it */
+        chimera_status st = chimera_index_profile_get(self->index, k, target, &tuned, &err);
+        if (st == CHIMERA_ERR_EMPTY && err.msg[0])
+            return PyErr_Format(PyExc_ValueError, "recall: %s", err.msg);
         if (st == CHIMERA_ERR_EMPTY)
             return PyErr_Format(PyExc_ValueError,
                                 "recall: the index has no tuned profile for k=%u at recall >= %S "
                                 "(run Index.tune with save=True first)", k, recall);
         if (st != CHIMERA_OK)
             return raise_status(st, &err);
+        sp.recall = target;
     }
     chimera_queries *q = NULL;
     Py_buffer oi = {0}, os = {0};

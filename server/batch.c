@@ -69,7 +69,7 @@ static int same_group(const srv_search *a, const srv_search *b)
            a->params.chunks == b->params.chunks && a->params.impute == b->params.impute &&
            a->params.probe == b->params.probe && a->params.rerank_depth == b->params.rerank_depth &&
            a->params.k_interaction == b->params.k_interaction &&
-           a->params.impute_scale == b->params.impute_scale;
+           a->params.impute_scale == b->params.impute_scale && a->params.recall == b->params.recall;
 }
 
 static void answer(srv_search *s, srv_answer *a)
@@ -78,8 +78,10 @@ static void answer(srv_search *s, srv_answer *a)
     s->pending->done(s->pending);
 }
 
-static void answer_results(srv_search *s, const int64_t *ids, const float *scores,
-                           const chimera_search_profile *prof, int64_t batch_nq, double t_start)
+/* ix: the local index searched (NULL: a sharded one), for the setting that ran. */
+static void answer_results(srv_search *s, const chimera_index *ix, const int64_t *ids,
+                           const float *scores, const chimera_search_profile *prof,
+                           int64_t batch_nq, double t_start)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *res = cJSON_AddArrayToObject(root, "results");
@@ -129,10 +131,18 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
             cJSON_AddNumberToObject(p, "bytes_down", (double)prof->bytes_down / n);
             cJSON_AddStringToObject(p, "backend", prof->backend);
             cJSON_AddNumberToObject(p, "batch_queries", (double)batch_nq);
-            /* the parameters as given, with the library's defaults for k in place of the
-             * unset ones (a filtered search may have raised k_fullbit above this) */
+            /* the setting that ran: the parameters as given, then the tuned profile's
+             * (recall), the index's calibrated defaults and the library's, with the
+             * deeper depths of a filtered search; on a sharded index (each shard
+             * resolves its own), the given ones over the library's defaults */
             chimera_search_params d = s->params;
-            chimera_search_params_default(s->k, &d);
+            int resolved = ix && chimera_index_params_resolve(ix, s->k, &s->params,
+                                                              s->filters != NULL, &d,
+                                                              NULL) == CHIMERA_OK;
+            if (!resolved) {
+                d = s->params;
+                chimera_search_params_default(s->k, &d);
+            }
             cJSON *pp = cJSON_AddObjectToObject(p, "params");
             if (pp) {
                 cJSON_AddNumberToObject(pp, "n_probe", d.n_probe);
@@ -144,9 +154,10 @@ static void answer_results(srv_search *s, const int64_t *ids, const float *score
                 cJSON_AddNumberToObject(pp, "rerank_depth", d.rerank_depth);
                 cJSON_AddNumberToObject(pp, "k_interaction",
                                         d.k_interaction < d.k_refine ? d.k_interaction : 0);
-                /* only when given: unset, the index's calibrated scale applies */
-                if (s->params.impute_scale > 0)
-                    cJSON_AddNumberToObject(pp, "impute_scale", s->params.impute_scale);
+                /* unresolved, only when given: unset, each shard's calibrated scale
+                 * applies */
+                if (resolved || s->params.impute_scale > 0)
+                    cJSON_AddNumberToObject(pp, "impute_scale", d.impute_scale);
             }
         }
     }
@@ -226,7 +237,7 @@ done:
         srv_metrics_batch(b->m, nq);
         int64_t off = 0;
         for (int i = 0; i < n; i++) {
-            answer_results(list[i], ids + off * k, scores + off * k, &prof, nq, t_start);
+            answer_results(list[i], b->ix->remote ? NULL : b->ix->ix, ids + off * k, scores + off * k, &prof, nq, t_start);
             off += list[i]->nq;
         }
     } else if (n > 1) {

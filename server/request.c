@@ -641,14 +641,9 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
                          "run chimera tune on it", ix->name, s->k, recall->valuedouble);
             goto fail;
         }
-        /* explicit parameters win over the profile, as on the command line */
-        if (!p.n_probe) p.n_probe = tuned.n_probe;
-        if (!p.k_refine) p.k_refine = tuned.k_refine;
-        if (!p.k_fullbit) p.k_fullbit = tuned.k_fullbit;
-        if (!p.chunks) p.chunks = tuned.chunks;
-        if (!p.rerank_depth) p.rerank_depth = tuned.rerank_depth;
-        if (!p.k_interaction) p.k_interaction = tuned.k_interaction;
-        if (p.impute_scale == 0) p.impute_scale = tuned.impute_scale;
+        /* the library fills the fields left unset from the profile (explicit parameters
+         * win, as on the command line) and deepens its depths for filtered queries */
+        p.recall = recall->valuedouble;
     }
     /* Unset fields stay 0 for the library to fill: its defaults depend on the call (a
      * filtered search takes more candidates when k_fullbit is its default), so filling

@@ -1047,32 +1047,54 @@ chimera_status chimera_index_search(const chimera_index *h, const chimera_querie
     return s;
 }
 
-static chimera_status search_view(index_view *v, const data_queries *q, uint32_t k,
-                                  const chimera_search_params *params,
-                                  const chimera_search_opts *opts, int64_t *ids, float *scores,
-                                  chimera_search_profile *profile, chimera_error *err)
+/* The fields of a tuned profile (params->recall) where *cp has zeros. err is not NULL. */
+static chimera_status params_from_profile(const ix_index *ix, uint32_t k,
+                                          chimera_search_params *cp, chimera_error *err)
 {
-    if (q->dim != v->ix.dim)
-        return cm_fail(err, CHIMERA_ERR_DIM, "search: queries have dimension %u, the index %u",
-                       q->dim, v->ix.dim);
-    /* an empty run with success would read as "no document matches" */
-    if (v->ix.n_deleted == v->ix.n_docs)
-        return cm_fail(err, CHIMERA_ERR_EMPTY,
-                       "search: all %lld documents of the index are deleted (section "
-                       "'deleted'); there is nothing to search", (long long)v->ix.n_docs);
+    if (!(cp->recall > 0 && cp->recall <= 1)) /* NaN too */
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: recall %g, expected a target in (0, 1] (a tuned profile's), "
+                       "or 0 for none", cp->recall);
+    chimera_search_params t;
+    chimera_status s = ix_profile_find(ix, k, cp->recall, &t, err);
+    if (s == CHIMERA_ERR_EMPTY && !err->msg[0]) /* none (a stale one has its message) */
+        return cm_fail(err, s, "search: the index has no tuned profile for k=%u at recall >= "
+                       "%.3f; tune one first (chimera tune, chimera_index_tune)", k, cp->recall);
+    if (s != CHIMERA_OK) return s;
+    if (!cp->n_probe) cp->n_probe = t.n_probe;
+    if (!cp->k_refine) cp->k_refine = t.k_refine;
+    if (!cp->k_fullbit) cp->k_fullbit = t.k_fullbit;
+    if (!cp->chunks) cp->chunks = t.chunks;
+    if (!cp->impute) cp->impute = t.impute;
+    if (!cp->probe) cp->probe = t.probe;
+    if (!cp->rerank_depth) cp->rerank_depth = t.rerank_depth;
+    if (!cp->k_interaction) cp->k_interaction = t.k_interaction;
+    if (cp->impute_scale == 0) cp->impute_scale = t.impute_scale;
+    return CHIMERA_OK;
+}
+
+/* What a search of `ix` with these params runs: the caller's fields, then a tuned
+ * profile's (params->recall), then the index's calibrated and the library's defaults,
+ * made consistent, and (filtered) the deeper depths a query with a filter is given when
+ * they were left to the index or a profile. Validates what it reads. */
+static chimera_status resolve_params(const ix_index *ix, uint32_t k,
+                                     const chimera_search_params *params, int filtered,
+                                     sp_params *out, chimera_error *err)
+{
     chimera_search_params cp = {0};
     if (params) cp = *params;
     /* A filter's top-k are close to one another (the best of a subset, not of the
      * corpus), so ranking them takes more full-bit scores: queries with a filter re-score
      * twice the default k_fullbit (bench/RESULTS.md section 5.3); an explicit k_fullbit
-     * is kept, and queries without a filter are searched as in an unfiltered call. */
-    int filtered = opts && (opts->filter || opts->query_filters);
+     * is kept, and queries without a filter are searched as in an unfiltered call. A
+     * tuned profile's depths count as the index's own: it was tuned without a filter. */
     int own_k_fullbit = cp.k_fullbit != 0, own_k_refine = cp.k_refine != 0;
     if (!(cp.impute_scale >= 0 && cp.impute_scale <= 1)) /* NaN too */
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: impute_scale %g, expected a value in (0, 1], or 0 for the "
                        "index's calibrated scale", (double)cp.impute_scale);
-    view_params_default(&v->ix, k, &cp);
+    if (cp.recall != 0) CM_TRY(params_from_profile(ix, k, &cp, err));
+    view_params_default(ix, k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
     if (cp.rerank_depth) {
         /* re-scored exactly: the top rerank_depth by full-bit score, so at least that
@@ -1080,30 +1102,30 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
         if (cp.rerank_depth > (1u << 24))
             return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: rerank_depth %u is too large "
                            "(at most %u)", cp.rerank_depth, 1u << 24);
-        if (v->ix.vec_type == CHIMERA_RERANK_NONE)
+        if (ix->vec_type == CHIMERA_RERANK_NONE)
             return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                            "search: rerank_depth %u needs the index's original vectors, and this "
                            "index stores none: rebuild it with --rerank f16 (or bf16, f32; "
                            "chimera_build_opts.rerank)", cp.rerank_depth);
-        if (!v->ix.vec_complete)
+        if (!ix->vec_complete)
             return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                            "search: rerank_depth %u needs the original vectors of every document, "
                            "and segment %u of the index has none (appended by a library without "
                            "the re-rank tier); rebuild the index with --rerank %s",
-                           cp.rerank_depth, v->ix.vec_missing_seq,
-                           chimera_rerank_name(v->ix.vec_type));
+                           cp.rerank_depth, ix->vec_missing_seq,
+                           chimera_rerank_name(ix->vec_type));
         if (cp.k_fullbit < cp.rerank_depth) cp.k_fullbit = cp.rerank_depth;
     }
     if (cp.k_refine < cp.k_fullbit) cp.k_refine = cp.k_fullbit;
     if (cp.k_interaction >= cp.k_refine) cp.k_interaction = 0; /* off */
     if (cp.k_interaction && cp.k_interaction < cp.k_fullbit) cp.k_interaction = cp.k_fullbit;
-    if (cp.n_probe > v->ix.n_clusters) cp.n_probe = v->ix.n_clusters;
+    if (cp.n_probe > ix->n_clusters) cp.n_probe = ix->n_clusters;
     if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: chunks must be 1..64, impute 0..2, probe 0..2");
     if (cp.k_refine > (1u << 24))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
-    sp_params p = {.k = k, .n_probe = cp.n_probe, .k_refine = cp.k_refine,
+    *out = (sp_params){.k = k, .n_probe = cp.n_probe, .k_refine = cp.k_refine,
                    .k_fullbit = cp.k_fullbit, .chunks = cp.chunks,
                    .impute = (be_impute)cp.impute, .impute_scale = cp.impute_scale,
                    .probe = (be_probe_mode)cp.probe, .rerank_depth = cp.rerank_depth,
@@ -1118,19 +1140,62 @@ static chimera_status search_view(index_view *v, const data_queries *q, uint32_t
              * 2 k_fullbit of them by 1-bit score re-scored). Not with the re-rank,
              * whose depth raised both and whose filtered queries re-rank that depth. */
             uint64_t kr = (uint64_t)cp.k_fullbit * 4;
-            p.k_refine_filtered = kr < (1u << 24) ? (uint32_t)kr : (1u << 24);
-            scored1 = p.k_refine_filtered;
+            out->k_refine_filtered = kr < (1u << 24) ? (uint32_t)kr : (1u << 24);
+            scored1 = out->k_refine_filtered;
         }
-        p.k_fullbit_filtered = 2 * cp.k_fullbit < scored1 ? 2 * cp.k_fullbit : scored1;
+        out->k_fullbit_filtered = 2 * cp.k_fullbit < scored1 ? 2 * cp.k_fullbit : scored1;
     }
     { /* room for the deeper probing of selective filters and of queries whose probed
        * clusters hold too few documents (pipeline.h) */
         uint64_t room = (uint64_t)cp.n_probe * SP_WIDEN_PROBE_MAX; /* >= the filter's */
         if (room < SP_WIDEN_PROBE_FLOOR) room = SP_WIDEN_PROBE_FLOOR;
         if (room > SP_PROBE_ROOM_MAX) room = SP_PROBE_ROOM_MAX;
-        p.n_probe_room = room < v->ix.n_clusters ? (uint32_t)room : v->ix.n_clusters;
-        if (p.n_probe_room < p.n_probe) p.n_probe_room = p.n_probe;
+        out->n_probe_room = room < ix->n_clusters ? (uint32_t)room : ix->n_clusters;
+        if (out->n_probe_room < out->n_probe) out->n_probe_room = out->n_probe;
     }
+    return CHIMERA_OK;
+}
+
+chimera_status chimera_index_params_resolve(const chimera_index *index, uint32_t k,
+                                           const chimera_search_params *params, int filtered,
+                                           chimera_search_params *out, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    if (!index || !out || k == 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "params_resolve: index, out and k > 0 are required");
+    index_view *v = view_get(index);
+    sp_params p;
+    chimera_status s = resolve_params(&v->ix, k, params, filtered != 0, &p, err);
+    view_put(index, v);
+    if (s != CHIMERA_OK) return s;
+    *out = (chimera_search_params){
+        .n_probe = p.n_probe,
+        .k_refine = filtered && p.k_refine_filtered ? p.k_refine_filtered : p.k_refine,
+        .k_fullbit = filtered && p.k_fullbit_filtered ? p.k_fullbit_filtered : p.k_fullbit,
+        .chunks = p.chunks, .impute = (chimera_impute)p.impute,
+        .probe = (chimera_probe)p.probe, .rerank_depth = p.rerank_depth,
+        .k_interaction = p.k_interaction, .impute_scale = p.impute_scale,
+        .recall = params ? params->recall : 0};
+    return CHIMERA_OK;
+}
+
+static chimera_status search_view(index_view *v, const data_queries *q, uint32_t k,
+                                  const chimera_search_params *params,
+                                  const chimera_search_opts *opts, int64_t *ids, float *scores,
+                                  chimera_search_profile *profile, chimera_error *err)
+{
+    if (q->dim != v->ix.dim)
+        return cm_fail(err, CHIMERA_ERR_DIM, "search: queries have dimension %u, the index %u",
+                       q->dim, v->ix.dim);
+    /* an empty run with success would read as "no document matches" */
+    if (v->ix.n_deleted == v->ix.n_docs)
+        return cm_fail(err, CHIMERA_ERR_EMPTY,
+                       "search: all %lld documents of the index are deleted (section "
+                       "'deleted'); there is nothing to search", (long long)v->ix.n_docs);
+    sp_params p;
+    CM_TRY(resolve_params(&v->ix, k, params, opts && (opts->filter || opts->query_filters),
+                          &p, err));
     uint32_t max_m = 0;
     for (int64_t i = 0; i < q->n; i++)
         if ((uint32_t)(q->off[i + 1] - q->off[i]) > max_m) max_m = (uint32_t)(q->off[i + 1] - q->off[i]);

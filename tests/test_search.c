@@ -1463,6 +1463,91 @@ static void test_profile_values(const char *dir)
     }
 }
 
+/* Searching with a tuned profile through params.recall (test_profile_values stored one
+ * for k = 10 at 0.9: 8 / 100 / 20, chunks 2, impute zero, probe graph, k_interaction
+ * 40): unset fields come from it, set ones win, its depths deepen for a filtered query
+ * as the index's defaults do (an explicit k_fullbit does not), the search runs what
+ * chimera_index_params_resolve says, and a missing profile or a bad target is named. */
+static void test_profile_search(const char *dir, const chimera_queries *q, int64_t n_docs)
+{
+    chimera_error err;
+    chimera_index *h = NULL;
+    CHECK_OK(chimera_index_open(dir, NULL, &h, &err), &err);
+    if (!h) return;
+    const int64_t nq = chimera_queries_count(q);
+    int64_t *ia = cm_malloc((size_t)nq * 10 * sizeof *ia), *ib = cm_malloc((size_t)nq * 10 * sizeof *ib);
+    float *sa = cm_malloc((size_t)nq * 10 * sizeof *sa), *sb = cm_malloc((size_t)nq * 10 * sizeof *sb);
+    int64_t *odd = cm_malloc((size_t)(n_docs / 2 + 1) * sizeof *odd);
+    int64_t n_odd = 0;
+    for (int64_t d = 1; d < n_docs; d += 2) odd[n_odd++] = d;
+    chimera_filter *even = NULL; /* every document but the odd ones: not selective */
+    CHECK_OK(chimera_filter_new(odd, n_odd, 1, &even, &err), &err);
+    if (!ia || !ib || !sa || !sb || !even) goto done;
+    chimera_search_params r, in = {.recall = 0.9};
+    CHECK_OK(chimera_index_params_resolve(h, 10, &in, 0, &r, &err), &err);
+    CHECKF(r.n_probe == 8 && r.k_refine == 100 && r.k_fullbit == 20 && r.chunks == 2 &&
+           r.impute == 1 && r.probe == 2 && r.k_interaction == 40 && r.recall == 0.9,
+           "profile resolved to %u / %u / %u chunks %u impute %d probe %d k_interaction %u",
+           r.n_probe, r.k_refine, r.k_fullbit, r.chunks, (int)r.impute, (int)r.probe,
+           r.k_interaction);
+    chimera_search_params rf;
+    CHECK_OK(chimera_index_params_resolve(h, 10, &in, 1, &rf, &err), &err);
+    /* twice k_fullbit, at most the k_interaction documents 1-bit scored */
+    CHECKF(rf.k_fullbit == 40 && rf.k_refine == 100 && rf.n_probe == 8,
+           "profile, filtered: %u / %u / %u", rf.n_probe, rf.k_refine, rf.k_fullbit);
+    chimera_search_params own = {.recall = 0.9, .n_probe = 3, .k_fullbit = 25};
+    CHECK_OK(chimera_index_params_resolve(h, 10, &own, 1, &r, &err), &err);
+    CHECKF(r.n_probe == 3 && r.k_fullbit == 25 && r.k_refine == 100,
+           "flags over the profile, filtered: %u / %u / %u", r.n_probe, r.k_refine, r.k_fullbit);
+    /* the search runs the resolved setting, with and without the filter */
+    for (int f = 0; f < 2; f++) {
+        chimera_search_opts so = {.n_threads = 2, .filter = f ? even : NULL};
+        chimera_search_profile pa = {0}, pb = {0};
+        CHECK_OK(chimera_index_params_resolve(h, 10, &in, f, &r, &err), &err);
+        r.recall = 0;
+        CHECK_OK(chimera_index_search(h, q, 10, &in, &so, ia, sa, &pa, &err), &err);
+        CHECK_OK(chimera_index_search(h, q, 10, &r, &so, ib, sb, &pb, &err), &err);
+        CHECKF(memcmp(ia, ib, (size_t)nq * 10 * sizeof *ia) == 0 &&
+               memcmp(sa, sb, (size_t)nq * 10 * sizeof *sa) == 0 && pa.n_fullbit == pb.n_fullbit,
+               "filter %d: the profile's search differs from its resolved setting's", f);
+        /* every query has far more than 40 allowed candidates: the filtered ones re-score
+         * the deeper depth (about k_fullbit a query: a few more where scores tie) */
+        uint64_t want = (uint64_t)nq * (f ? 40 : 20);
+        CHECKF(pa.n_fullbit >= want && pa.n_fullbit < want + (uint64_t)nq * 5,
+               "filter %d: %llu full-bit scored for %lld queries", f,
+               (unsigned long long)pa.n_fullbit, (long long)nq);
+        for (int64_t i = 0; f && i < nq * 10; i++)
+            CHECKF(ia[i] < 0 || ia[i] % 2 == 0, "filtered result %lld", (long long)ia[i]);
+    }
+    /* no profile qualifies (0.9 < 0.99): named, outputs untouched */
+    for (int64_t i = 0; i < nq * 10; i++) ia[i] = 777;
+    chimera_search_params hi = {.recall = 0.99};
+    chimera_status s = chimera_index_search(h, q, 10, &hi, NULL, ia, sa, NULL, &err);
+    CHECKF(s == CHIMERA_ERR_EMPTY && strstr(err.msg, "no tuned profile") &&
+           strstr(err.msg, "0.990") && ia[0] == 777 && ia[nq * 10 - 1] == 777,
+           "recall 0.99 without a profile: %s: %s", chimera_status_str(s), err.msg);
+    s = chimera_index_params_resolve(h, 100, &in, 0, &r, &err); /* none for k = 100 */
+    CHECKF(s == CHIMERA_ERR_EMPTY && strstr(err.msg, "k=100"), "k = 100: %s: %s",
+           chimera_status_str(s), err.msg);
+    const double bad[] = {1.5, -0.1, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        chimera_search_params b = {.recall = bad[i]};
+        s = chimera_index_search(h, q, 10, &b, NULL, ia, sa, NULL, &err);
+        CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "recall"),
+               "recall %g: %s: %s", bad[i], chimera_status_str(s), err.msg);
+    }
+    CHECK(chimera_index_params_resolve(h, 0, NULL, 0, &r, NULL) == CHIMERA_ERR_INVALID_ARG);
+    CHECK(chimera_index_params_resolve(NULL, 10, NULL, 0, &r, NULL) == CHIMERA_ERR_INVALID_ARG);
+done:
+    chimera_filter_free(even);
+    cm_free(odd);
+    cm_free(ia);
+    cm_free(ib);
+    cm_free(sa);
+    cm_free(sb);
+    chimera_index_close(h);
+}
+
 static void test_public_api(const bench *b)
 {
     chimera_error err;
@@ -1538,6 +1623,7 @@ static void test_public_api(const bench *b)
     CHECKF(s == CHIMERA_ERR_INVALID_ARG && strstr(err.msg, "graph degree 128"),
            "build with degree 128: %s: %s", chimera_status_str(s), err.msg);
     test_profile_values(dir);
+    test_profile_search(dir, q, b->s.n_docs);
     /* the handle still works after the errors */
     CHECK_OK(chimera_index_search(ix, q, 10, NULL, NULL, ids, sc, NULL, &err), &err);
     test_batched(b, ix);

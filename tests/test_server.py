@@ -285,9 +285,24 @@ def test_search(srv, corpus, idx):
     check(st == 200, f"search recall: {st} {b if st != 200 else ''}") and same(b["results"], rids, rscores, "recall 0.8")
     is_error(*call(srv, "POST", "/indexes/main/search", {"queries": q[:1].tolist(), "k": 10, "recall": 0.999}),
              422, "NO_PROFILE")
-    # filters: subset, exclude, per-query subsets, SQL filter. The CLI fills in the
-    # default parameters itself, the server leaves unset ones to the library (which
-    # takes more candidates for a filtered search): explicit parameters on both sides.
+    # filters: subset, exclude, per-query subsets, SQL filter. Explicit parameters on
+    # both sides below; the profile's and the defaults' depths are deepened for a
+    # filtered search by the library, on both sides alike:
+    subset = list(range(0, 400, 3))
+    with open(f"{TMP}/subset.txt", "w") as f:
+        f.write("\n".join(map(str, subset)) + "\n")
+    rids, rscores = cli_search(idx, qnpy, 10, "--recall", 0.8, "--subset", f"{TMP}/subset.txt")
+    st, b = call(srv, "POST", "/indexes/main/search", {"queries": {"base64": b64(q), "shape": list(q.shape)},
+                                                         "k": 10, "recall": 0.8, "subset": subset})
+    check(st == 200, f"search recall + subset: {st}") and same(b["results"], rids, rscores, "recall 0.8, subset")
+    st, b = call(srv, "POST", "/indexes/main/search", {"queries": q[:2].tolist(), "k": 10, "recall": 0.8,
+                                                         "profile": True})
+    flat = b.get("profile", {}).get("params", {}) if st == 200 else {}
+    st, b = call(srv, "POST", "/indexes/main/search", {"queries": q[:2].tolist(), "k": 10, "recall": 0.8,
+                                                         "subset": subset, "profile": True})
+    deep = b.get("profile", {}).get("params", {}) if st == 200 else {}
+    check(flat.get("k_fullbit", 0) > 0 and deep.get("k_fullbit", 0) > flat["k_fullbit"],
+          f"profile params, recall 0.8 without and with a filter: {flat} {deep}")
     FP = {"n_probe": 8, "k_refine": 160, "k_fullbit": 40, "chunks": 4}
     FA = ["--nprobe", 8, "--k-refine", 160, "--k-fullbit", 40, "--chunks", 4]
     subset = list(range(0, 400, 3))

@@ -8,7 +8,7 @@
 #   - `chimera tune --queries` without --truth computes exact truth from the source the
 #     build recorded, reports held-out recall with an interval, stores the profile, and
 #     `search --recall` reproduces every tuned field; the stored profile meets its target
-#     on queries the tune never saw;
+#     on queries the tune never saw; with a filter its depths deepen as the defaults do;
 #   - `chimera bench` writes its sweep;
 #   - a fifth of the documents deleted makes the calibrated defaults stale;
 #   - bad inputs get named errors: queries of another dimension, an empty query set, a
@@ -81,6 +81,14 @@ ge "$r" 0.9 && ok || bad "the stored profile gives Recall@10 $r < 0.9 on 120 uns
 # impute and probe are tuned fields too: a profile that stores them is searched with them
 "$C" search "$T/a/idx" --queries "$T/a/queries.npy" -k 10 --recall 0.9 --impute zero --probe brute \
   >/dev/null && ok || bad "search --recall with --impute/--probe given failed"
+# the profile was tuned without a filter: with one, its depths deepen as the index's own
+# defaults do (twice k_fullbit), and the line printed says what filtered queries ran
+seq 0 2 4000 >"$T/even.txt"
+"$C" search "$T/a/idx" --queries "$T/a/queries.npy" -k 10 --recall 0.9 --subset "$T/even.txt" \
+  >"$T/srf.out" || bad "search --recall --subset failed"
+fkf=$(sed -n 's/.*(with a filter k_refine=[0-9]* k_fullbit=\([0-9]*\)).*/\1/p' "$T/srf.out")
+[ -n "$fkf" ] && [ "$fkf" -gt "$6" ] && grep -q "k_fullbit=$6 " "$T/srf.out" && ok ||
+  bad "search --recall --subset: filtered queries not deeper than the profile's k_fullbit $6: $(cat "$T/srf.out")"
 
 # ---- 3. bench --------------------------------------------------------------------------
 "$C" bench "$T/a/idx" --queries "$T/a120/queries.npy" --tokens "$T/a/tokens.npy" \

@@ -309,58 +309,26 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
                               .filter = filter,
                               .query_filters = (const chimera_filter *const *)qf};
     chimera_search_profile prof = {0};
-    if (want_recall > 0) {
-        chimera_search_params tuned;
-        chimera_status ps = chimera_index_profile_get(ix, k, want_recall, &tuned, &err);
-        if (ps == CHIMERA_ERR_CORRUPT) {
-            fprintf(stderr, "chimera search: %s: %s\n", pos[0], err.msg);
-            rc = 1;
-            goto done;
-        }
-        if (ps != CHIMERA_OK && err.msg[0]) {
-            fprintf(stderr, "chimera search: %s: %s\n", pos[0], err.msg);
-            rc = 1;
-            goto done;
-        }
-        if (ps != CHIMERA_OK) {
-            fprintf(stderr, "chimera search: %s has no tuned profile for k=%u at recall >= %.3f; "
-                            "run chimera tune first\n", pos[0], k, want_recall);
-            rc = 1;
-            goto done;
-        }
-        /* explicit flags still win over the profile; every tuned field is taken (impute
-         * and probe too: a profile tuned with them is only worth its recall with them) */
-        if (!sp.n_probe) sp.n_probe = tuned.n_probe;
-        if (!sp.k_refine) sp.k_refine = tuned.k_refine;
-        if (!sp.k_fullbit) sp.k_fullbit = tuned.k_fullbit;
-        if (!sp.chunks) sp.chunks = tuned.chunks;
-        if (!impute_s) sp.impute = tuned.impute;
-        if (!probe_s) sp.probe = tuned.probe;
-        if (!sp.rerank_depth) sp.rerank_depth = tuned.rerank_depth;
-        if (!sp.k_interaction) sp.k_interaction = tuned.k_interaction;
-        if (sp.impute_scale == 0) sp.impute_scale = tuned.impute_scale;
-    }
-    /* what is still unset: the index's calibrated defaults for this k, else the
-     * library's (the same the search itself would pick; filled here to be printed).
-     * Depths left unset stay unset in what the search is given when a filter is on: the
-     * library then gives filtered queries their deeper defaults (twice k_fullbit,
-     * chimera_index_search), which a filled-in k_fullbit would read as the user's own. */
+    /* The search is given the flags (and --recall's target): the library fills the rest
+     * from the tuned profile, the index's calibrated defaults and its own, and gives
+     * queries with a filter deeper depths when those were left to it. What it runs is
+     * resolved here the same way, to be printed. */
     chimera_search_params run = sp;
-    int calibrated = chimera_index_params_default(ix, k, &sp);
-    int keep_depths = (filter || qf) && !tgt.set;
-    if (!keep_depths) run = sp;
-    else {
-        chimera_search_params filled = sp;
-        filled.k_refine = run.k_refine;
-        filled.k_fullbit = run.k_fullbit;
-        run = filled;
+    run.recall = want_recall;
+    int filtered = filter || qf;
+    chimera_search_params shown_f = {0};
+    if (chimera_index_params_resolve(ix, k, &run, 0, &sp, &err) != CHIMERA_OK ||
+        (filtered && chimera_index_params_resolve(ix, k, &run, 1, &shown_f, &err) != CHIMERA_OK)) {
+        fprintf(stderr, "chimera search: %s: %s\n", pos[0], err.msg);
+        rc = 1;
+        goto done;
     }
-    /* as the search does (chimera_search_params.rerank_depth), so the line printed below
-     * shows what ran */
-    if (sp.k_fullbit < sp.rerank_depth) sp.k_fullbit = sp.rerank_depth;
-    if (sp.k_refine < sp.k_fullbit) sp.k_refine = sp.k_fullbit;
-    if (sp.k_interaction >= sp.k_refine) sp.k_interaction = 0;
-    if (sp.k_interaction && sp.k_interaction < sp.k_fullbit) sp.k_interaction = sp.k_fullbit;
+    chimera_search_params unset = {0};
+    int calibrated = chimera_index_params_default(ix, k, &unset);
+    /* A sharded index is searched with shard 0's setting on every shard, as chimera-mpi
+     * does; with a filter, each shard resolves the flags itself, so that its filtered
+     * queries get their deeper depths (the shards of one layout calibrate alike). */
+    if (tgt.set && !filtered) run = sp;
     /* Warm-up: a few queries first, then the longest one, so the timed run does not pay
      * for the first touch of the mapped index and the engine set-up, which later queries
      * never see (an engine sized for the first few queries is made anew by the first
@@ -431,13 +399,17 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     double mean = 0;
     for (int64_t i = 0; i < nq; i++) mean += lat[i];
     mean /= (double)nq;
-    char rr[96] = "";
+    char rr[160] = "";
     int o = 0;
     if (sp.k_interaction) o = snprintf(rr, sizeof rr, " k_interaction=%u", sp.k_interaction);
     if (sp.rerank_depth)
         o += snprintf(rr + o, sizeof rr - (size_t)o, " rerank_depth=%u", sp.rerank_depth);
     if (sp.impute == CHIMERA_IMPUTE_PROBE && sp.impute_scale != 1.0f)
-        snprintf(rr + o, sizeof rr - (size_t)o, " impute_scale=%.2f", (double)sp.impute_scale);
+        o += snprintf(rr + o, sizeof rr - (size_t)o, " impute_scale=%.2f",
+                      (double)sp.impute_scale);
+    if (filtered && (shown_f.k_refine != sp.k_refine || shown_f.k_fullbit != sp.k_fullbit))
+        o += snprintf(rr + o, sizeof rr - (size_t)o, " (with a filter k_refine=%u k_fullbit=%u)",
+                      shown_f.k_refine, shown_f.k_fullbit);
     printf("search: %lld queries, k=%u, n_probe=%u k_refine=%u k_fullbit=%u chunks=%u%s, %s "
            "backend, %s mode: %.3fs, %.1f queries/s; latency ms mean %.2f p50 %.2f p95 %.2f p99 "
            "%.2f\n",

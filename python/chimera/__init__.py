@@ -564,7 +564,9 @@ class Index:
         queries: a [nq, m, d] array, or a list of (m_i, d) arrays; float32 or float16.
         k: results per query.
         recall: use the profile that :meth:`tune` stored for this k and the smallest
-            target >= recall (ValueError if there is none).
+            target >= recall (ValueError if there is none); params given win field by
+            field, and with a filter the profile's depths deepen as the calibrated
+            defaults' do (it was tuned without one).
         params: dict overriding pipeline settings: n_probe, k_refine, k_fullbit, chunks,
             rerank_depth, k_interaction (ints), impute ("probe", "zero", "min"), probe ("auto", "brute",
             "graph"), impute_scale (the probe floor's scale, a float in (0, 1]). Unset ones take the index's calibrated defaults for k (or the

@@ -124,6 +124,17 @@ def test_tune_profile_info_check(corpus, tmp_path):
     a = ix2.search(queries, k=10, recall=0.9, threads=2)
     b = ix2.search(queries, k=10, params=res["params"], threads=2)
     np.testing.assert_array_equal(a[1], b[1])
+    # params win over the profile field by field
+    c = ix2.search(queries, k=10, recall=0.9, params={"n_probe": 1}, threads=2)
+    d = ix2.search(queries, k=10, params={**res["params"], "n_probe": 1}, threads=2)
+    np.testing.assert_array_equal(c[1], d[1])
+    # the profile was tuned without a filter: with one its depths deepen (as the index's
+    # defaults do), where the same depths given explicitly do not
+    even = np.arange(0, len(lens), 2)
+    ix2.search(queries, k=10, recall=0.9, subset=even, threads=2)
+    deep = ix2.last_profile["n_fullbit"]
+    ix2.search(queries, k=10, params=res["params"], subset=even, threads=2)
+    assert deep > ix2.last_profile["n_fullbit"]
     with pytest.raises(ValueError, match="profile"):
         ix2.search(queries, k=10, recall=0.999)
     info = ix2.info
