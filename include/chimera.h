@@ -1073,6 +1073,12 @@ typedef struct chimera_search_profile {
     uint64_t n_scored1;         /* documents 1-bit scored: n_refined, or the
                                    k_interaction best of them; 0 for a query whose
                                    k_fullbit covers them all (none is needed) */
+    /* Since 0.9.0 */
+    uint64_t n_rows;            /* centroid-score rows computed one by one for the
+                                   scored documents' tokens (a query's scores against
+                                   one centroid: where probing did not score every
+                                   centroid, a graph probe on the CPU or a device
+                                   backend's host stage); 0 when all were computed */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k

@@ -668,6 +668,14 @@ static void test_device_path(const bench *b)
         CHECKF(std.n_fullbit == stc.n_fullbit && std.n_fullbit > 0,
                "device path: %llu documents re-scored, cpu %llu",
                (unsigned long long)std.n_fullbit, (unsigned long long)stc.n_fullbit);
+        /* the rows of S computed one by one: none after a brute probe on the CPU backend
+         * (S in full); on the device path the host stage's own, each at most once a
+         * query, and at least one a query that re-scored anything */
+        CHECKF(stc.n_rows == 0 && std.n_rows >= (uint64_t)b->q.n &&
+               std.n_rows <= (uint64_t)b->q.n * ix->n_clusters,
+               "centroid rows computed one by one: cpu %llu, device path %llu (%lld queries, "
+               "K %u)", (unsigned long long)stc.n_rows, (unsigned long long)std.n_rows,
+               (long long)b->q.n, ix->n_clusters);
         sp_engine *e;
         chimera_error err;
         CHECK_OK(sp_engine_new(ix, "cpu-as-device", 2, 1, p, 64, &e, &err), &err);
@@ -959,9 +967,16 @@ static void test_graph_end_to_end(const bench *b)
             *il = cm_malloc(n * sizeof *il);
     float *sb = cm_malloc(n * sizeof *sb), *sg = cm_malloc(n * sizeof *sg),
           *sl = cm_malloc(n * sizeof *sl);
-    CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ib, sb, NULL), NULL);
+    sp_stats stb = {0}, stg = {0};
+    CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ib, sb, &stb), NULL);
     p.probe = BE_PROBE_GRAPH;
-    CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ig, sg, NULL), NULL);
+    CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ig, sg, &stg), NULL);
+    /* rows of S computed one by one: none with S in full (brute), after a graph probe
+     * those of the refined documents' tokens, each at most once a query (more tokens
+     * than lazy_tokens switch to the full S, and what was computed counts) */
+    CHECKF(stb.n_rows == 0 && stg.n_rows <= (uint64_t)b->q.n * b->ix.n_clusters,
+           "centroid rows computed one by one: brute %llu, graph %llu",
+           (unsigned long long)stb.n_rows, (unsigned long long)stg.n_rows);
     CHECK_OK(run_all(&b->ix, &b->q, &p, 2, il, sl, NULL), NULL);
     double sum = 0;
     int diff_lat = 0;

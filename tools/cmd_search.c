@@ -382,6 +382,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         total.n_reranked += prof.n_reranked;
         total.t_interaction += prof.t_interaction;
         total.n_scored1 += prof.n_scored1;
+        total.n_rows += prof.n_rows;
         total.tokens_refined += prof.tokens_refined;
         total.docs_touched += prof.docs_touched;
         total.n_refined += prof.n_refined;
@@ -433,9 +434,10 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
                    "(rerank_depth %u)\n", 1e3 * prof.t_rerank / n, prof.n_reranked / n,
                    sp.rerank_depth);
         printf("candidates (per query): %.0f posting entries estimated, %.0f documents touched, "
-               "%.0f refined, %.0f 1-bit scored, %.1f full-bit scored (k_fullbit %u)\n",
+               "%.0f refined, %.0f 1-bit scored, %.1f full-bit scored (k_fullbit %u), %.0f "
+               "centroid-score rows computed one by one\n",
                prof.tokens_refined / n, prof.docs_touched / n, prof.n_refined / n,
-               prof.n_scored1 / n, prof.n_fullbit / n, sp.k_fullbit);
+               prof.n_scored1 / n, prof.n_fullbit / n, sp.k_fullbit, prof.n_rows / n);
         printf("host/device traffic (per query): %.1f KiB up, %.1f KiB down\n",
                prof.bytes_up / n / 1024.0, prof.bytes_down / n / 1024.0);
     }

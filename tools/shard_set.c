@@ -49,6 +49,7 @@ static void add_profile(chimera_search_profile *t, const chimera_search_profile 
     t->n_reranked += p->n_reranked;
     t->t_interaction += p->t_interaction;
     t->n_scored1 += p->n_scored1;
+    t->n_rows += p->n_rows;
     t->tokens_refined += p->tokens_refined;
     t->docs_touched += p->docs_touched;
     t->n_refined += p->n_refined;

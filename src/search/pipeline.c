@@ -60,6 +60,7 @@ typedef struct sp_worker {
     uint32_t *lz_id;     /* [SP_LAZY_ROWS] centroids of the next block */
     float *lz_c;         /* [SP_LAZY_ROWS x dim] their vectors, gathered */
     float *lz_s;         /* [SP_LAZY_ROWS x max_m] their scores */
+    uint64_t rows_lazy;  /* rows lazy_flush computed, a running count (sp_stats.n_rows) */
     uint8_t *scored;     /* [max_refine] full-bit done */
     float *sel_s, *fin_s;
     int64_t *sel_i, *fin_i;
@@ -176,6 +177,7 @@ static void lazy_flush(sp_worker *w, uint32_t nb)
     for (uint32_t i = 0; i < nb; i++)
         memcpy(w->S_lazy + (size_t)w->lz_id[i] * w->m, w->lz_s + (size_t)i * w->m,
                w->m * sizeof(float));
+    w->rows_lazy += nb;
 }
 
 /* Queues the rows of doc's tokens' centroids not computed yet in this query, nb queued
@@ -669,6 +671,9 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         pf.k_refine = kr_f;
         p = &pf; /* lives until the host thread is done with the query, below */
     }
+    /* the rows of S computed one by one for this query's documents, by the backend and
+     * by the host stage (read again once the host thread is done with the query) */
+    uint64_t rows0 = (be->rows_computed ? be->rows_computed(ctx, worker) : 0) + w->rows_lazy;
     double t0 = cm_now();
     CM_TRY(be->query_begin(ctx, worker, q, m, err));
     const sp_filter *f = p->filter;
@@ -838,6 +843,8 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->n_refined += n_refined;
         st->n_scored1 += scored1 ? n_cand : 0;
         st->n_fullbit += w->n_fullbit;
+        st->n_rows += (be->rows_computed ? be->rows_computed(ctx, worker) : 0) + w->rows_lazy -
+                      rows0;
         /* query tokens up; candidate ids + partial scores and chunk scores down */
         st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (scored1 ? (uint64_t)n_cand * 4 : 0);
         st->bytes_down += (uint64_t)n_refined * (4 + 4) + (scored1 ? (uint64_t)n_cand * 4 : 0);

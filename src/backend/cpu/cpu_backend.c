@@ -117,6 +117,7 @@ typedef struct cpu_worker {
                             bitmap, not per-row stamps: 12 KiB at K = 10^5 stays in L1
                             while the refined documents' tokens test it at random */
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
+    uint64_t rows_lazy;  /* rows computed by lazy_flush since upload (rows_computed) */
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
     uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
     uint32_t *seed_n;    /* [max_m] seeds found (0: the walk starts at the entry points) */
@@ -455,6 +456,7 @@ static void lazy_flush(const cpu_ctx *c, cpu_worker *w, uint32_t nb)
 {
     quant_c8_scores(c->kt, &w->qs, c->c8->codes, c->c8->scale, c->c8->sum, w->lz_id, nb,
                     w->S_own, w->m);
+    w->rows_lazy += nb;
 }
 
 static inline void prefetch_doc_off(const be_resident *r, uint32_t d)
@@ -1003,11 +1005,17 @@ static const float *cpu_host_scores(void *vctx, int worker)
     return c->w[worker].S;
 }
 
+static uint64_t cpu_rows_computed(void *vctx, int worker)
+{
+    return ((cpu_ctx *)vctx)->w[worker].rows_lazy;
+}
+
 /* Every entry but host_centroid_scores, shared by the two faces of this backend. */
 #define CPU_IFACE_ENTRIES                                                                  \
     .api_version = BE_API_VERSION, .upload = cpu_upload, .query_begin = cpu_query_begin,  \
     .probe = cpu_probe, .refine = cpu_refine, .score1 = cpu_score1, .release = cpu_free,  \
-    .query_batch = cpu_query_batch, .score_ci = cpu_score_ci
+    .query_batch = cpu_query_batch, .score_ci = cpu_score_ci,                            \
+    .rows_computed = cpu_rows_computed
 
 static const struct cm_backend_i cpu_iface = {
     CPU_IFACE_ENTRIES,
