@@ -422,6 +422,30 @@ static void test_cost_model(void)
     CHECKF(sp_tune_cost(&cv, &pc, 1, 32, 128, 80) < sp_tune_cost(&cv1, &pc, 1, 32, 128, 80),
            "covered %g vs 1-bit scored %g", sp_tune_cost(&cv, &pc, 1, 32, 128, 80),
            sp_tune_cost(&cv1, &pc, 1, 32, 128, 80));
+    /* centroid-score rows computed one by one add to the cost, per query */
+    b = a;
+    b.n_rows = 5000;
+    double rows1 = sp_tune_cost(&b, &p, 1, 32, 128, 80);
+    CHECK(rows1 > base);
+    b.tokens_refined *= 2;
+    b.docs_touched *= 2;
+    b.n_refined *= 2;
+    b.n_scored1 *= 2;
+    b.n_fullbit *= 2;
+    b.n_rows *= 2;
+    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - rows1) < 1e-9 * rows1);
+    /* a 1-bit scored document costs about half a full-bit one at every width (both take
+     * the maxima with one 8-bit query; bench/RESULTS.md 5.20), not the fifth their
+     * bytes would say, and a probe costs a few documents' scoring */
+    const uint32_t dims[] = {64, 128, 256};
+    for (int i = 0; i < 3; i++) {
+        chimera_search_params none = {0};
+        chimera_search_profile one = {.n_scored1 = 100}, full = {.n_fullbit = 100};
+        double r = sp_tune_cost(&one, &none, 1, 32, dims[i], 80) /
+                   sp_tune_cost(&full, &none, 1, 32, dims[i], 80);
+        CHECKF(r > 0.35 && r < 0.75, "d = %u: a 1-bit scored document %.2f of a full-bit one",
+               dims[i], r);
+    }
 }
 
 /* The walk keeps the start's k_refine and k_interaction per k_fullbit on every setting

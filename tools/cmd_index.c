@@ -21,8 +21,8 @@ static void print_calibration(const char *label, double target, int n,
                cal[i].recall, cal[i].recall_low,
                cal[i].reached ? ""
                : cal[i].recall >= target
-                   ? "; the interval is too wide to certify the target (few pseudo-queries on a "
-                     "small index): the best found"
+                   ? "; the interval is too wide to certify the target (too few held-out "
+                     "pseudo-queries for the spread of their recall): the best found"
                    : "; below the target: the best found (the index's bits cap recall; "
                      "build --bits 8, or --rerank f16 and search --rerank-depth, lift it)",
                stale ? "; stale (a fifth of the documents changed): not used" : "");

@@ -117,9 +117,9 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
     }
     /* 4a. the covered form: k_fullbit raised to k_refine, where the pipeline skips the
      * 1-bit pass (pipeline.h), then both cut by factors of ~0.8 while the target holds;
-     * kept when measurably faster. On the CPU a 1-bit scored document costs 0.75-1.2x a
-     * full-bit one (bench/RESULTS.md 5.19), so scoring fewer documents once often beats
-     * filtering more of them first. */
+     * kept when measurably faster. On the CPU a 1-bit scored document costs 0.4-0.75x a
+     * full-bit one (bench/RESULTS.md 5.19, 5.20), so scoring fewer documents once often
+     * beats filtering more of them first. */
     if (p.k_fullbit < p.k_refine) {
         chimera_search_params t = p, cv = p;
         t.k_fullbit = t.k_refine;
@@ -270,29 +270,42 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 
 /* ---- the cost model ------------------------------------------------------------------- */
 
-/* Nanoseconds of one core per unit of work, measured on the CPU backend (AVX-512, 4-bit
- * full-bit codes) with `chimera search --profile --threads 1` over settings that move one
- * count at a time, on generated corpora of d = 64 and 256 (each a fixed part and a part
- * per dimension, fitted through the two). Only their ratios matter to a choice between
+/* Nanoseconds of one core per unit of work, measured on the CPU backend (4-bit full-bit
+ * codes, AVX-512 VNNI: Intel Sapphire Rapids) with `chimera search --profile --threads
+ * 1` over settings that move one count at a time, on seven generated corpora of d = 64
+ * to 256 (0.13-1.65M tokens; bench/RESULTS.md section 5.20), each cost fitted as a
+ * fixed part and a part per dimension. Only their ratios matter to a choice between
  * settings, and those hold across machines better than the times do:
- *   probe    per query token and probe (the centroid graph's walk grows with the probes
- *            it must return): 310 ns at d = 64, 470 at 256;
- *   entry    per posting entry given a 1-bit estimate (gathering it and accumulating
- *            into its document's slot): 22 ns at d = 64, 30 at 256;
+ *   probe    per query token and probe (the graph walk or the
+ *            top-n_probe selection grows with the probes it must return; scoring every
+ *            centroid is the same for every setting and left out): 430 ns at d = 64,
+ *            490 at 256;
+ *   entry    per posting entry given a 1-bit estimate (computing it, grouping it by
+ *            document): 12 ns at d = 64, 18 at 256;
  *   touched  per document seen in refinement (its slot, the k_refine selection);
- *   pair1    per (document token, query token) pair of 1-bit scoring, per dimension:
- *            0.9 ns a pair at d = 64, 4.6 at 256;
- *   pairB    the same at full bits: 4.8 ns at d = 64, 20.5 at 256;
+ *   pair1    per (document token, query token) pair of 1-bit scoring: 0.85 ns at d = 64,
+ *            2.0 at 256;
+ *   pairB    the same at full bits: 1.6 ns at d = 64, 3.5 at 256 (both kernels take each
+ *            query token's maximum with the same 8-bit query, so a 1-bit scored document
+ *            costs about half a full-bit one, not the fifth its bytes suggest);
  *   pairCI   per pair of centroid interaction (a table lookup and a max, whatever d):
- *            0.4 ns at d = 96 and 384, on every refined document when it runs. */
-#define COST_PROBE 257.0
-#define COST_PROBE_DIM 0.83
-#define COST_ENTRY 19.0
-#define COST_ENTRY_DIM 0.043
+ *            0.4 ns at d = 96 and 384, on every refined document when it runs;
+ *   row      per centroid-score row computed one by one for the scored documents'
+ *            tokens (chimera_search_profile.n_rows), per query token and dimension:
+ *            120 ns a row at 10 query tokens, d = 128, on 10^7 tokens (the random reads
+ *            of a corpus far larger than the caches, which those rows come with, are in
+ *            it too). */
+#define COST_PROBE 409.0
+#define COST_PROBE_DIM 0.33
+#define COST_ENTRY 10.6
+#define COST_ENTRY_DIM 0.028
 #define COST_TOUCHED 8.0
-#define COST_PAIR1_DIM 0.016
-#define COST_PAIRB_DIM 0.078
+#define COST_PAIR1 0.46
+#define COST_PAIR1_DIM 0.0061
+#define COST_PAIRB 0.98
+#define COST_PAIRB_DIM 0.0099
 #define COST_PAIR_CI 0.4
+#define COST_ROW_DIM 0.094
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
                     int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len)
@@ -302,16 +315,17 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * p->n_probe;
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
-    double pairs = doc_len * m * d / nq;
+    double pairs = doc_len * m / nq; /* per document, over the queries */
     /* the documents 1-bit scored as counted (none where full-bit scoring covered the
      * refined ones, pipeline.h); centroid interaction, where the setting asks for it,
      * reads every refined document */
     int ci = p->k_interaction && p->k_interaction < p->k_refine;
     double scored1 = (double)prof->n_scored1;
-    double interaction = ci ? COST_PAIR_CI * doc_len * m / nq * (double)prof->n_refined : 0;
-    double score1 = COST_PAIR1_DIM * pairs * scored1;
-    double fullbit = COST_PAIRB_DIM * pairs * (double)prof->n_fullbit;
-    return probe + entries + touched + interaction + score1 + fullbit;
+    double interaction = ci ? COST_PAIR_CI * pairs * (double)prof->n_refined : 0;
+    double score1 = (COST_PAIR1 + COST_PAIR1_DIM * d) * pairs * scored1;
+    double fullbit = (COST_PAIRB + COST_PAIRB_DIM * d) * pairs * (double)prof->n_fullbit;
+    double rows = COST_ROW_DIM * m * d * (double)prof->n_rows / nq;
+    return probe + entries + touched + interaction + score1 + fullbit + rows;
 }
 
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
