@@ -990,9 +990,17 @@ typedef struct chimera_search_params {
      * win. Its depths count as the index's own, so a query with a filter searches
      * deeper, as with the calibrated defaults (the profile was tuned without one). In
      * (0, 1]; 0: no profile. A search fails with CHIMERA_ERR_EMPTY (message) when the
-     * index has no such profile, or the one that qualifies is stale. */
+     * index has no such profile, or the one that qualifies is stale. The profile's
+     * k_interaction is taken only with its k_refine (as the calibrated one). */
     double recall;
+    /* Since 0.9.0: CHIMERA_CHOSE_IMPUTE / CHIMERA_CHOSE_PROBE: impute / probe were set by
+     * the caller. Their zero values (PROBE, AUTO) are choices too, which a profile
+     * (recall) would otherwise fill over; front ends set these for what the user gave. */
+    uint32_t chosen;
 } chimera_search_params;
+
+#define CHIMERA_CHOSE_IMPUTE 1u
+#define CHIMERA_CHOSE_PROBE 2u
 
 /* Sets every field of *p that is zero to the library's fixed default for top-k: on a
  * zeroed struct, all the defaults; after setting some fields, the rest. (k == 0 counts
@@ -1074,11 +1082,12 @@ typedef struct chimera_search_profile {
                                    k_interaction best of them; 0 for a query whose
                                    k_fullbit covers them all (none is needed) */
     /* Since 0.9.0 */
-    uint64_t n_rows;            /* centroid-score rows computed one by one for the
-                                   scored documents' tokens (a query's scores against
-                                   one centroid: where probing did not score every
-                                   centroid, a graph probe on the CPU or a device
-                                   backend's host stage); 0 when all were computed */
+    uint64_t n_rows;            /* centroid-score rows (a query's scores against one
+                                   centroid) computed for the scored documents' tokens
+                                   where probing did not score every centroid: one by
+                                   one after a graph probe on the CPU or in a device
+                                   backend's host stage, K for a query that switched to
+                                   scoring them all; 0 where probing scored them all */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k
@@ -1100,7 +1109,8 @@ CHIMERA_API int chimera_index_params_default(const chimera_index *index, uint32_
  * also widens per query with the filter's selectivity, which no setting states).
  * out->recall is params->recall. Thread-safe.
  * @return CHIMERA_OK, _INVALID_ARG (a field out of range, as the search would fail),
- *         _EMPTY (params->recall names no usable profile; message in err). */
+ *         _EMPTY (params->recall names no usable profile; message in err), _CORRUPT
+ *         (that profile holds a bad value, named). */
 CHIMERA_API chimera_status chimera_index_params_resolve(const chimera_index *index, uint32_t k,
                                                         const chimera_search_params *params,
                                                         int filtered, chimera_search_params *out,
@@ -1112,7 +1122,9 @@ CHIMERA_API chimera_status chimera_index_params_resolve(const chimera_index *ind
  * chimera_index_params_default); profile may be NULL.
  * @return CHIMERA_OK, _INVALID_ARG (also: rerank_depth on an index that stores no
  *         vectors, or whose vectors an older library left incomplete), _DIM (query dimension differs from the index's),
- *         _EMPTY (every document of the index is deleted), _CORRUPT (a score came out
+ *         _EMPTY (every document of the index is deleted; or params->recall names no
+ *         usable profile), _CORRUPT (the profile params->recall names holds a bad
+ *         value, named; or a score came out
  *         NaN or infinite, or a factor it needed is: the message names the section; no
  *         result is returned for a damaged index), _DEVICE, _UNSUPPORTED (backend),
  *         _NOMEM; err (optional) receives this call's message.

@@ -995,6 +995,8 @@ static int params_from_dict(PyObject *d, chimera_search_params *p)
                 PyErr_Format(PyExc_ValueError, "params[%s]: unknown value", name);
                 return -1;
             }
+            /* given, even as the default, it is the caller's over a profile's (recall=) */
+            p->chosen |= name[0] == 'i' ? CHIMERA_CHOSE_IMPUTE : CHIMERA_CHOSE_PROBE;
             continue;
         }
         PyErr_Format(PyExc_ValueError,

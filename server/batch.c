@@ -69,7 +69,8 @@ static int same_group(const srv_search *a, const srv_search *b)
            a->params.chunks == b->params.chunks && a->params.impute == b->params.impute &&
            a->params.probe == b->params.probe && a->params.rerank_depth == b->params.rerank_depth &&
            a->params.k_interaction == b->params.k_interaction &&
-           a->params.impute_scale == b->params.impute_scale && a->params.recall == b->params.recall;
+           a->params.impute_scale == b->params.impute_scale && a->params.recall == b->params.recall &&
+           a->params.chosen == b->params.chosen;
 }
 
 static void answer(srv_search *s, srv_answer *a)

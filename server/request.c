@@ -605,6 +605,8 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
             srv_fail(e, 422, "INVALID_VALUE", "params.impute must be \"probe\", \"zero\" or \"min\"");
             goto fail;
         }
+        /* given, even as the default, impute and probe are the request's over a profile's */
+        if (imp && !cJSON_IsNull(imp)) p.chosen |= CHIMERA_CHOSE_IMPUTE;
         const cJSON *sc = cJSON_GetObjectItemCaseSensitive(params, "impute_scale");
         if (sc && !cJSON_IsNull(sc)) {
             if (!cJSON_IsNumber(sc) || !(sc->valuedouble > 0 && sc->valuedouble <= 1)) {
@@ -619,6 +621,7 @@ int srv_parse_search(srv_index *ix, const srv_config *cfg, const char *body, siz
             srv_fail(e, 422, "INVALID_VALUE", "params.probe must be \"auto\", \"brute\" or \"graph\"");
             goto fail;
         }
+        if (pr && !cJSON_IsNull(pr)) p.chosen |= CHIMERA_CHOSE_PROBE;
     }
     if (recall && !cJSON_IsNull(recall)) {
         if (!cJSON_IsNumber(recall) || !(recall->valuedouble > 0 && recall->valuedouble <= 1)) {

@@ -1062,13 +1062,15 @@ static chimera_status params_from_profile(const ix_index *ix, uint32_t k,
                        "%.3f; tune one first (chimera tune, chimera_index_tune)", k, cp->recall);
     if (s != CHIMERA_OK) return s;
     if (!cp->n_probe) cp->n_probe = t.n_probe;
-    if (!cp->k_refine) cp->k_refine = t.k_refine;
     if (!cp->k_fullbit) cp->k_fullbit = t.k_fullbit;
     if (!cp->chunks) cp->chunks = t.chunks;
-    if (!cp->impute) cp->impute = t.impute;
-    if (!cp->probe) cp->probe = t.probe;
+    if (!cp->impute && !(cp->chosen & CHIMERA_CHOSE_IMPUTE)) cp->impute = t.impute;
+    if (!cp->probe && !(cp->chosen & CHIMERA_CHOSE_PROBE)) cp->probe = t.probe;
     if (!cp->rerank_depth) cp->rerank_depth = t.rerank_depth;
-    if (!cp->k_interaction) cp->k_interaction = t.k_interaction;
+    /* a fraction of k_refine (a profile without interaction stores k_refine): taken
+     * only with it, as the calibrated one (view_params_default) */
+    if (!cp->k_interaction && !cp->k_refine) cp->k_interaction = t.k_interaction;
+    if (!cp->k_refine) cp->k_refine = t.k_refine;
     if (cp->impute_scale == 0) cp->impute_scale = t.impute_scale;
     return CHIMERA_OK;
 }
@@ -1093,6 +1095,9 @@ static chimera_status resolve_params(const ix_index *ix, uint32_t k,
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: impute_scale %g, expected a value in (0, 1], or 0 for the "
                        "index's calibrated scale", (double)cp.impute_scale);
+    if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: chunks must be 1..64, impute 0..2, probe 0..2");
     if (cp.recall != 0) CM_TRY(params_from_profile(ix, k, &cp, err));
     view_params_default(ix, k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
@@ -1176,7 +1181,7 @@ chimera_status chimera_index_params_resolve(const chimera_index *index, uint32_t
         .chunks = p.chunks, .impute = (chimera_impute)p.impute,
         .probe = (chimera_probe)p.probe, .rerank_depth = p.rerank_depth,
         .k_interaction = p.k_interaction, .impute_scale = p.impute_scale,
-        .recall = params ? params->recall : 0};
+        .recall = params ? params->recall : 0, .chosen = params ? params->chosen : 0};
     return CHIMERA_OK;
 }
 

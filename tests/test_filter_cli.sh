@@ -36,11 +36,12 @@ seq 0 2 799 >"$T/even.txt"
 awk '$3 % 2 == 0 {bad++} END {exit bad > 0}' "$T/r3" && ok || bad "--exclude returned an excluded id"
 
 # a filtered search without --k-fullbit re-scores twice the default (the library's deeper
-# defaults for filtered queries reach the CLI's searches too)
+# defaults for filtered queries reach the CLI's searches too), and --profile says so
 prof=$("${S[@]}" --exclude "$T/even.txt" --profile 2>&1)
 fb=$(printf '%s\n' "$prof" | sed -n 's/.* \([0-9.]*\) full-bit scored (k_fullbit \([0-9]*\)).*/\1 \2/p')
-awk -v fb="$fb" 'BEGIN { split(fb, a, " "); exit !(a[1] + 0 > a[2] + 0 && a[2] > 0) }' && ok ||
-  bad "--exclude without --k-fullbit: full-bit scored per query / default k_fullbit: $fb"
+def=$(printf '%s\n' "$prof" | sed -n 's/^search:.* k_fullbit=\([0-9]*\) .*/\1/p')
+awk -v fb="$fb" -v d="$def" 'BEGIN { split(fb, a, " "); exit !(a[1] + 0 > d + 0 && a[2] + 0 > d + 0 && d > 0) }' && ok ||
+  bad "--exclude without --k-fullbit: full-bit scored per query / filtered k_fullbit: $fb, default $def"
 # an explicit --k-fullbit is the user's own, filter or not
 prof=$("${S[@]}" --exclude "$T/even.txt" --k-fullbit 30 --k-refine 120 --profile 2>&1)
 printf '%s\n' "$prof" | grep -q ' 30.0 full-bit scored (k_fullbit 30)' && ok ||

@@ -999,6 +999,15 @@ static void test_graph_end_to_end(const bench *b)
            "results differ\n", b->ix.n_clusters, ov, diff_lat);
     CHECKF(ov >= 0.95, "graph probing: top-10 overlap with brute %.3f (want >= 0.95)", ov);
     CHECKF(diff_lat == 0, "graph probing: %d results differ in latency mode", diff_lat);
+    { /* few enough documents that S stays lazy: the backend's rows are counted */
+        sp_params few = p;
+        few.k_refine = few.k_fullbit = 12;
+        sp_stats stf = {0};
+        CHECK_OK(run_all(&b->ix, &b->q, &few, 1, ig, sg, &stf), NULL);
+        CHECKF(stf.n_rows >= (uint64_t)b->q.n && stf.n_rows <= (uint64_t)b->q.n * b->ix.n_clusters,
+               "graph probe, 12 documents: %llu rows for %lld queries",
+               (unsigned long long)stf.n_rows, (long long)b->q.n);
+    }
     cm_free(ib);
     cm_free(ig);
     cm_free(il);
@@ -1510,6 +1519,33 @@ static void test_profile_search(const char *dir, const chimera_queries *q, int64
     /* twice k_fullbit, at most the k_interaction documents 1-bit scored */
     CHECKF(rf.k_fullbit == 40 && rf.k_refine == 100 && rf.n_probe == 8,
            "profile, filtered: %u / %u / %u", rf.n_probe, rf.k_refine, rf.k_fullbit);
+    /* without the profile's interaction (k_interaction >= k_refine: off) the doubling
+     * alone; with a k_interaction of 30, capped by the documents 1-bit scored */
+    chimera_search_params off = {.recall = 0.9, .k_interaction = 100}, ci = {.recall = 0.9,
+                                                                           .k_interaction = 30};
+    CHECK_OK(chimera_index_params_resolve(h, 10, &off, 1, &r, &err), &err);
+    CHECKF(r.k_fullbit == 40 && r.k_interaction == 0, "filtered, interaction off: %u (%u)",
+           r.k_fullbit, r.k_interaction);
+    CHECK_OK(chimera_index_params_resolve(h, 10, &ci, 1, &r, &err), &err);
+    CHECKF(r.k_fullbit == 30 && r.k_interaction == 30, "filtered, k_interaction 30: %u (%u)",
+           r.k_fullbit, r.k_interaction);
+    /* the profile's k_interaction comes only with its k_refine: a caller's own k_refine
+     * runs without the profile's interaction */
+    chimera_search_params kr = {.recall = 0.9, .k_refine = 400};
+    CHECK_OK(chimera_index_params_resolve(h, 10, &kr, 0, &r, &err), &err);
+    CHECKF(r.k_refine == 400 && r.k_interaction == 0 && r.k_fullbit == 20,
+           "own k_refine over the profile: %u / %u, k_interaction %u", r.k_refine, r.k_fullbit,
+           r.k_interaction);
+    /* impute and probe: a value set wins, and so does the default value when chosen */
+    chimera_search_params im = {.recall = 0.9, .chosen = CHIMERA_CHOSE_IMPUTE};
+    CHECK_OK(chimera_index_params_resolve(h, 10, &im, 0, &r, &err), &err);
+    CHECKF(r.impute == CHIMERA_IMPUTE_PROBE && r.probe == 2, "impute chosen: %d, probe %d",
+           (int)r.impute, (int)r.probe);
+    im = (chimera_search_params){.recall = 0.9, .impute = CHIMERA_IMPUTE_MIN,
+                                 .chosen = CHIMERA_CHOSE_PROBE};
+    CHECK_OK(chimera_index_params_resolve(h, 10, &im, 0, &r, &err), &err);
+    CHECKF(r.impute == CHIMERA_IMPUTE_MIN && r.probe == CHIMERA_PROBE_AUTO,
+           "impute min, probe chosen: %d, probe %d", (int)r.impute, (int)r.probe);
     chimera_search_params own = {.recall = 0.9, .n_probe = 3, .k_fullbit = 25};
     CHECK_OK(chimera_index_params_resolve(h, 10, &own, 1, &r, &err), &err);
     CHECKF(r.n_probe == 3 && r.k_fullbit == 25 && r.k_refine == 100,

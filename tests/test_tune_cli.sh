@@ -87,7 +87,9 @@ seq 0 2 4000 >"$T/even.txt"
 "$C" search "$T/a/idx" --queries "$T/a/queries.npy" -k 10 --recall 0.9 --subset "$T/even.txt" \
   >"$T/srf.out" || bad "search --recall --subset failed"
 fkf=$(sed -n 's/.*(with a filter k_refine=[0-9]* k_fullbit=\([0-9]*\)).*/\1/p' "$T/srf.out")
-[ -n "$fkf" ] && [ "$fkf" -gt "$6" ] && grep -q "k_fullbit=$6 " "$T/srf.out" && ok ||
+# (not when the profile's centroid interaction keeps only k_fullbit documents: none deeper)
+{ grep -q "k_interaction=$6[ ,]" "$T/srf.out" || { [ -n "$fkf" ] && [ "$fkf" -gt "$6" ]; }; } &&
+  grep -q "k_fullbit=$6 " "$T/srf.out" && ok ||
   bad "search --recall --subset: filtered queries not deeper than the profile's k_fullbit $6: $(cat "$T/srf.out")"
 
 # ---- 3. bench --------------------------------------------------------------------------

@@ -164,7 +164,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     uint32_t k = 10, threads = 0;
     chimera_search_params sp = {0};
     int profile = 0, latency = 0, verify = 0;
-    /* NULL until given: a tuned profile's impute and probe apply unless given */
+    /* NULL until given: a tuned profile's impute and probe apply unless given
+     * (chimera_search_params.chosen) */
     const char *impute_s = NULL, *probe_s = NULL, *subset = NULL, *exclude = NULL;
     const char *per_query = NULL, *filter_expr = NULL;
     int64_t batch = 0;
@@ -212,6 +213,9 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         fprintf(stderr, "chimera search: give the index directory\n");
         return 2;
     }
+    /* given, even as the default value, they are the user's over a tuned profile's */
+    if (impute_s) sp.chosen |= CHIMERA_CHOSE_IMPUTE;
+    if (probe_s) sp.chosen |= CHIMERA_CHOSE_PROBE;
     if (impute_s && chimera_impute_parse(impute_s, &sp.impute) != CHIMERA_OK) {
         fprintf(stderr, "chimera search: --impute must be probe, zero or min\n");
         return 2;
@@ -326,9 +330,19 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     chimera_search_params unset = {0};
     int calibrated = chimera_index_params_default(ix, k, &unset);
     /* A sharded index is searched with shard 0's setting on every shard, as chimera-mpi
-     * does; with a filter, each shard resolves the flags itself, so that its filtered
-     * queries get their deeper depths (the shards of one layout calibrate alike). */
-    if (tgt.set && !filtered) run = sp;
+     * does: with a filter for every query (--subset, --exclude, --filter) its filtered
+     * one; with per-query subsets its unfiltered one with the depths left to each shard,
+     * which deepens them for the queries that have a subset. */
+    if (tgt.set) {
+        chimera_search_params one = filtered && !qf ? shown_f : sp;
+        if (qf) {
+            one.k_refine = run.k_refine;
+            one.k_fullbit = run.k_fullbit;
+            one.k_interaction = run.k_interaction;
+        }
+        one.recall = 0;
+        run = one;
+    }
     /* Warm-up: a few queries first, then the longest one, so the timed run does not pay
      * for the first touch of the mapped index and the engine set-up, which later queries
      * never see (an engine sized for the first few queries is made anew by the first
@@ -437,7 +451,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
                "%.0f refined, %.0f 1-bit scored, %.1f full-bit scored (k_fullbit %u), %.0f "
                "centroid-score rows computed one by one\n",
                prof.tokens_refined / n, prof.docs_touched / n, prof.n_refined / n,
-               prof.n_scored1 / n, prof.n_fullbit / n, sp.k_fullbit, prof.n_rows / n);
+               prof.n_scored1 / n, prof.n_fullbit / n, filtered ? shown_f.k_fullbit : sp.k_fullbit,
+               prof.n_rows / n);
         printf("host/device traffic (per query): %.1f KiB up, %.1f KiB down\n",
                prof.bytes_up / n / 1024.0, prof.bytes_down / n / 1024.0);
     }

@@ -129,12 +129,19 @@ def test_tune_profile_info_check(corpus, tmp_path):
     d = ix2.search(queries, k=10, params={**res["params"], "n_probe": 1}, threads=2)
     np.testing.assert_array_equal(c[1], d[1])
     # the profile was tuned without a filter: with one its depths deepen (as the index's
-    # defaults do), where the same depths given explicitly do not
+    # defaults do), where the same depths given explicitly do not; only a profile whose
+    # centroid interaction keeps k_fullbit documents has none deeper to re-score
     even = np.arange(0, len(lens), 2)
     ix2.search(queries, k=10, recall=0.9, subset=even, threads=2)
     deep = ix2.last_profile["n_fullbit"]
     ix2.search(queries, k=10, params=res["params"], subset=even, threads=2)
-    assert deep > ix2.last_profile["n_fullbit"]
+    p = res["params"]
+    capped = 0 < p["k_interaction"] < p["k_refine"] and p["k_interaction"] <= p["k_fullbit"]
+    assert deep > ix2.last_profile["n_fullbit"] or (capped and deep == ix2.last_profile["n_fullbit"])
+    # impute given as the default value is the caller's, not the profile's
+    a = ix2.search(queries, k=10, recall=0.9, params={"impute": "probe"}, threads=2)
+    b = ix2.search(queries, k=10, params={**p, "impute": "probe"}, threads=2)
+    np.testing.assert_array_equal(a[1], b[1])
     with pytest.raises(ValueError, match="profile"):
         ix2.search(queries, k=10, recall=0.999)
     info = ix2.info

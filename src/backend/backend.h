@@ -206,8 +206,9 @@ struct cm_backend_i {
     chimera_status (*score_ci)(void *ctx, int worker, const uint32_t *docs, uint32_t n,
                                float *scores, chimera_error *err);
     /* (optional; default NULL) Rows of S the worker has computed one by one for the
-     * documents it scored (after a graph probe), a running count since upload: the
-     * search reads it around each query for its profile (a full S is not counted). */
+     * documents it scored (after a graph probe), a running count since upload, K for
+     * each switch from such rows to the full S: the search reads it around each query
+     * for its profile (a full S computed at the probe is not counted). */
     uint64_t (*rows_computed)(void *ctx, int worker);
 };
 

@@ -294,7 +294,8 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            tokens (chimera_search_profile.n_rows), per query token and dimension:
  *            120 ns a row at 10 query tokens, d = 128, on 10^7 tokens (the random reads
  *            of a corpus far larger than the caches, which those rows come with, are in
- *            it too). */
+ *            it too); a query that switched to scoring every centroid counts K rows,
+ *            which keeps the cost continuous across that switch. */
 #define COST_PROBE 409.0
 #define COST_PROBE_DIM 0.33
 #define COST_ENTRY 10.6

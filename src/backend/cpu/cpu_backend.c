@@ -117,7 +117,8 @@ typedef struct cpu_worker {
                             bitmap, not per-row stamps: 12 KiB at K = 10^5 stays in L1
                             while the refined documents' tokens test it at random */
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
-    uint64_t rows_lazy;  /* rows computed by lazy_flush since upload (rows_computed) */
+    uint64_t rows_lazy;  /* rows computed by lazy_flush since upload, and K for each
+                            switch from lazy rows to the full S (rows_computed) */
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
     uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
     uint32_t *seed_n;    /* [max_m] seeds found (0: the walk starts at the entry points) */
@@ -508,7 +509,10 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
             int64_t ld = docs[i] - sg->doc_base;
             n_tok += (uint64_t)(sg->doc_off[ld + 1] - sg->doc_off[ld]);
         }
-        if (n_tok > c->lazy_tokens) w->S_state = CPU_S_PENDING;
+        if (n_tok > c->lazy_tokens) {
+            w->S_state = CPU_S_PENDING;
+            w->rows_lazy += c->r.n_clusters; /* all of them now, counted as rows */
+        }
     }
     if (w->S_state == CPU_S_PENDING) {
         if (w->b_cur < w->b_n) { /* a query of the batch: all the batch's scores at once */
