@@ -1107,7 +1107,7 @@ CHIMERA_API int chimera_index_params_default(const chimera_index *index, uint32_
  * >= k_refine, n_probe at most the index's clusters). filtered != 0: the depths of a
  * query with a filter (deeper when they were left to the index or a profile; probing
  * also widens per query with the filter's selectivity, which no setting states).
- * out->recall is params->recall. Thread-safe.
+ * out->recall and out->chosen are params'. Thread-safe.
  * @return CHIMERA_OK, _INVALID_ARG (a field out of range, as the search would fail),
  *         _EMPTY (params->recall names no usable profile; message in err), _CORRUPT
  *         (that profile holds a bad value, named). */

@@ -1428,15 +1428,15 @@ static PyObject *Index_check(IndexObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* The setting a search with this k and no parameters uses (chimera_index_params_default):
+/* The setting a search with this k and no parameters uses (chimera_index_params_default;
+ * with filtered, the deeper one of a query with a filter: chimera_index_params_resolve):
  * a dict of n_probe, k_refine, k_fullbit, chunks and whether they are the index's
  * calibrated ones. */
-static PyObject *Index_params_default(IndexObject *self, PyObject *arg)
+static PyObject *Index_params_default(IndexObject *self, PyObject *args)
 {
-    if (index_live(self))
-        return NULL;
-    unsigned long k = PyLong_AsUnsignedLong(arg);
-    if (PyErr_Occurred())
+    unsigned long k;
+    int filtered = 0;
+    if (!PyArg_ParseTuple(args, "k|p", &k, &filtered) || index_live(self))
         return NULL;
     if (k == 0 || k > UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "k must be at least 1");
@@ -1444,6 +1444,12 @@ static PyObject *Index_params_default(IndexObject *self, PyObject *arg)
     }
     chimera_search_params p = {0};
     int cal = chimera_index_params_default(self->index, (uint32_t)k, &p);
+    if (filtered) {
+        chimera_error err = {0};
+        chimera_status st = chimera_index_params_resolve(self->index, (uint32_t)k, NULL, 1, &p, &err);
+        if (st != CHIMERA_OK)
+            return raise_status(st, &err);
+    }
     return Py_BuildValue("{s:I,s:I,s:I,s:I,s:O}", "n_probe", p.n_probe, "k_refine", p.k_refine,
                          "k_fullbit", p.k_fullbit, "chunks", p.chunks, "calibrated",
                          cal ? Py_True : Py_False);
@@ -1565,7 +1571,7 @@ static PyMethodDef Index_methods[] = {
     {"check", (PyCFunction)Index_check, METH_NOARGS, "Low-level check."},
     {"refresh", (PyCFunction)Index_refresh, METH_NOARGS, "Low-level refresh."},
     {"ids", (PyCFunction)Index_ids, METH_O, "Low-level ids; use chimera.Index.ids."},
-    {"params_default", (PyCFunction)Index_params_default, METH_O,
+    {"params_default", (PyCFunction)Index_params_default, METH_VARARGS,
      "Low-level; use chimera.Index.default_params."},
     {"close", (PyCFunction)Index_close, METH_NOARGS, "Low-level close."},
     {NULL, NULL, 0, NULL},

@@ -1095,9 +1095,11 @@ static chimera_status resolve_params(const ix_index *ix, uint32_t k,
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: impute_scale %g, expected a value in (0, 1], or 0 for the "
                        "index's calibrated scale", (double)cp.impute_scale);
-    if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
+    if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe) ||
+        (cp.chosen & ~(CHIMERA_CHOSE_IMPUTE | CHIMERA_CHOSE_PROBE)))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "search: chunks must be 1..64, impute 0..2, probe 0..2");
+                       "search: chunks must be 1..64, impute 0..2, probe 0..2, chosen a set of "
+                       "CHIMERA_CHOSE_*");
     if (cp.recall != 0) CM_TRY(params_from_profile(ix, k, &cp, err));
     view_params_default(ix, k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;

@@ -971,12 +971,14 @@ static void test_graph_end_to_end(const bench *b)
     CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ib, sb, &stb), NULL);
     p.probe = BE_PROBE_GRAPH;
     CHECK_OK(run_all(&b->ix, &b->q, &p, 1, ig, sg, &stg), NULL);
-    /* rows of S computed one by one: none with S in full (brute), after a graph probe
-     * those of the refined documents' tokens, each at most once a query (more tokens
-     * than lazy_tokens switch to the full S, and what was computed counts) */
-    CHECKF(stb.n_rows == 0 && stg.n_rows <= (uint64_t)b->q.n * b->ix.n_clusters,
-           "centroid rows computed one by one: brute %llu, graph %llu",
-           (unsigned long long)stb.n_rows, (unsigned long long)stg.n_rows);
+    /* rows of S computed one by one: none with S in full (brute); after a graph probe
+     * those of the refined documents' tokens, each at most once a query, and here (160
+     * refined documents hold more tokens than K) a switch to the full S, counted K */
+    CHECKF(stb.n_rows == 0 && stg.n_rows >= (uint64_t)b->q.n * b->ix.n_clusters &&
+           stg.n_rows <= 2 * (uint64_t)b->q.n * b->ix.n_clusters,
+           "centroid rows computed one by one: brute %llu, graph %llu (%lld queries, K %u)",
+           (unsigned long long)stb.n_rows, (unsigned long long)stg.n_rows, (long long)b->q.n,
+           b->ix.n_clusters);
     CHECK_OK(run_all(&b->ix, &b->q, &p, 2, il, sl, NULL), NULL);
     double sum = 0;
     int diff_lat = 0;

@@ -44,18 +44,21 @@ recall() { "$C" eval --run "$1" --truth "$T/truth" -k 10 | awk '/^Recall@10/ {pr
 rs=$(recall "$T/S.def"); r1=$(recall "$T/one.def")
 echo "Recall@10 at defaults: sharded $rs, single $r1"
 awk -v a="$rs" -v b="$r1" 'BEGIN {exit !(a >= b - 0.01)}' && ok || bad "sharded recall $rs < single $r1 - 0.01"
-# a filter on every query: each shard searches shard 0's filtered setting (deeper than
-# the unfiltered one when the depths are left to the index; a shard this small scores a
-# third of its documents directly, so only the setting is checked), and returns only
-# allowed ids
+# a filter: each shard searches shard 0's filtered setting (deeper than the unfiltered
+# one when the depths are left to the index), and returns only allowed ids
 seq 0 3 1199 >"$T/third.txt"
 "$C" search "$T/S" --queries "$Q" -k 10 --subset "$T/third.txt" --profile --out "$T/S.sub" \
   >"$T/sub.out" 2>&1 || bad "sharded search --subset failed: $(cat "$T/sub.out")"
 awk '$3 % 3 != 0 {bad++} END {exit bad > 0}' "$T/S.sub" && ok || bad "sharded --subset returned another id"
 kf=$(sed -n 's/^search:.* k_fullbit=\([0-9]*\) .*/\1/p' "$T/sub.out")
 fkf=$(sed -n 's/.*(with a filter k_refine=[0-9]* k_fullbit=\([0-9]*\)).*/\1/p' "$T/sub.out")
+fkr=$(sed -n 's/.*(with a filter k_refine=\([0-9]*\) k_fullbit=[0-9]*).*/\1/p' "$T/sub.out")
 [ -n "$kf" ] && [ -n "$fkf" ] && [ "$fkf" -gt "$kf" ] && grep -q "(k_fullbit $fkf)" "$T/sub.out" &&
   ok || bad "sharded --subset: not searched deeper than k_fullbit $kf (filtered $fkf): $(cat "$T/sub.out")"
+# ... and that setting is what ran: the same as giving it
+"$C" search "$T/S" --queries "$Q" -k 10 --subset "$T/third.txt" --k-refine "$fkr" --k-fullbit "$fkf" \
+  --out "$T/S.sub2" >/dev/null 2>&1 && cmp -s "$T/S.sub" "$T/S.sub2" && ok ||
+  bad "sharded --subset: the filtered setting k_refine $fkr k_fullbit $fkf given gives other results"
 
 # user ids: every returned id is one of them
 python3 - "$T/ids.npy" <<'PY'

@@ -78,7 +78,7 @@ grep -q "n_probe=$2 k_refine=$4 k_fullbit=$6 chunks=$8[ ,]" "$T/sr.out" && ok ||
   -k 10 --out "$T/a/truth" >/dev/null || bad "exact failed"
 r=$(recall_from "$T/a/prof" "$T/a/truth" 10 120)
 ge "$r" 0.9 && ok || bad "the stored profile gives Recall@10 $r < 0.9 on 120 unseen queries"
-# impute and probe are tuned fields too: a profile that stores them is searched with them
+# impute and probe given beside --recall (a profile stores them too; given, they win)
 "$C" search "$T/a/idx" --queries "$T/a/queries.npy" -k 10 --recall 0.9 --impute zero --probe brute \
   >/dev/null && ok || bad "search --recall with --impute/--probe given failed"
 # the profile was tuned without a filter: with one, its depths deepen as the index's own

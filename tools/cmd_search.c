@@ -330,18 +330,11 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     chimera_search_params unset = {0};
     int calibrated = chimera_index_params_default(ix, k, &unset);
     /* A sharded index is searched with shard 0's setting on every shard, as chimera-mpi
-     * does: with a filter for every query (--subset, --exclude, --filter) its filtered
-     * one; with per-query subsets its unfiltered one with the depths left to each shard,
-     * which deepens them for the queries that have a subset. */
+     * does; with a filter (--subset, --exclude, --subset-per-query: every query has one)
+     * its filtered setting. */
     if (tgt.set) {
-        chimera_search_params one = filtered && !qf ? shown_f : sp;
-        if (qf) {
-            one.k_refine = run.k_refine;
-            one.k_fullbit = run.k_fullbit;
-            one.k_interaction = run.k_interaction;
-        }
-        one.recall = 0;
-        run = one;
+        run = filtered ? shown_f : sp;
+        run.recall = 0;
     }
     /* Warm-up: a few queries first, then the longest one, so the timed run does not pay
      * for the first touch of the mapped index and the engine set-up, which later queries

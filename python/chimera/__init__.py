@@ -549,11 +549,12 @@ class Index:
         newest generation, which may be ahead of this handle's until :meth:`refresh`."""
         return _chimera.info(self._path)
 
-    def default_params(self, k=10):
+    def default_params(self, k=10, filtered=False):
         """The setting a search with this k and no `params` uses: a dict of n_probe,
         k_refine, k_fullbit, chunks, and "calibrated" (True: the index's own, chosen at
-        build for Recall@k >= 0.95; False: the library's fixed defaults)."""
-        return self._raw.params_default(_k(k))
+        build for Recall@k >= 0.95; False: the library's fixed defaults). filtered: the
+        deeper setting a query with a filter (subset, exclude, filter) is given."""
+        return self._raw.params_default(_k(k), bool(filtered))
 
     # -- search --------------------------------------------------------------------------
 

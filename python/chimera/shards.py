@@ -109,7 +109,7 @@ class ShardedIndex:
 
         params: as :meth:`Index.search`; unset ones take shard 0's calibrated defaults
             for k on every shard (as `chimera search DIR` does), so the shards search
-            alike. subset / exclude, threads, latency: as :meth:`Index.search` (ids are
+            alike; with subset or exclude, shard 0's deeper filtered ones. subset / exclude, threads, latency: as :meth:`Index.search` (ids are
             the corpus's). Metadata filters and tuned profiles are per shard: search a
             shard (:attr:`shards`) for them.
 
@@ -117,7 +117,7 @@ class ShardedIndex:
         smaller id first), padded with -1 (score -inf).
         """
         k = _k(k)
-        p = self._shards[0].default_params(k)
+        p = self._shards[0].default_params(k, filtered=subset is not None or exclude is not None)
         del p["calibrated"]
         p.update(params or {})
         lists = []

@@ -135,8 +135,8 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
     static const struct {
         const char *key;
         double max;
-    } field[] = {{"n_probe", UINT32_MAX}, {"k_refine", UINT32_MAX}, {"k_fullbit", UINT32_MAX},
-                 {"chunks", UINT32_MAX},  {"impute", 2},            {"probe", 2}};
+    } field[] = {{"n_probe", 1 << 24}, {"k_refine", 1 << 24}, {"k_fullbit", 1 << 24},
+                 {"chunks", 64},        {"impute", 2},         {"probe", 2}}; /* as a search takes */
     double v[6];
     for (int i = 0; i < 6; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(best, field[i].key);
