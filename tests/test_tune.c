@@ -363,6 +363,18 @@ static void test_grow_by_cost(void)
     free(again);
 }
 
+/* Every count of p doubled: what two queries like p's one report. */
+static chimera_search_profile twice(chimera_search_profile p)
+{
+    p.tokens_refined *= 2;
+    p.docs_touched *= 2;
+    p.n_refined *= 2;
+    p.n_scored1 *= 2;
+    p.n_fullbit *= 2;
+    p.n_rows *= 2;
+    return p;
+}
+
 static void test_cost_model(void)
 {
     chimera_search_profile a = {.tokens_refined = 40000, .docs_touched = 12000,
@@ -387,12 +399,7 @@ static void test_cost_model(void)
     q.n_probe = 16;
     CHECK(sp_tune_cost(&a, &q, 1, 32, 128, 80) > base);
     /* per query: two queries with twice the counts cost the same each */
-    b = a;
-    b.tokens_refined *= 2;
-    b.docs_touched *= 2;
-    b.n_refined *= 2;
-    b.n_scored1 *= 2;
-    b.n_fullbit *= 2;
+    b = twice(a);
     CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - base) < 1e-9 * base);
     /* wider tokens and longer documents cost more to score */
     CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160) > base);
@@ -427,12 +434,7 @@ static void test_cost_model(void)
     b.n_rows = 5000;
     double rows1 = sp_tune_cost(&b, &p, 1, 32, 128, 80);
     CHECK(rows1 > base);
-    b.tokens_refined *= 2;
-    b.docs_touched *= 2;
-    b.n_refined *= 2;
-    b.n_scored1 *= 2;
-    b.n_fullbit *= 2;
-    b.n_rows *= 2;
+    b = twice(b);
     CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - rows1) < 1e-9 * rows1);
     /* a 1-bit scored document costs about half a full-bit one at every width (both take
      * the maxima with one 8-bit query; bench/RESULTS.md 5.20), not the fifth their

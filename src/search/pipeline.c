@@ -180,6 +180,14 @@ static void lazy_flush(sp_worker *w, uint32_t nb)
     w->rows_lazy += nb;
 }
 
+/* The rows of S computed one by one so far, by the backend and by the host stage: a
+ * running count, read around each query (sp_stats.n_rows). */
+static uint64_t rows_so_far(const sp_engine *e, const sp_worker *w, int worker)
+{
+    const struct cm_backend_i *be = e->be.iface;
+    return (be->rows_computed ? be->rows_computed(e->be.ctx, worker) : 0) + w->rows_lazy;
+}
+
 /* Queues the rows of doc's tokens' centroids not computed yet in this query, nb queued
  * before; flushes full blocks. @return the number queued now. */
 static uint32_t lazy_need(sp_worker *w, uint32_t doc, uint32_t nb)
@@ -673,7 +681,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     }
     /* the rows of S computed one by one for this query's documents, by the backend and
      * by the host stage (read again once the host thread is done with the query) */
-    uint64_t rows0 = (be->rows_computed ? be->rows_computed(ctx, worker) : 0) + w->rows_lazy;
+    uint64_t rows0 = rows_so_far(e, w, worker);
     double t0 = cm_now();
     CM_TRY(be->query_begin(ctx, worker, q, m, err));
     const sp_filter *f = p->filter;
@@ -843,8 +851,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->n_refined += n_refined;
         st->n_scored1 += scored1 ? n_cand : 0;
         st->n_fullbit += w->n_fullbit;
-        st->n_rows += (be->rows_computed ? be->rows_computed(ctx, worker) : 0) + w->rows_lazy -
-                      rows0;
+        st->n_rows += rows_so_far(e, w, worker) - rows0;
         /* query tokens up; candidate ids + partial scores and chunk scores down */
         st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (scored1 ? (uint64_t)n_cand * 4 : 0);
         st->bytes_down += (uint64_t)n_refined * (4 + 4) + (scored1 ? (uint64_t)n_cand * 4 : 0);
