@@ -238,21 +238,29 @@ while [ $broken = 0 ] && ! enough && [ $r -lt 30 ]; do
 done
 # The kills above land anywhere in an operation; on a fast machine most land before its
 # first write (once 54 kills, none mid-write), and under a sanitizer the exit's leak
-# check can take the second half (once 25 of 51 kills after the commit, none mid-write).
-# When none left a partly written change, kill copies of the next add at times spread
-# over its whole run until one does (at most 60 tries); what it left must still check as
-# a valid index, and the next writer on it must succeed and clean up.
+# check can take the second half (once 25 of 51 kills after the commit, none mid-write);
+# kills at random times spread over the whole add missed its short write as well (once
+# 60 of 60). When none left a partly written change, run copies of the next add under a
+# watcher that kills it the moment a file its manifest does not list appears (at most 20
+# tries: the writer may commit between the sight and the kill); what it left must still
+# check as a valid index, and the next writer on it must succeed and clean up.
+cat >"$T/killwatch.py" <<'PY'
+import glob, json, os, signal, subprocess, sys
+idx, cmd = sys.argv[1], sys.argv[2:]
+listed = {s["file"] for s in json.load(open(os.path.join(idx, "manifest.json")))["sections"]}
+listed.add("manifest.json")
+p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while p.poll() is None:
+    if any(f not in listed for f in os.listdir(idx)) or glob.glob(idx + ".tmp-*"):
+        p.send_signal(signal.SIGKILL)
+        break
+sys.exit(0 if p.wait() == -signal.SIGKILL else 1)
+PY
 if [ $broken = 0 ] && [ $stray_seen = 0 ]; then
   plan $((r + 1)) add
-  d=${dur[add]}
-  for _ in $(seq 60); do
+  for _ in $(seq 20); do
     rm -rf "$T/sk" "$T/sk".tmp-* "$T/sk".old-* && cp -a "$T/idx" "$T/sk"
-    s=$((RANDOM % (d + 1)))
-    "$C" "${cmd[0]}" "$T/sk" "${cmd[@]:2}" >/dev/null 2>&1 &
-    pid=$!
-    sleep "$((s / 1000)).$(printf %03d $((s % 1000)))"
-    kill -9 $pid 2>/dev/null
-    wait $pid 2>/dev/null
+    python3 "$T/killwatch.py" "$T/sk" "$C" "${cmd[0]}" "$T/sk" "${cmd[@]:2}" || continue
     [ -n "$(strays "$T/sk" 2>/dev/null)" ] || continue
     stray_seen=$((stray_seen + 1))
     "$C" check "$T/sk" >"$T/check.out" 2>&1 || bad "check after a mid-write kill: $(cat "$T/check.out")"
