@@ -112,12 +112,10 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
     run->t_local += MPI_Wtime() - t0;
     chimera_queries_free(q);
     if (ok) {
-        chimera_search_profile *t = &run->prof;
-        t->t_generate += p.t_generate, t->t_refine += p.t_refine, t->t_score1 += p.t_score1;
-        t->t_fullbit += p.t_fullbit, t->t_rerank += p.t_rerank;
-        t->tokens_refined += p.tokens_refined, t->docs_touched += p.docs_touched;
-        t->n_refined += p.n_refined, t->n_fullbit += p.n_fullbit;
-        if (p.backend[0]) memcpy(t->backend, p.backend, sizeof t->backend);
+        char backend[sizeof p.backend];
+        memcpy(backend, run->prof.backend, sizeof backend);
+        shard_profile_add(&run->prof, &p);
+        if (!p.backend[0]) memcpy(run->prof.backend, backend, sizeof backend);
     }
     if (mpi_agree("search", ok, err)) {
         double tg = MPI_Wtime();
@@ -312,11 +310,16 @@ int mpi_cmd_search(int argc, char **argv)
             double n = (double)(nq ? nq : 1);
             printf("parameters: %s, flags over them, the same on every shard\n",
                    calibrated ? "shard 0's calibrated defaults for this k" : "the library's defaults");
-            printf("rank 0's shards (per query): generate %.3f ms, refine %.3f ms, 1-bit scoring "
-                   "%.3f ms, full-bit %.3f ms; %.0f posting entries, %.0f refined, %.1f full-bit "
-                   "scored\n", 1e3 * run.prof.t_generate / n, 1e3 * run.prof.t_refine / n,
-                   1e3 * run.prof.t_score1 / n, 1e3 * run.prof.t_fullbit / n,
-                   run.prof.tokens_refined / n, run.prof.n_refined / n, run.prof.n_fullbit / n);
+            const chimera_search_profile *pr = &run.prof;
+            printf("rank 0's shards (per query): generate %.3f ms, refine %.3f ms, centroid "
+                   "interaction %.3f ms, 1-bit scoring %.3f ms, full-bit %.3f ms, re-rank %.3f "
+                   "ms; %.0f posting entries, %.0f documents touched, %.0f refined, %.0f 1-bit "
+                   "scored, %.1f full-bit scored, %.0f re-ranked, %.0f centroid-score rows "
+                   "computed one by one\n", 1e3 * pr->t_generate / n, 1e3 * pr->t_refine / n,
+                   1e3 * pr->t_interaction / n, 1e3 * pr->t_score1 / n, 1e3 * pr->t_fullbit / n,
+                   1e3 * pr->t_rerank / n, pr->tokens_refined / n, pr->docs_touched / n,
+                   pr->n_refined / n, pr->n_scored1 / n, pr->n_fullbit / n, pr->n_reranked / n,
+                   pr->n_rows / n);
             printf("rank 0 (per query): broadcast %.3f ms, own shards %.3f ms, waiting for the "
                    "other ranks' lists %.3f ms, merge %.4f ms\n", 1e3 * run.t_bcast / n,
                    1e3 * run.t_local / n, 1e3 * run.t_gather / n, 1e3 * run.t_merge / n);

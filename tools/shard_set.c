@@ -38,7 +38,7 @@ int shard_set_open(const char *dir, int stride, int offset, shard_set *set, chim
     return 0;
 }
 
-static void add_profile(chimera_search_profile *t, const chimera_search_profile *p)
+void shard_profile_add(chimera_search_profile *t, const chimera_search_profile *p)
 {
     t->t_generate += p->t_generate;
     t->t_refine += p->t_refine;
@@ -103,7 +103,7 @@ chimera_status shard_set_search(shard_set *set, const chimera_queries *q, uint32
         chimera_search_profile p = {.latency = one_lat};
         s = chimera_index_search(set->ix[j], q, k, params, opts, sid, ssc, profile ? &p : NULL, err);
         if (s != CHIMERA_OK) goto done;
-        if (profile) add_profile(&sum, &p);
+        if (profile) shard_profile_add(&sum, &p);
         for (int64_t i = 0; lat && i < nq; i++) lat[i] += one_lat[i];
     }
     if (shards_merge_all(ns, nq, k, all_ids, all_sc, ids, scores) != 0) goto nomem;
