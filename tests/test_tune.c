@@ -490,6 +490,67 @@ static void test_grow_ratios(void)
     free(res);
 }
 
+/* A strongly clustered corpus, modelled: probing fewer than WIDE_PROBES clusters finds
+ * too few documents, so the search doubles n_probe until it reaches them, refining again
+ * each time (pipeline.h): it pays for every round and ranks as WIDE_PROBES would. */
+#define WIDE_PROBES 64
+
+static chimera_status widen_eval(void *ctx, const chimera_search_params *p, double *recall,
+                                 double *cost)
+{
+    cost_model *m = ctx;
+    m->calls++;
+    chimera_search_params ran = *p;
+    double rounds = 0;
+    for (ran.n_probe = p->n_probe; ran.n_probe < WIDE_PROBES; ran.n_probe *= 2)
+        rounds += ran.n_probe;
+    rounds += ran.n_probe;
+    *recall = model_recall(&ran);
+    *cost = model_cost(m, &ran) + m->per_probe * (rounds - ran.n_probe);
+    return CHIMERA_OK;
+}
+
+static chimera_status widen_check(void *ctx, const chimera_search_params *p, double *mean,
+                                  double *sd, int64_t *n, double *qps)
+{
+    double cost;
+    widen_eval(ctx, p, mean, &cost);
+    *sd = 0.01;
+    *n = 100000;
+    *qps = 1;
+    return CHIMERA_OK;
+}
+
+static void test_grow_widened(void)
+{
+    chimera_search_params start = {.n_probe = 4, .k_refine = 80, .k_fullbit = 20, .chunks = 4};
+    cost_model m = {400, 2, 0.5, 0};
+    chimera_tune_result *res = malloc(sizeof *res);
+    /* the walk meets the target at a few probes, which widen to WIDE_PROBES; starting
+     * there costs less (the rounds before it are saved) for the same recall */
+    CHECK_OK(sp_tune_grow_heldout(widen_eval, &m, widen_check, &m, 10, 0.95, 1.96, 7000, 20000,
+                                  &start, 0, res),
+             NULL);
+    double r, c;
+    CHECK_OK(widen_eval(&m, &res->best, &r, &c), NULL);
+    CHECKF(res->reached && res->best.n_probe >= WIDE_PROBES && r >= 0.95,
+           "reached %d at %u/%u/%u (recall %.4f)", res->reached, res->best.n_probe,
+           res->best.k_refine, res->best.k_fullbit, r);
+    /* and no further: more probes than the search widens to cost more */
+    CHECK(res->best.n_probe < 2 * WIDE_PROBES);
+    /* where nothing widens, the doubling costs more and is not kept: the choice is the
+     * walk's own (the model's cheapest, test_grow_by_cost) */
+    CHECK_OK(sp_tune_grow_heldout(model_eval, &m, model_check, NULL, 10, 0.95, 1.96, 7000, 20000,
+                                  &start, 0, res),
+             NULL);
+    const chimera_search_params *last = &res->points[res->n_points - 1].params;
+    CHECKF(last->n_probe == 2 * res->best.n_probe && model_cost(&m, &res->best) <=
+               1.25 * grid_cheapest(&m, &start, 0.95),
+           "without widening: %u/%u/%u chosen, %u probes tried last", res->best.n_probe,
+           res->best.k_refine, res->best.k_fullbit, last->n_probe);
+    free(res);
+}
+
 /* The backward walk's centroid-interaction step, on a model: refinement loses recall
  * unless it keeps many documents per full-bit scored one, and the interaction loses
  * recall when it passes on fewer than 2 k_fullbit; each 1-bit scored document costs
@@ -578,6 +639,7 @@ int main(void)
     test_cost_model();
     test_grow_by_cost();
     test_grow_ratios();
+    test_grow_widened();
     test_backward_interaction();
     test_backward_covered();
     test_pseudo_queries();
