@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 9
+#define CHIMERA_VERSION_MINOR 10
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.9.0"
+#define CHIMERA_VERSION_STRING "0.10.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -1088,6 +1088,13 @@ typedef struct chimera_search_profile {
                                    one after a graph probe on the CPU or in a device
                                    backend's host stage, K for a query that switched to
                                    scoring them all; 0 where probing scored them all */
+    /* Since 0.10.0 */
+    uint64_t n_probed;          /* clusters probed per query token, every round counted:
+                                   n_probe, more where probing widened (a filter, or
+                                   probed clusters holding fewer documents than
+                                   k_fullbit, which probes twice as many and refines
+                                   again until they do); 0 where no cluster was probed
+                                   (a filter's direct path) */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k

@@ -112,10 +112,7 @@ static int run_batch(search_run *run, const batch_msg *m, int64_t *ids, float *s
     run->t_local += MPI_Wtime() - t0;
     chimera_queries_free(q);
     if (ok) {
-        char backend[sizeof p.backend];
-        memcpy(backend, run->prof.backend, sizeof backend);
         shard_profile_add(&run->prof, &p);
-        if (!p.backend[0]) memcpy(run->prof.backend, backend, sizeof backend);
     }
     if (mpi_agree("search", ok, err)) {
         double tg = MPI_Wtime();
@@ -315,11 +312,12 @@ int mpi_cmd_search(int argc, char **argv)
                    "interaction %.3f ms, 1-bit scoring %.3f ms, full-bit %.3f ms, re-rank %.3f "
                    "ms; %.0f posting entries, %.0f documents touched, %.0f refined, %.0f 1-bit "
                    "scored, %.1f full-bit scored, %.0f re-ranked, %.0f centroid-score rows "
-                   "computed one by one\n", 1e3 * pr->t_generate / n, 1e3 * pr->t_refine / n,
-                   1e3 * pr->t_interaction / n, 1e3 * pr->t_score1 / n, 1e3 * pr->t_fullbit / n,
-                   1e3 * pr->t_rerank / n, pr->tokens_refined / n, pr->docs_touched / n,
-                   pr->n_refined / n, pr->n_scored1 / n, pr->n_fullbit / n, pr->n_reranked / n,
-                   pr->n_rows / n);
+                   "computed one by one, %.1f clusters probed per query token\n",
+                   1e3 * pr->t_generate / n, 1e3 * pr->t_refine / n, 1e3 * pr->t_interaction / n,
+                   1e3 * pr->t_score1 / n, 1e3 * pr->t_fullbit / n, 1e3 * pr->t_rerank / n,
+                   pr->tokens_refined / n, pr->docs_touched / n, pr->n_refined / n,
+                   pr->n_scored1 / n, pr->n_fullbit / n, pr->n_reranked / n, pr->n_rows / n,
+                   pr->n_probed / n);
             printf("rank 0 (per query): broadcast %.3f ms, own shards %.3f ms, waiting for the "
                    "other ranks' lists %.3f ms, merge %.4f ms\n", 1e3 * run.t_bcast / n,
                    1e3 * run.t_local / n, 1e3 * run.t_gather / n, 1e3 * run.t_merge / n);

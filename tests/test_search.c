@@ -1834,6 +1834,8 @@ static void test_widen(const bench *b)
         int got = 0;
         for (int r = 0; r < 100; r++) got += ids[r] >= 0;
         if (got < 100) short_narrow++;
+        CHECKF(st.n_probed == 1, "query %lld: %llu clusters probed without room, n_probe 1",
+               (long long)i, (unsigned long long)st.n_probed);
         /* the reference: the first doubling whose refinement holds k_fullbit documents */
         sp_params at = p;
         for (;;) {
@@ -1843,9 +1845,20 @@ static void test_widen(const bench *b)
             at.n_probe *= 2;
         }
         widened += at.n_probe > 1;
+        sp_stats last = st;
         sp_params wide = p;
         wide.n_probe_room = 64;
-        CHECK_OK(sp_search(e, 0, q, m, &wide, ids, sc, NULL, &err), &err);
+        memset(&st, 0, sizeof st);
+        CHECK_OK(sp_search(e, 0, q, m, &wide, ids, sc, &st, &err), &err);
+        /* every round counts: 1 + 2 + ... + at.n_probe probes, and the documents each
+         * round's refinement touched */
+        CHECKF(st.n_probed == 2 * (uint64_t)at.n_probe - 1 &&
+                   (at.n_probe == 1 ? st.docs_touched == last.docs_touched
+                                    : st.docs_touched > last.docs_touched),
+               "query %lld: widened to %u, %llu clusters probed (expected %u), %llu documents "
+               "touched (the last round alone %llu)", (long long)i, at.n_probe,
+               (unsigned long long)st.n_probed, 2 * at.n_probe - 1,
+               (unsigned long long)st.docs_touched, (unsigned long long)last.docs_touched);
         got = 0;
         for (int r = 0; r < 100; r++) got += ids[r] >= 0;
         CHECKF(got == 100, "query %lld: %d results of 100 with room to widen", (long long)i, got);

@@ -270,6 +270,16 @@ static chimera_status model_eval(void *ctx, const chimera_search_params *p, doub
     return CHIMERA_OK;
 }
 
+/* model_eval's cost as a measured rate, for the backward walk */
+static chimera_status model_eval_qps(void *ctx, const chimera_search_params *p, double *recall,
+                                     double *qps)
+{
+    double cost;
+    model_eval(ctx, p, recall, &cost);
+    *qps = 1e9 / cost;
+    return CHIMERA_OK;
+}
+
 static chimera_status model_check(void *ctx, const chimera_search_params *p, double *mean,
                                   double *sd, int64_t *n, double *qps)
 {
@@ -372,6 +382,7 @@ static chimera_search_profile twice(chimera_search_profile p)
     p.n_scored1 *= 2;
     p.n_fullbit *= 2;
     p.n_rows *= 2;
+    p.n_probed *= 2;
     return p;
 }
 
@@ -436,6 +447,18 @@ static void test_cost_model(void)
     CHECK(rows1 > base);
     b = twice(b);
     CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - rows1) < 1e-9 * rows1);
+    /* the probes that ran: the setting's n_probe where none were counted, every round of
+     * a probing that widened where they were (8 + 16 + 32), per query */
+    b = a;
+    b.n_probed = 8;
+    CHECK(fabs(sp_tune_cost(&b, &p, 1, 32, 128, 80) - base) < 1e-9 * base);
+    b.n_probed = 56;
+    double widened = sp_tune_cost(&b, &p, 1, 32, 128, 80);
+    CHECK(widened > base && widened == sp_tune_cost(&a, &(chimera_search_params){.n_probe = 56,
+                                                      .k_refine = 160, .k_fullbit = 40},
+                                                    1, 32, 128, 80));
+    b = twice(b);
+    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - widened) < 1e-9 * widened);
     /* a 1-bit scored document costs about half a full-bit one at every width (both take
      * the maxima with one 8-bit query; bench/RESULTS.md 5.20), not the fifth their
      * bytes would say, and a probe costs a few documents' scoring */
@@ -519,6 +542,34 @@ static chimera_status widen_check(void *ctx, const chimera_search_params *p, dou
     *n = 100000;
     *qps = 1;
     return CHIMERA_OK;
+}
+
+/* widen_eval's cost as a measured rate, for the backward walk */
+static chimera_status widen_qps_eval(void *ctx, const chimera_search_params *p, double *recall,
+                                     double *qps)
+{
+    double cost;
+    widen_eval(ctx, p, recall, &cost);
+    *qps = 1e9 / cost;
+    return CHIMERA_OK;
+}
+
+static void test_backward_widened(void)
+{
+    /* the backward walk starts at WIDE_PROBES and shrinks n_probe while recall holds;
+     * fewer probes keep the recall (the search widens them again) and cost more */
+    cost_model m = {400, 2, 0.5, 0};
+    chimera_tune_result *res = malloc(sizeof *res);
+    CHECK_OK(sp_tune_backward(widen_qps_eval, &m, 10, 0.95, 7000, 20000, res), NULL);
+    double r, c;
+    widen_eval(&m, &res->best, &r, &c);
+    CHECKF(res->reached && res->best.n_probe >= WIDE_PROBES && r >= 0.95,
+           "reached %d at %u/%u/%u (recall %.4f)", res->reached, res->best.n_probe,
+           res->best.k_refine, res->best.k_fullbit, r);
+    /* where fewer probes are cheaper, they are still taken */
+    CHECK_OK(sp_tune_backward(model_eval_qps, &m, 10, 0.95, 7000, 20000, res), NULL);
+    CHECKF(res->reached && res->best.n_probe < WIDE_PROBES / 2, "n_probe %u", res->best.n_probe);
+    free(res);
 }
 
 static void test_grow_widened(void)
@@ -640,6 +691,7 @@ int main(void)
     test_grow_by_cost();
     test_grow_ratios();
     test_grow_widened();
+    test_backward_widened();
     test_backward_interaction();
     test_backward_covered();
     test_pseudo_queries();

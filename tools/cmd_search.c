@@ -380,23 +380,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             rc = 1;
             goto done;
         }
-        total.t_generate += prof.t_generate;
-        total.t_refine += prof.t_refine;
-        total.t_score1 += prof.t_score1;
-        total.t_fullbit += prof.t_fullbit;
-        total.t_fullbit_wait += prof.t_fullbit_wait;
-        total.t_rerank += prof.t_rerank;
-        total.n_reranked += prof.n_reranked;
-        total.t_interaction += prof.t_interaction;
-        total.n_scored1 += prof.n_scored1;
-        total.n_rows += prof.n_rows;
-        total.tokens_refined += prof.tokens_refined;
-        total.docs_touched += prof.docs_touched;
-        total.n_refined += prof.n_refined;
-        total.n_fullbit += prof.n_fullbit;
-        total.bytes_up += prof.bytes_up;
-        total.bytes_down += prof.bytes_down;
-        memcpy(total.backend, prof.backend, sizeof total.backend);
+        shard_profile_add(&total, &prof);
     }
     double el = cli_now() - t0;
     if (out && chimera_results_write(out, nq, k, ids, scores, "chimera", &err) != CHIMERA_OK) {
@@ -442,10 +426,11 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
                    sp.rerank_depth);
         printf("candidates (per query): %.0f posting entries estimated, %.0f documents touched, "
                "%.0f refined, %.0f 1-bit scored, %.1f full-bit scored (k_fullbit %u), %.0f "
-               "centroid-score rows computed one by one\n",
+               "centroid-score rows computed one by one, %.1f clusters probed per query token "
+               "(n_probe %u; more where probing widened)\n",
                prof.tokens_refined / n, prof.docs_touched / n, prof.n_refined / n,
                prof.n_scored1 / n, prof.n_fullbit / n, filtered ? shown_f.k_fullbit : sp.k_fullbit,
-               prof.n_rows / n);
+               prof.n_rows / n, prof.n_probed / n, sp.n_probe);
         printf("host/device traffic (per query): %.1f KiB up, %.1f KiB down\n",
                prof.bytes_up / n / 1024.0, prof.bytes_down / n / 1024.0);
     }

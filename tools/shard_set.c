@@ -50,13 +50,14 @@ void shard_profile_add(chimera_search_profile *t, const chimera_search_profile *
     t->t_interaction += p->t_interaction;
     t->n_scored1 += p->n_scored1;
     t->n_rows += p->n_rows;
+    t->n_probed += p->n_probed;
     t->tokens_refined += p->tokens_refined;
     t->docs_touched += p->docs_touched;
     t->n_refined += p->n_refined;
     t->n_fullbit += p->n_fullbit;
     t->bytes_up += p->bytes_up;
     t->bytes_down += p->bytes_down;
-    memcpy(t->backend, p->backend, sizeof t->backend);
+    if (p->backend[0]) memcpy(t->backend, p->backend, sizeof t->backend);
 }
 
 chimera_status shard_set_search(shard_set *set, const chimera_queries *q, uint32_t k,

@@ -99,7 +99,8 @@ chimera_status shard_set_search(shard_set *set, const chimera_queries *q, uint32
                                 const chimera_search_opts *opts, int64_t *ids, float *scores,
                                 chimera_search_profile *profile, chimera_error *err);
 void shard_set_close(shard_set *set);
-/* Adds p's per-stage times and counters to t (not seconds nor latency; backend: p's). */
+/* Adds p's per-stage times and counters to t (neither seconds nor latency); t's backend
+ * becomes p's where p names one. */
 void shard_profile_add(chimera_search_profile *t, const chimera_search_profile *p);
 
 #endif

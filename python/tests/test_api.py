@@ -138,6 +138,9 @@ def test_tune_profile_info_check(corpus, tmp_path):
     p = res["params"]
     capped = 0 < p["k_interaction"] < p["k_refine"] and p["k_interaction"] <= p["k_fullbit"]
     assert deep > ix2.last_profile["n_fullbit"] or (capped and deep == ix2.last_profile["n_fullbit"])
+    # the probes that ran, per query token and summed over queries: one search's n_probe
+    ix2.search(queries, k=10, params={**res["params"], "n_probe": 3}, threads=2)
+    assert ix2.last_profile["n_probed"] >= 3 * len(queries)
     # the filtered defaults are deeper than the unfiltered ones
     flat, deep = ix2.default_params(10), ix2.default_params(10, filtered=True)
     assert deep["k_fullbit"] > flat["k_fullbit"] and deep["calibrated"] == flat["calibrated"]

@@ -81,6 +81,9 @@ def test_filters_and_profile(served, index, corpus):
     assert (got[:, 3:] == -1).all()
     client.search("main", queries[:2], k=3, profile=True)
     assert client.last_profile and client.last_profile["refine_ms"] >= 0
+    # every round of probing counted: at least the n_probe that ran (per query token)
+    ran = client.last_profile["params"]["n_probe"]
+    assert client.last_profile["n_probed"] >= ran
 
 
 def test_writes(served, corpus):

@@ -690,6 +690,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     double t1 = cm_now();
     uint32_t n_cand = 0;
     be_refine_stats rs = {0};
+    uint64_t probed = 0, touched = 0; /* over every round of probing */
     if (!direct) {
         uint32_t np = p->n_probe;
         if (f) { /* deeper for a selective filter (pipeline.h) */
@@ -700,6 +701,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
             np = want < room ? (uint32_t)want : room;
         }
         CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
+        probed += np;
         t1 = cm_now();
         CM_TRY(be->refine(ctx, worker, p->k_refine, floor_of(p), f ? f->allow : NULL, w->cand,
                           w->partial, &n_cand, &rs, err));
@@ -712,12 +714,15 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         uint32_t room = p->n_probe_room > np ? p->n_probe_room : np;
         while (!f && n_cand < want && np < room && np < e->ix->n_clusters) {
             np = np * 2 < room ? np * 2 : room;
+            touched += rs.docs_touched;
             uint64_t scored = rs.tokens_scored;
             CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
+            probed += np;
             CM_TRY(be->refine(ctx, worker, p->k_refine, floor_of(p), NULL, w->cand, w->partial,
                               &n_cand, &rs, err));
             rs.tokens_scored += scored;
         }
+        touched += rs.docs_touched;
         /* a filter that let through fewer than k of the probed documents, while more are
          * allowed: score them all instead */
         if (f && (int64_t)n_cand < f->n && n_cand < p->k) direct = 1;
@@ -847,7 +852,8 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->n_reranked += n_rr;
         st->t_total += t5 - t0;
         st->tokens_refined += rs.tokens_scored;
-        st->docs_touched += rs.docs_touched;
+        st->docs_touched += direct ? rs.docs_touched : touched;
+        st->n_probed += probed;
         st->n_refined += n_refined;
         st->n_scored1 += scored1 ? n_cand : 0;
         st->n_fullbit += w->n_fullbit;

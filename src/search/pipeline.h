@@ -68,6 +68,7 @@ typedef struct sp_stats {
     double t_rerank, t_interaction;
     uint64_t tokens_refined, docs_touched, n_refined, n_scored1, n_fullbit, n_reranked;
     uint64_t n_rows;               /* centroid-score rows computed one by one */
+    uint64_t n_probed;             /* clusters probed per query token, every round */
     uint64_t bytes_up, bytes_down; /* across the device interface */
 } sp_stats;
 

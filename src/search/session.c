@@ -253,6 +253,7 @@ static void profile_reduce(chimera_search_profile *profile, const sp_stats *stat
         profile->t_interaction += stats[w].t_interaction;
         profile->n_scored1 += stats[w].n_scored1;
         profile->n_rows += stats[w].n_rows;
+        profile->n_probed += stats[w].n_probed;
         profile->n_reranked += stats[w].n_reranked;
         profile->tokens_refined += stats[w].tokens_refined;
         profile->docs_touched += stats[w].docs_touched;

@@ -32,6 +32,10 @@
 #include "core/alloc.h"
 
 #define MAX_POINTS ((int)(sizeof ((chimera_tune_result *)0)->points / sizeof(chimera_tune_point)))
+/* A measured rate below this fraction of the one before is slower beyond the noise of a
+ * shared machine (runs of one setting spread +-10%); used where a step that should make
+ * a search cheaper can make it dearer. */
+#define TUNE_SLOWER 0.85
 
 static chimera_status trial(sp_tune_eval_fn eval, void *ctx, const chimera_search_params *p,
                             chimera_tune_result *res, double *recall, double *qps)
@@ -102,14 +106,19 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
         best_r = r;
         best_q = q;
     }
-    /* 4. shrink n_probe by halves (then by one quarter) while the target holds */
+    /* 4. shrink n_probe by halves (then by one quarter) while the target holds and the
+     * search does not get clearly slower: where the probed clusters of fewer probes hold
+     * too few documents for k_fullbit (a strongly clustered corpus), a search doubles
+     * its probing and refines again (pipeline.h), so recall holds all the way down while
+     * each step costs more (one probe: 1.55x slower than 64 at the same recall on
+     * bench/RESULTS.md section 5.21's d80-clust-small, k = 100) */
     for (;;) {
         uint32_t next = p.n_probe > 8 ? p.n_probe * 3 / 4 : p.n_probe - 1;
         if (next < 1 || next == p.n_probe) break;
         chimera_search_params t = p;
         t.n_probe = next;
         CM_TRY(trial(eval, ctx, &t, res, &r, &q));
-        if (r < target) break;
+        if (r < target || q < best_q * TUNE_SLOWER) break;
         p = t;
         best = t;
         best_r = r;
@@ -278,7 +287,8 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  * settings, and those hold across machines better than the times do:
  *   probe    per query token and probe (the graph walk or the
  *            top-n_probe selection grows with the probes it must return; scoring every
- *            centroid is the same for every setting and left out): 430 ns at d = 64,
+ *            centroid is the same for every setting and left out), every round of a
+ *            probing that widened (chimera_search_profile.n_probed): 430 ns at d = 64,
  *            490 at 256;
  *   entry    per posting entry given a 1-bit estimate (computing it, grouping it by
  *            document): 12 ns at d = 64, 18 at 256;
@@ -313,7 +323,10 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
 {
     if (n_queries <= 0) return 0;
     double nq = (double)n_queries, m = (double)n_query_tokens / nq, d = dim;
-    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * p->n_probe;
+    /* the probes that ran, every round of a probing that widened (0 before 0.10.0's
+     * count, or where none ran: the setting's) */
+    double probed = prof->n_probed ? (double)prof->n_probed / nq : p->n_probe;
+    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * probed;
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m / nq; /* per document, over the queries */
