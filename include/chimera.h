@@ -1067,7 +1067,8 @@ typedef struct chimera_search_profile {
     double seconds;             /* wall time of the call */
     double t_generate, t_refine, t_score1, t_fullbit, t_fullbit_wait; /* summed per query */
     uint64_t tokens_refined;    /* posting entries given a 1-bit estimate */
-    uint64_t docs_touched;      /* documents seen in refinement */
+    uint64_t docs_touched;      /* documents seen in refinement (since 0.10.0 in every
+                                   round of a probing that widened) */
     uint64_t n_refined;         /* documents kept by refinement */
     uint64_t n_fullbit;         /* documents re-scored at full precision */
     uint64_t bytes_up, bytes_down; /* across the host/device boundary */
@@ -1093,8 +1094,10 @@ typedef struct chimera_search_profile {
                                    n_probe, more where probing widened (a filter, or
                                    probed clusters holding fewer documents than
                                    k_fullbit, which probes twice as many and refines
-                                   again until they do); 0 where no cluster was probed
-                                   (a filter's direct path) */
+                                   again until they do); 0 for a query that went
+                                   straight to a filter's direct path (one that fell
+                                   back to it after a filtered refinement counts that
+                                   refinement's probes) */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k
@@ -1188,7 +1191,9 @@ typedef struct chimera_tune_result {
 
 /* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
- * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target;
+ * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target
+ * (since 0.10.0 n_probe only while the search does not get clearly slower: fewer probes
+ * can cost more where a search widens them again);
  * since 0.8.1 it then tries k_fullbit = k_refine (no 1-bit pass), shrinking both, and
  * keeps that when measurably faster. Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
  * (chimera_build_opts.rerank) is tuned with the exact re-rank on, every full-bit scored

@@ -263,8 +263,9 @@ finally:
     if p.poll() is None:
         p.kill()
     rc = p.wait()
-# 0: killed; 1: it finished first (try again); 2: it failed on its own
-sys.exit(0 if rc == -signal.SIGKILL else 1 if rc == 0 else 2)
+# 10: killed; 11: it finished first (try again); 12: it failed on its own (any other
+# status: this script failed)
+sys.exit(10 if rc == -signal.SIGKILL else 11 if rc == 0 else 12)
 PY
 if [ $broken = 0 ] && [ $stray_seen = 0 ]; then
   plan $((r + 1)) add
@@ -272,16 +273,21 @@ if [ $broken = 0 ] && [ $stray_seen = 0 ]; then
     rm -rf "$T/sk" "$T/sk".tmp-* "$T/sk".old-* && cp -a "$T/idx" "$T/sk"
     python3 "$T/killwatch.py" "$T/sk" "$C" "${cmd[0]}" "$T/sk" "${cmd[@]:2}"
     case $? in
-    0) ;;
-    1) continue ;;
-    *) bad "the add under the watcher failed on its own"; break ;;
+    10) ;;
+    11) continue ;;
+    12) bad "the add under the watcher failed on its own"; break ;;
+    *) bad "the watcher failed"; break ;;
     esac
     [ -n "$(strays "$T/sk" 2>/dev/null)" ] || continue
+    "$C" check "$T/sk" >"$T/check.out" 2>&1 || { bad "check after a mid-write kill: $(cat "$T/check.out")"; break; }
     # a kill after the commit (while a merge's dropped sections were unlinked) leaves
     # unlisted files too, but no partly written change: only one before it counts
-    [ "$(gen_of "$T/sk")" = $gen ] && ids_of "$T/sk" | cmp -s - "$T/exp" || continue
+    g=$(gen_of "$T/sk")
+    ids_of "$T/sk" >"$T/sk.ids"
+    if [ "$g" = $((gen + 1)) ] && cmp -s "$T/sk.ids" "$T/after"; then continue; fi
+    [ "$g" = $gen ] && cmp -s "$T/sk.ids" "$T/exp" ||
+      { bad "after a mid-write kill: generation $g, ids of neither state"; break; }
     stray_seen=$((stray_seen + 1))
-    "$C" check "$T/sk" >"$T/check.out" 2>&1 || bad "check after a mid-write kill: $(cat "$T/check.out")"
     run_op "$T/sk" >/dev/null 2>"$T/err" || bad "the add after a mid-write kill failed: $(cat "$T/err")"
     [ -z "$(strays "$T/sk")" ] || bad "the add after a mid-write kill left: $(strays "$T/sk")"
     break

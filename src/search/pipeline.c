@@ -852,7 +852,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->n_reranked += n_rr;
         st->t_total += t5 - t0;
         st->tokens_refined += rs.tokens_scored;
-        st->docs_touched += direct ? rs.docs_touched : touched;
+        st->docs_touched += touched;
         st->n_probed += probed;
         st->n_refined += n_refined;
         st->n_scored1 += scored1 ? n_cand : 0;

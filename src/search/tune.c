@@ -5,7 +5,8 @@
  *   2. raise k_fullbit from k until the target recall is reached: the full-bit stage
  *      is the only one that can recover order among good candidates;
  *   3. shrink k_refine (never below k_fullbit) while the target holds;
- *   4. then shrink n_probe while the target holds;
+ *   4. then shrink n_probe while the target holds and the search does not get clearly
+ *      slower (fewer probes can cost more where a search widens them again);
  *   4a. try the covered form, k_fullbit = k_refine (no 1-bit pass), shrinking both
  *      while the target holds; kept when measurably faster;
  *   4b. where k_refine is still 3 k_fullbit or more, try centroid interaction: three
@@ -16,8 +17,9 @@
  * Each step keeps the cheapest setting that still reaches the target; every trial is
  * recorded. If even the generous setting misses the target (the quantisation bits cap
  * recall: B = 4 reaches ~0.95-0.98), the best setting found is reported with
- * reached = 0. Search cost falls monotonically in each knob, so the walk finds the
- * fastest setting along this path, not a global optimum over all combinations.
+ * reached = 0. Search cost falls in each knob (but for n_probe where a search widens
+ * its probing, step 4), so the walk finds the fastest setting along this path, not a
+ * global optimum over all combinations.
  *
  * The exact re-rank tier is not a step of these walks: for a target of 0.99 or more on
  * an index with its vectors, the evaluation callbacks (src/chimera.c, tune_rerank)
@@ -107,22 +109,25 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
         best_q = q;
     }
     /* 4. shrink n_probe by halves (then by one quarter) while the target holds and the
-     * search does not get clearly slower: where the probed clusters of fewer probes hold
-     * too few documents for k_fullbit (a strongly clustered corpus), a search doubles
-     * its probing and refines again (pipeline.h), so recall holds all the way down while
-     * each step costs more (one probe: 1.55x slower than 64 at the same recall on
-     * bench/RESULTS.md section 5.21's d80-clust-small, k = 100) */
-    for (;;) {
+     * search does not get clearly slower than the fastest setting of this step: where
+     * the probed clusters of fewer probes hold too few documents for k_fullbit (a
+     * strongly clustered corpus), a search doubles its probing and refines again
+     * (pipeline.h), so recall holds all the way down while each step costs more (one
+     * probe ran 1.4-1.8x slower than 64 at the same recall on bench/RESULTS.md section
+     * 5.21's d80-clust-small, k = 100). Against the fastest, not the step before, so
+     * that small losses cannot add up. */
+    for (double fastest = best_q;;) {
         uint32_t next = p.n_probe > 8 ? p.n_probe * 3 / 4 : p.n_probe - 1;
         if (next < 1 || next == p.n_probe) break;
         chimera_search_params t = p;
         t.n_probe = next;
         CM_TRY(trial(eval, ctx, &t, res, &r, &q));
-        if (r < target || q < best_q * TUNE_SLOWER) break;
+        if (r < target || q < fastest * TUNE_SLOWER) break;
         p = t;
         best = t;
         best_r = r;
         best_q = q;
+        if (q > fastest) fastest = q;
     }
     /* 4a. the covered form: k_fullbit raised to k_refine, where the pipeline skips the
      * 1-bit pass (pipeline.h), then both cut by factors of ~0.8 while the target holds;
