@@ -34,9 +34,9 @@
 #include "core/alloc.h"
 
 #define MAX_POINTS ((int)(sizeof ((chimera_tune_result *)0)->points / sizeof(chimera_tune_point)))
-/* A measured rate below this fraction of the one before is slower beyond the noise of a
- * shared machine (runs of one setting spread +-10%); used where a step that should make
- * a search cheaper can make it dearer. */
+/* A measured rate below this fraction of another is slower beyond the noise of a shared
+ * machine (runs of one setting spread +-10%); used where a step that should make a
+ * search cheaper can make it dearer (step 4 below). */
 #define TUNE_SLOWER 0.85
 
 static chimera_status trial(sp_tune_eval_fn eval, void *ctx, const chimera_search_params *p,
