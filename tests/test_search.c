@@ -668,6 +668,14 @@ static void test_device_path(const bench *b)
         CHECKF(std.n_fullbit == stc.n_fullbit && std.n_fullbit > 0,
                "device path: %llu documents re-scored, cpu %llu",
                (unsigned long long)std.n_fullbit, (unsigned long long)stc.n_fullbit);
+        /* the clusters probed: n_probe a query token where nothing widens (no room was
+         * given), none on a filter's direct path (both filters here are small enough to
+         * take it), the same on either path */
+        uint64_t want_probed = p->filter ? 0 : (uint64_t)b->q.n * p->n_probe;
+        CHECKF(stc.n_probed == want_probed && std.n_probed == want_probed,
+               "clusters probed: cpu %llu, device path %llu, expected %llu",
+               (unsigned long long)stc.n_probed, (unsigned long long)std.n_probed,
+               (unsigned long long)want_probed);
         /* the rows of S computed one by one: none after a brute probe on the CPU backend
          * (S in full); on the device path the host stage's own, each at most once a
          * query, and at least one a query that re-scored anything */
@@ -1867,6 +1875,31 @@ static void test_widen(const bench *b)
     }
     CHECKF(short_narrow > 0 && widened > 0, "%d of 10 queries short without room, %d widened: "
            "the fixture does not exercise widening", short_narrow, widened);
+    /* a filter of three documents in four, too many for the direct path: refinement
+     * probes deeper, n_probe x sqrt(documents / allowed) clusters (pipeline.h), once */
+    uint32_t nd = (uint32_t)b->ix.n_docs;
+    sp_filter most = {cm_calloc((nd + 7) / 8, 1), cm_malloc(nd * sizeof(uint32_t)), 0};
+    for (uint32_t d = 0; d < nd; d++)
+        if (d % 4 != 0) {
+            most.allow[d >> 3] |= (uint8_t)(1u << (d & 7));
+            most.docs[most.n++] = d;
+        }
+    sp_params fp = {.k = 10, .n_probe = 8, .k_refine = 100, .k_fullbit = 30, .chunks = 2,
+                    .impute = BE_IMPUTE_PROBE_FLOOR, .probe = BE_PROBE_BRUTE,
+                    .n_probe_room = 64, .filter = &most};
+    uint32_t deep = (uint32_t)ceil(8 * sqrt((double)nd / (double)most.n));
+    for (int64_t i = 0; i < 10 && i < b->q.n && most.n > 4 * fp.k_refine; i++) {
+        uint32_t m;
+        const float *q = query(&b->q, i, &m);
+        sp_stats st = {0};
+        CHECK_OK(sp_search(e, 0, q, m, &fp, ids, sc, &st, &err), &err);
+        CHECKF(st.n_probed == deep && st.n_refined > 0,
+               "query %lld: %llu clusters probed with a filter of %lld of %u (expected %u)",
+               (long long)i, (unsigned long long)st.n_probed, (long long)most.n, nd, deep);
+    }
+    CHECK(most.n > 4 * fp.k_refine); /* else the direct path: the fixture misses the case */
+    cm_free(most.allow);
+    cm_free(most.docs);
     sp_engine_free(e);
 }
 
