@@ -227,6 +227,38 @@ void sp_recall_interval(double mean, double sd, int64_t n, uint32_t k, double z,
     *need = nn > 1e15 ? (int64_t)1e15 : (int64_t)nn;
 }
 
+/* One setting's held-out check (its mean recall and interval, the measured rate) and the
+ * tuning target it was found at. */
+typedef struct heldout_check {
+    chimera_search_params p;
+    double mean, low, high, qps, tune_target;
+    int64_t n, need;
+} heldout_check;
+
+static chimera_status run_check(sp_tune_check_fn check, void *ctx, const chimera_search_params *p,
+                                uint32_t k, double z, double target, double t, heldout_check *h)
+{
+    double sd;
+    h->p = *p;
+    h->tune_target = t;
+    CM_TRY(check(ctx, p, &h->mean, &sd, &h->n, &h->qps));
+    sp_recall_interval(h->mean, sd, h->n, k, z, target, &h->low, &h->high, &h->need);
+    return CHIMERA_OK;
+}
+
+/* The checked setting as the result: res->best and the held-out fields. */
+static void keep_check(chimera_tune_result *res, const heldout_check *h)
+{
+    res->best = h->p;
+    res->recall = res->heldout_recall = h->mean;
+    res->qps = h->qps;
+    res->heldout_low = h->low;
+    res->heldout_high = h->high;
+    res->n_heldout = h->n;
+    res->heldout_need = h->need;
+    res->tune_target = h->tune_target;
+}
+
 chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_check_fn check,
                                void *check_ctx, uint32_t k, double target, double z,
                                uint32_t n_clusters, int64_t n_docs, chimera_tune_result *res)
@@ -234,51 +266,29 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
     chimera_tune_result *walk = cm_malloc(sizeof *walk);
     if (!walk) return CHIMERA_ERR_NOMEM;
     double t = target, best_low = -1;
-    int have = 0, met = 0;
-    chimera_search_params best = {0};
-    double b_mean = 0, b_low = 0, b_high = 0, b_qps = 0, b_tune = 0;
-    int64_t b_n = 0, b_need = 0;
+    int met = 0;
+    heldout_check b = {0}, h;
     chimera_status s = CHIMERA_OK;
     for (int attempt = 0; attempt < 6 && !met; attempt++) {
         if ((s = sp_tune_backward(eval, eval_ctx, k, t, n_clusters, n_docs, walk)) != CHIMERA_OK)
             break;
-        double mean, sd, qps, low, high;
-        int64_t n, need;
-        if ((s = check(check_ctx, &walk->best, &mean, &sd, &n, &qps)) != CHIMERA_OK) break;
-        sp_recall_interval(mean, sd, n, k, z, target, &low, &high, &need);
+        if ((s = run_check(check, check_ctx, &walk->best, k, z, target, t, &h)) != CHIMERA_OK)
+            break;
         memcpy(res, walk, sizeof *res);
-        if (low >= target || low > best_low) {
-            best_low = low;
-            best = walk->best;
-            b_mean = mean;
-            b_low = low;
-            b_high = high;
-            b_qps = qps;
-            b_n = n;
-            b_need = need;
-            b_tune = t;
-            have = 1;
+        if (h.low >= target || h.low > best_low) {
+            best_low = h.low;
+            b = h;
         }
-        if (low >= target) met = 1;
+        if (h.low >= target) met = 1;
         /* the walk's own ceiling was below its target: a higher target finds nothing more */
         if (!walk->reached || t >= 1) break;
-        t += target - low + 0.002;
+        t += target - h.low + 0.002;
         if (t > 1) t = 1;
     }
     cm_free(walk);
     if (s != CHIMERA_OK) return s;
-    if (have) {
-        res->best = best;
-        res->recall = b_mean;
-        res->qps = b_qps;
-    }
+    keep_check(res, &b); /* every walk was checked: b is the first one at least */
     res->reached = met;
-    res->heldout_recall = b_mean;
-    res->heldout_low = b_low;
-    res->heldout_high = b_high;
-    res->n_heldout = b_n;
-    res->heldout_need = b_need;
-    res->tune_target = b_tune;
     return CHIMERA_OK;
 }
 
@@ -531,23 +541,14 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
          * ceiling, the plateau, the caps), the walk's own last one */
         chimera_search_params q = cheapest >= 0 ? g->p[cheapest] : p;
         double q_cost = cheapest >= 0 ? g->cost[cheapest] : c;
-        double mean, sd, hq, low, high;
-        int64_t n, need;
-        if ((s = check(check_ctx, &q, &mean, &sd, &n, &hq)) != CHIMERA_OK) break;
-        sp_recall_interval(mean, sd, n, k, z, target, &low, &high, &need);
+        heldout_check h;
+        if ((s = run_check(check, check_ctx, &q, k, z, target, t, &h)) != CHIMERA_OK) break;
+        double mean = h.mean, low = h.low;
         /* a later (dearer) setting replaces the kept one only when clearly better or
          * when it meets the target: bounds within noise of each other favour the cheaper */
         if (low >= target || low > best_low + 0.002) {
             best_low = low;
-            res->best = q;
-            res->recall = mean;
-            res->qps = hq;
-            res->heldout_recall = mean;
-            res->heldout_low = low;
-            res->heldout_high = high;
-            res->n_heldout = n;
-            res->heldout_need = need;
-            res->tune_target = t;
+            keep_check(res, &h);
             best_cost = q_cost;
         }
         met = low >= target;
@@ -584,19 +585,12 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
     while (s == CHIMERA_OK && met && res->best.n_probe < cap_np) {
         chimera_search_params q = res->best;
         q.n_probe = q.n_probe * 2 < cap_np ? q.n_probe * 2 : cap_np;
-        double rq, cq, mean, sd, hq, low, high;
-        int64_t n, need;
+        double rq, cq;
+        heldout_check h;
         if ((s = grow_trial(g, &q, &rq, &cq)) != CHIMERA_OK || rq < t || cq >= best_cost) break;
-        if ((s = check(check_ctx, &q, &mean, &sd, &n, &hq)) != CHIMERA_OK) break;
-        sp_recall_interval(mean, sd, n, k, z, target, &low, &high, &need);
-        if (low < target) break;
-        res->best = q;
-        res->recall = res->heldout_recall = mean;
-        res->qps = hq;
-        res->heldout_low = low;
-        res->heldout_high = high;
-        res->n_heldout = n;
-        res->heldout_need = need;
+        if ((s = run_check(check, check_ctx, &q, k, z, target, t, &h)) != CHIMERA_OK) break;
+        if (h.low < target) break;
+        keep_check(res, &h);
         best_cost = cq;
     }
     cm_free(g);
