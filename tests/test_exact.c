@@ -4,7 +4,8 @@
  * within a float tolerance, for 1-3 threads; plus the edges: k larger than the corpus
  * (padding), documents longer than a block, empty documents (never returned), user ids,
  * float16 tokens, variable-length queries, duplicate documents (ties go to the earlier
- * row), and a wrong query dimension. */
+ * row), and a wrong query dimension. sp_exact_rescore (the exact top-k among given
+ * candidates) is checked against the same naive scores. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,10 +251,102 @@ static void test_edges(void)
     data_corpus_free(&c);
 }
 
+/* sp_exact_rescore against the naive scores: each query's own candidates (repeats, -1,
+ * rows past the corpus, empty documents among them), documents longer than the
+ * kernel's row block, an odd dimension, user ids, fewer valid candidates than k
+ * (padding), and a document holding an infinite value in a corpus opened without its
+ * value check (never returned). */
+static void test_rescore(void)
+{
+    struct {
+        int64_t docs;
+        uint32_t dim;
+        int max_len;
+        uint32_t k, nc;
+    } cases[] = {{60, 128, 90, 10, 30}, {40, 13, 5, 8, 12}, {80, 96, 40, 20, 16}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        fixture f = random_fixture(40 + ci, cases[ci].docs, cases[ci].dim, 7, cases[ci].max_len, 1);
+        int64_t *uid = cm_malloc((size_t)f.n_docs * sizeof *uid);
+        for (int64_t d = 0; d < f.n_docs; d++) uid[d] = 5000 + 3 * d;
+        /* the last non-empty document gets an infinite value, past the value check */
+        int64_t inf_doc = -1, off = 0;
+        for (int64_t d = 0; d < f.n_docs; d++)
+            if (f.lens[d]) inf_doc = d;
+        for (int64_t d = 0; d < inf_doc; d++) off += f.lens[d];
+        f.tok[(size_t)off * f.dim] = INFINITY;
+        chimera_corpus_opts allow = {.allow_empty = 1, .skip_value_check = 1};
+        data_corpus c;
+        data_queries q;
+        chimera_error err;
+        CHECK_OK(data_corpus_wrap(&c, f.tok, f.n_tok, f.dim, f.lens, f.n_docs, uid, &allow, &err),
+                 &err);
+        CHECK_OK(data_queries_new(&q, f.q, f.nq, f.dim, f.qlens, 0, &err), &err);
+        uint32_t nc = cases[ci].nc, k = cases[ci].k;
+        int64_t *cand = cm_malloc((size_t)q.n * nc * sizeof *cand);
+        cm_rng r;
+        cm_rng_seed(&r, 77 + ci, 0);
+        for (int64_t i = 0; i < q.n; i++)
+            for (uint32_t j = 0; j < nc; j++) {
+                uint64_t x = cm_rng_below(&r, 10);
+                int64_t *cj = &cand[(size_t)i * nc + j];
+                if (x == 0) *cj = -1;
+                else if (x == 1) *cj = f.n_docs + (int64_t)j; /* past the corpus */
+                else if (x == 2 && j > 0) *cj = cand[(size_t)i * nc + j - 1]; /* a repeat */
+                else if (x == 3) *cj = inf_doc;
+                else *cj = (int64_t)cm_rng_below(&r, (uint64_t)f.n_docs);
+            }
+        int64_t *ids = cm_malloc((size_t)q.n * k * sizeof *ids);
+        float *sc = cm_malloc((size_t)q.n * k * sizeof *sc);
+        double *naive = cm_malloc((size_t)q.n * c.n_docs * sizeof *naive);
+        CHECK_OK(sp_exact_rescore(&c, &q, cand, nc, k, 2, ids, sc, &err), &err);
+        sp_exact_scores_naive(&c, &q, naive);
+        int bad = 0;
+        for (int64_t i = 0; i < q.n; i++) {
+            const double *ns = naive + i * c.n_docs;
+            /* the distinct valid candidates, by naive score */
+            unsigned char *in = cm_calloc((size_t)c.n_docs, 1);
+            int64_t n_valid = 0;
+            for (uint32_t j = 0; j < nc; j++) {
+                int64_t d = cand[(size_t)i * nc + j];
+                if (d < 0 || d >= c.n_docs || d == inf_doc || !f.lens[d] || in[d]) continue;
+                in[d] = 1;
+                n_valid++;
+            }
+            for (uint32_t rk = 0; rk < k; rk++) {
+                int64_t id = ids[i * k + rk];
+                if ((int64_t)rk >= n_valid) {
+                    bad += id != -1 || sc[i * k + rk] != -INFINITY;
+                    continue;
+                }
+                int64_t row = (id - 5000) / 3;
+                if (id < 5000 || (id - 5000) % 3 || row >= c.n_docs || !in[row]) {
+                    bad++;
+                    continue;
+                }
+                bad += fabs(ns[row] - sc[i * k + rk]) > SCORE_TOL;
+                int64_t better = 0;
+                for (int64_t d = 0; d < c.n_docs; d++) better += in[d] && ns[d] > ns[row] + SCORE_TOL;
+                bad += better > (int64_t)rk;
+            }
+            cm_free(in);
+        }
+        CHECKF(bad == 0, "rescore case %zu: %d mismatches against the naive scores", ci, bad);
+        cm_free(cand);
+        cm_free(ids);
+        cm_free(sc);
+        cm_free(naive);
+        data_queries_free(&q);
+        data_corpus_free(&c);
+        cm_free(uid);
+        fixture_free(&f);
+    }
+}
+
 int main(void)
 {
     test_random_shapes();
     test_synthetic();
     test_edges();
+    test_rescore();
     return check_report();
 }

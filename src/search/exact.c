@@ -25,7 +25,9 @@
 #include "core/pool.h"
 #include "core/progress.h"
 #include "core/topk.h"
+#include "core/cpu.h"
 #include "search/exact.h"
+#include "search/rerank.h"
 #include "core/alloc.h"
 
 #define BLOCK_ROWS 512
@@ -232,6 +234,11 @@ void sp_exact_scores_naive(const data_corpus *c, const data_queries *q, double *
 
 /* ---- exact scores of given candidates ------------------------------------------------ */
 
+/* A few hundred scattered documents a query: no blocks of whole documents to share one
+ * sgemm across, and a small sgemm per document spends most of its time writing and
+ * re-reading its m x rows product (rerank.h). So each document is scored by the
+ * re-rank tier's maxsim kernel against the query transposed once, the maxima kept in
+ * registers. */
 typedef struct rescore_job {
     const data_corpus *c;
     const data_queries *q;
@@ -239,17 +246,27 @@ typedef struct rescore_job {
     uint32_t nc, k;
     int64_t *ids;
     float *scores;
-    float **cbuf, **conv; /* per worker: BLOCK_ROWS x QUANT max m, BLOCK_ROWS x dim */
+    float **conv, **qt; /* per worker: RESCORE_ROWS x dim (float16 conversion), dim x m_pad */
     uint32_t max_m;
+    sp_maxsim_fn maxsim;
 } rescore_job;
+
+#define RESCORE_ROWS SP_RERANK_ROWS
+
+static uint32_t pad8(uint32_t m) { return (m + 7) / 8 * 8; }
 
 static void rescore_query(void *ctx, int64_t i, int wi)
 {
     rescore_job *jb = ctx;
     const data_corpus *c = jb->c;
-    const float *q = jb->q->tokens + (size_t)jb->q->off[i] * c->dim;
-    int m = (int)(jb->q->off[i + 1] - jb->q->off[i]);
-    float *cb = jb->cbuf[wi], mx[4096];
+    const uint32_t d = c->dim;
+    const float *q = jb->q->tokens + (size_t)jb->q->off[i] * d;
+    uint32_t m = (uint32_t)(jb->q->off[i + 1] - jb->q->off[i]), mp = pad8(m);
+    float *qt = jb->qt[wi], mx[4096];
+    for (uint32_t x = 0; x < d; x++) {
+        for (uint32_t j = 0; j < m; j++) qt[(size_t)x * mp + j] = q[(size_t)j * d + x];
+        for (uint32_t j = m; j < mp; j++) qt[(size_t)x * mp + j] = 0.0f;
+    }
     float hs[1024];
     int64_t hi[1024];
     cm_topk h;
@@ -263,18 +280,18 @@ static void rescore_query(void *ctx, int64_t i, int wi)
         if (dup) continue;
         int64_t t0 = c->doc_off[doc], t1 = c->doc_off[doc + 1];
         if (t1 == t0) continue;
-        for (int j = 0; j < m; j++) mx[j] = -INFINITY;
-        for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
-            int rows = (int)(t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS);
+        for (uint32_t j = 0; j < mp; j++) mx[j] = -INFINITY;
+        float bad = 0.0f;
+        for (int64_t b = t0; b < t1; b += RESCORE_ROWS) {
+            int64_t rows = t1 - b < RESCORE_ROWS ? t1 - b : RESCORE_ROWS;
             const float *v = data_corpus_rows(c, b, rows, jb->conv[wi]);
-            cm_sgemm_nt(rows, m, (int)c->dim, 1.0f, v, (int)c->dim, q, (int)c->dim, 0.0f, cb, m);
-            for (int t = 0; t < rows; t++)
-                for (int j = 0; j < m; j++)
-                    if (cb[(size_t)t * m + j] > mx[j]) mx[j] = cb[(size_t)t * m + j];
+            jb->maxsim(v, (uint32_t)rows, d, qt, mp, mx, &bad);
         }
-        float s = 0;
-        for (int j = 0; j < m; j++) s += mx[j];
-        cm_topk_push(&h, s, doc);
+        float s = 0; /* in query-token order, as exact search sums */
+        for (uint32_t j = 0; j < m; j++) s += mx[j];
+        /* a corpus opened without its value check may hold NaN or infinity: such a
+         * document ranks nowhere (a heap never takes NaN, topk.h) */
+        if (bad == 0.0f) cm_topk_push(&h, s, doc);
     }
     cm_topk_sort(&h);
     for (uint32_t r = 0; r < jb->k; r++) {
@@ -299,21 +316,22 @@ chimera_status sp_exact_rescore(const data_corpus *c, const data_queries *q, con
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "exact rescore: a query has %u tokens", max_m);
     cm_pool *pool = cm_pool_new(n_threads);
     int nw = pool ? cm_pool_size(pool) : 0;
-    rescore_job jb = {c, q, cand, n_cand, k, ids, scores, NULL, NULL, max_m};
-    jb.cbuf = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.cbuf);
+    rescore_job jb = {c, q, cand, n_cand, k, ids, scores, NULL, NULL, max_m,
+                      sp_maxsim_for(cm_simd_level_get())};
+    jb.qt = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.qt);
     jb.conv = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.conv);
-    int ok = pool && jb.cbuf && jb.conv;
+    int ok = pool && jb.qt && jb.conv;
     for (int w = 0; ok && w < nw; w++) {
-        jb.cbuf[w] = cm_malloc((size_t)BLOCK_ROWS * (max_m ? max_m : 1) * sizeof(float));
-        jb.conv[w] = cm_malloc((size_t)BLOCK_ROWS * c->dim * sizeof(float));
-        ok = jb.cbuf[w] && jb.conv[w];
+        jb.qt[w] = cm_malloc((size_t)c->dim * pad8(max_m ? max_m : 1) * sizeof(float));
+        jb.conv[w] = cm_malloc((size_t)RESCORE_ROWS * c->dim * sizeof(float));
+        ok = jb.qt[w] && jb.conv[w];
     }
     if (ok) cm_pool_run(pool, q->n, rescore_query, &jb);
     for (int w = 0; w < nw; w++) {
-        if (jb.cbuf) cm_free(jb.cbuf[w]);
+        if (jb.qt) cm_free(jb.qt[w]);
         if (jb.conv) cm_free(jb.conv[w]);
     }
-    cm_free(jb.cbuf);
+    cm_free(jb.qt);
     cm_free(jb.conv);
     cm_pool_free(pool);
     return ok ? CHIMERA_OK : cm_fail(err, CHIMERA_ERR_NOMEM, "exact rescore: out of memory");
