@@ -156,17 +156,22 @@ static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, double 
 }
 
 /* The rescale search. For B >= 5 the exhaustive walk has d * (2^(B-1)-1) events (16,256
- * at d = 128, B = 8: ~0.4 ms per token), so it first walks the reference library's window
- * t * max(a) in [T * (emax + 10), emax + 10] (T = 0.59, 0.71, 0.75, 0.77 for B = 5..8;
- * docs/algorithms.md §1.3), ~20x fewer events at B = 8, and keeps its optimum when that lies
- * strictly inside the window. An optimum on either edge means the window may have cut
- * off a better t, and the exhaustive walk decides. The cosine is unimodal in t in every
- * case tests/test_quant.c checks (all critical t of B = 2..8), so the window changes no
- * code there; B <= 4 (<= 900 events) always walks exhaustively. */
+ * at d = 128, B = 8: ~0.4 ms per token), so it first walks a window t * max(a) in
+ * [S * (emax + 10), emax + 10] and keeps its optimum when that lies strictly inside it;
+ * an optimum on either edge means the window may have cut off a better t, and the
+ * exhaustive walk decides. cos(t) is not unimodal (it has lesser peaks between events),
+ * so an optimum inside the window is the exhaustive one only when the window holds the
+ * best t. The reference library's starts S (0.59, 0.71, 0.75, 0.77 for B = 5..8) are for
+ * its unclamped scoring; the clamped optimum lies lower, and with them 0.8% (B = 5, d =
+ * 128) of codes kept a lesser peak inside the window. The best t of 600,000 tokens of
+ * each of three corpora (d = 64, 128, 256) lay at S >= 0.44, 0.56, 0.63, 0.67 (B = 5..8,
+ * lowest at d = 64; bench/RESULTS.md section 2.3), so the starts sit ~0.1 below those,
+ * and tests/test_quant.c checks hundreds of Gaussian residuals at every critical t. B <= 4
+ * (<= 900 events) always walks exhaustively. */
 static void rescale_search(const double *a, uint32_t d, unsigned bex, uint8_t *e, uint64_t *ev,
                            uint64_t *tmp)
 {
-    static const double window_start[QUANT_BITS_MAX] = {0, .15, .20, .52, .59, .71, .75, .77};
+    static const double window_start[QUANT_BITS_MAX] = {0, 0, 0, 0, .34, .46, .53, .57};
     unsigned emax = (1u << bex) - 1u;
     uint32_t n;
     if (bex >= 4) {
