@@ -236,17 +236,19 @@ typedef struct heldout_check {
 } heldout_check;
 
 static chimera_status run_check(sp_tune_check_fn check, void *ctx, const chimera_search_params *p,
-                                uint32_t k, double z, double target, double t, heldout_check *h)
+                                uint32_t k, double z, double target, double tune_target,
+                                heldout_check *h)
 {
     double sd;
     h->p = *p;
-    h->tune_target = t;
+    h->tune_target = tune_target;
     CM_TRY(check(ctx, p, &h->mean, &sd, &h->n, &h->qps));
     sp_recall_interval(h->mean, sd, h->n, k, z, target, &h->low, &h->high, &h->need);
     return CHIMERA_OK;
 }
 
-/* The checked setting as the result: res->best and the held-out fields. */
+/* The checked setting as the result: res->best, recall and qps as checked, the held-out
+ * fields and the tuning target. */
 static void keep_check(chimera_tune_result *res, const heldout_check *h)
 {
     res->best = h->p;
@@ -266,7 +268,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
     chimera_tune_result *walk = cm_malloc(sizeof *walk);
     if (!walk) return CHIMERA_ERR_NOMEM;
     double t = target, best_low = -1;
-    int met = 0;
+    int met = 0, have = 0;
     heldout_check b = {0}, h;
     chimera_status s = CHIMERA_OK;
     for (int attempt = 0; attempt < 6 && !met; attempt++) {
@@ -278,6 +280,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
         if (h.low >= target || h.low > best_low) {
             best_low = h.low;
             b = h;
+            have = 1;
         }
         if (h.low >= target) met = 1;
         /* the walk's own ceiling was below its target: a higher target finds nothing more */
@@ -287,7 +290,9 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
     }
     cm_free(walk);
     if (s != CHIMERA_OK) return s;
-    keep_check(res, &b); /* every walk was checked: b is the first one at least */
+    /* none kept only where every check's mean was NaN: the last walk's own result, with
+     * the held-out fields zero as it left them */
+    if (have) keep_check(res, &b);
     res->reached = met;
     return CHIMERA_OK;
 }
