@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "tmpdir.h"
 #include "core/f16.h"
+#include "core/npy.h"
 #include "core/progress.h"
 #include "core/rng.h"
 #include "data/synth.h"
@@ -251,11 +253,63 @@ static void test_edges(void)
     data_corpus_free(&c);
 }
 
-/* sp_exact_rescore against the naive scores: each query's own candidates (repeats, -1,
- * rows past the corpus, empty documents among them), documents longer than the
- * kernel's row block, an odd dimension, user ids, fewer valid candidates than k
- * (padding), and a document holding an infinite value in a corpus opened without its
- * value check (never returned). */
+/* sp_exact_rescore's results against the naive scores: each query's top k among its
+ * distinct valid candidates (not -1, in the corpus, not empty, not inf_doc), best first,
+ * each once, then -1 / -inf padding. */
+static void check_rescore(const data_corpus *c, const data_queries *q, const int64_t *cand,
+                          uint32_t nc, uint32_t k, int64_t inf_doc, const char *what)
+{
+    int64_t *ids = cm_malloc((size_t)q->n * k * sizeof *ids);
+    float *sc = cm_malloc((size_t)q->n * k * sizeof *sc);
+    double *naive = cm_malloc((size_t)q->n * c->n_docs * sizeof *naive);
+    unsigned char *in = cm_malloc((size_t)c->n_docs);
+    chimera_error err;
+    CHECK_OK(sp_exact_rescore(c, q, cand, nc, k, 2, ids, sc, &err), &err);
+    sp_exact_scores_naive(c, q, naive);
+    int bad = 0;
+    for (int64_t i = 0; i < q->n; i++) {
+        const double *ns = naive + i * c->n_docs;
+        memset(in, 0, (size_t)c->n_docs);
+        int64_t n_valid = 0;
+        for (uint32_t j = 0; j < nc; j++) {
+            int64_t d = cand[(size_t)i * nc + j];
+            if (d < 0 || d >= c->n_docs || d == inf_doc || c->doc_off[d + 1] == c->doc_off[d] ||
+                in[d])
+                continue;
+            in[d] = 1;
+            n_valid++;
+        }
+        for (uint32_t rk = 0; rk < k; rk++) {
+            int64_t id = ids[i * k + rk], row = -1;
+            if ((int64_t)rk >= n_valid) {
+                bad += id != -1 || sc[i * k + rk] != -INFINITY;
+                continue;
+            }
+            for (int64_t d = 0; d < c->n_docs; d++)
+                if (data_corpus_id(c, d) == id) row = d;
+            if (row < 0 || in[row] != 1) { /* not a valid candidate, or returned twice */
+                bad++;
+                continue;
+            }
+            in[row] = 2;
+            bad += fabs(ns[row] - sc[i * k + rk]) > SCORE_TOL;
+            int64_t better = 0;
+            for (int64_t d = 0; d < c->n_docs; d++) better += in[d] && ns[d] > ns[row] + SCORE_TOL;
+            bad += better > (int64_t)rk;
+        }
+    }
+    CHECKF(bad == 0, "rescore %s: %d mismatches against the naive scores", what, bad);
+    cm_free(ids);
+    cm_free(sc);
+    cm_free(naive);
+    cm_free(in);
+}
+
+/* sp_exact_rescore: each query's own candidates (repeats, -1, rows past the corpus, empty
+ * documents among them), documents longer than the kernel's row block, an odd dimension,
+ * user ids, fewer valid candidates than k (padding), a document holding an infinite value
+ * in a corpus opened without its value check (never returned), and float16 tokens
+ * (converted a block at a time). */
 static void test_rescore(void)
 {
     struct {
@@ -281,7 +335,7 @@ static void test_rescore(void)
         CHECK_OK(data_corpus_wrap(&c, f.tok, f.n_tok, f.dim, f.lens, f.n_docs, uid, &allow, &err),
                  &err);
         CHECK_OK(data_queries_new(&q, f.q, f.nq, f.dim, f.qlens, 0, &err), &err);
-        uint32_t nc = cases[ci].nc, k = cases[ci].k;
+        uint32_t nc = cases[ci].nc;
         int64_t *cand = cm_malloc((size_t)q.n * nc * sizeof *cand);
         cm_rng r;
         cm_rng_seed(&r, 77 + ci, 0);
@@ -295,46 +349,25 @@ static void test_rescore(void)
                 else if (x == 3) *cj = inf_doc;
                 else *cj = (int64_t)cm_rng_below(&r, (uint64_t)f.n_docs);
             }
-        int64_t *ids = cm_malloc((size_t)q.n * k * sizeof *ids);
-        float *sc = cm_malloc((size_t)q.n * k * sizeof *sc);
-        double *naive = cm_malloc((size_t)q.n * c.n_docs * sizeof *naive);
-        CHECK_OK(sp_exact_rescore(&c, &q, cand, nc, k, 2, ids, sc, &err), &err);
-        sp_exact_scores_naive(&c, &q, naive);
-        int bad = 0;
-        for (int64_t i = 0; i < q.n; i++) {
-            const double *ns = naive + i * c.n_docs;
-            /* the distinct valid candidates, by naive score */
-            unsigned char *in = cm_calloc((size_t)c.n_docs, 1);
-            int64_t n_valid = 0;
-            for (uint32_t j = 0; j < nc; j++) {
-                int64_t d = cand[(size_t)i * nc + j];
-                if (d < 0 || d >= c.n_docs || d == inf_doc || !f.lens[d] || in[d]) continue;
-                in[d] = 1;
-                n_valid++;
-            }
-            for (uint32_t rk = 0; rk < k; rk++) {
-                int64_t id = ids[i * k + rk];
-                if ((int64_t)rk >= n_valid) {
-                    bad += id != -1 || sc[i * k + rk] != -INFINITY;
-                    continue;
-                }
-                int64_t row = (id - 5000) / 3;
-                if (id < 5000 || (id - 5000) % 3 || row >= c.n_docs || !in[row]) {
-                    bad++;
-                    continue;
-                }
-                bad += fabs(ns[row] - sc[i * k + rk]) > SCORE_TOL;
-                int64_t better = 0;
-                for (int64_t d = 0; d < c.n_docs; d++) better += in[d] && ns[d] > ns[row] + SCORE_TOL;
-                bad += better > (int64_t)rk;
-            }
-            cm_free(in);
+        char what[32];
+        snprintf(what, sizeof what, "case %zu", ci);
+        check_rescore(&c, &q, cand, nc, cases[ci].k, inf_doc, what);
+        if (ci == 0) { /* the same corpus as float16 tokens */
+            char tok16[512], len[512];
+            test_path(tok16, sizeof tok16, "rescore16.npy");
+            test_path(len, sizeof len, "rescore_lens.npy");
+            uint16_t *h = cm_malloc((size_t)f.n_tok * f.dim * sizeof *h);
+            for (int64_t t = 0; t < f.n_tok * (int64_t)f.dim; t++) h[t] = cm_f32_to_f16(f.tok[t]);
+            int64_t s16[2] = {f.n_tok, f.dim}, sl[1] = {f.n_docs};
+            CHECK_OK(cm_npy_write(tok16, CM_F16, 2, s16, h, &err), &err);
+            CHECK_OK(cm_npy_write(len, CM_I64, 1, sl, f.lens, &err), &err);
+            data_corpus c16;
+            CHECK_OK(data_corpus_open(&c16, tok16, len, NULL, &allow, &err), &err);
+            check_rescore(&c16, &q, cand, nc, cases[ci].k, inf_doc, "float16");
+            data_corpus_free(&c16);
+            cm_free(h);
         }
-        CHECKF(bad == 0, "rescore case %zu: %d mismatches against the naive scores", ci, bad);
         cm_free(cand);
-        cm_free(ids);
-        cm_free(sc);
-        cm_free(naive);
         data_queries_free(&q);
         data_corpus_free(&c);
         cm_free(uid);

@@ -1,4 +1,5 @@
-/* Exact Chamfer search by blocked sgemm.
+/* Exact Chamfer search by blocked sgemm (and, at the end, exact scores of given
+ * candidates by the re-rank tier's kernel).
  *
  * For a batch of queries (all their tokens stacked: mq rows) and a block of whole
  * documents (at most BLOCK_ROWS token rows; a longer document is walked in chunks), one
@@ -247,7 +248,6 @@ typedef struct rescore_job {
     int64_t *ids;
     float *scores;
     float **conv, **qt; /* per worker: RESCORE_ROWS x dim (float16 conversion), dim x m_pad */
-    uint32_t max_m;
     sp_maxsim_fn maxsim;
 } rescore_job;
 
@@ -316,7 +316,7 @@ chimera_status sp_exact_rescore(const data_corpus *c, const data_queries *q, con
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "exact rescore: a query has %u tokens", max_m);
     cm_pool *pool = cm_pool_new(n_threads);
     int nw = pool ? cm_pool_size(pool) : 0;
-    rescore_job jb = {c, q, cand, n_cand, k, ids, scores, NULL, NULL, max_m,
+    rescore_job jb = {c, q, cand, n_cand, k, ids, scores, NULL, NULL,
                       sp_maxsim_for(cm_simd_level_get())};
     jb.qt = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.qt);
     jb.conv = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.conv);
