@@ -5,7 +5,8 @@
  *   deserialise round trip bit for bit, and deserialisation rejects corrupt buffers;
  * - the B-bit code's top bit-plane is the 1-bit code, B = 1 degenerates to it, and the
  *   rescale search (windowed for B >= 5) is at least as good as every t on a fine grid
- *   and at every critical t = k / a_i (its exact optimality), on Gaussian residuals and
+ *   and at every critical t = k / a_i (its exact optimality, which for B >= 5 only
+ *   such checks establish), on Gaussian residuals and
  *   on adversarial shapes (one-hot, sparse, two-level, geometric, one spike), and on
  *   hundreds of Gaussian residuals at d = 64 and 128 for B = 5..8;
  * - on random and clustered unit vectors at d = 96, 128, 200 the estimators of <q, v>
@@ -571,10 +572,9 @@ static void test_rotation_exact(void)
     cm_free(b);
 }
 
-/* The windowed rescale search (B >= 5) against every critical t, on many Gaussian
- * residuals at the smallest padded dimension, where the optimum's t spreads widest (at
- * d = 64 it lay below the first windows' start for 13% of tokens at B = 5, and the
- * search then kept a lower peak inside its window for some of them). */
+/* The windowed rescale search (B >= 5) against every critical t (and just above it), on
+ * many Gaussian residuals at the smallest padded dimension, where the optimum's t spreads
+ * widest (the old starts failed 33 of these codes, bench/RESULTS.md section 2.3). */
 static void test_rescale_window(void)
 {
     cm_rng r;
@@ -589,7 +589,7 @@ static void test_rescale_window(void)
         quant_fB fB;
         for (uint32_t bits = 5; bits <= 8; bits++) {
             unsigned emax = (1u << (bits - 1)) - 1;
-            int worse = 0, n_vec = D == 64 ? 400 : 100;
+            int worse = 0, n_vec = D == 64 ? 300 : 40;
             for (int t = 0; t < n_vec; t++) {
                 unit_gauss(&r, v, D);
                 unit_gauss(&r, c, D);
@@ -600,8 +600,10 @@ static void test_rescale_window(void)
                 for (uint32_t i = 0; i < D; i++) a[i] = fabs((double)v[i] - c[i]) / sqrt(n);
                 for (uint32_t i = 0; i < D; i++)
                     for (unsigned k = 1; k <= emax && a[i] > 0; k++) {
-                        double cs = cos_at(a, D, emax, k / a[i]);
-                        best = cs > best ? cs : best;
+                        double at = cos_at(a, D, emax, k / a[i]);
+                        double above = cos_at(a, D, emax, k / a[i] * (1 + 1e-9));
+                        best = at > best ? at : best;
+                        best = above > best ? above : best;
                     }
                 worse += x.cosB < best - 1e-12;
             }

@@ -162,12 +162,13 @@ static uint64_t rescale_walk(const double *a, uint32_t d, unsigned emax, double 
  * exhaustive walk decides. cos(t) is not unimodal (it has lesser peaks between events),
  * so an optimum inside the window is the exhaustive one only when the window holds the
  * best t. The reference library's starts S (0.59, 0.71, 0.75, 0.77 for B = 5..8) are for
- * its unclamped scoring; the clamped optimum lies lower, and with them 0.8% (B = 5, d =
- * 128) of codes kept a lesser peak inside the window. The best t of 600,000 tokens of
- * each of three corpora (d = 64, 128, 256) lay at S >= 0.44, 0.56, 0.63, 0.67 (B = 5..8,
- * lowest at d = 64; bench/RESULTS.md section 2.3), so the starts sit ~0.1 below those,
- * and tests/test_quant.c checks hundreds of Gaussian residuals at every critical t. B <= 4
- * (<= 900 events) always walks exhaustively. */
+ * its unclamped scoring; the clamped optimum lies lower, and with them 0.8% (B = 5, d_pad
+ * 128) of codes kept a lesser peak inside the window. The best t of every token of three
+ * corpora (d_pad 64, 128, 256; 0.13-0.76M tokens) lay at S >= 0.44, 0.56, 0.63, 0.67 (B =
+ * 5..8, lowest at d_pad 64; bench/RESULTS.md section 2.3), so the starts sit ~0.1 below
+ * those, and tests/test_quant.c checks hundreds of Gaussian residuals at every critical
+ * t: exactness for B >= 5 is measured and tested, not proven. B <= 4 (896 events at
+ * d_pad 128) always walks exhaustively. */
 static void rescale_search(const double *a, uint32_t d, unsigned bex, uint8_t *e, uint64_t *ev,
                            uint64_t *tmp)
 {

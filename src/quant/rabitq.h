@@ -36,7 +36,8 @@ size_t quant_encode_work_bytes(uint32_t dim_pad);
  * 8-byte aligned. code1 (dim_pad/8 bytes) and f1 are always written; codeB
  * (qm_codeB_bytes) and fB only when non-NULL; exact when non-NULL. A zero residual
  * (v == c) gets kappa = alpha = f_error = 0, so its estimate is exactly <q, c>.
- * The ex-code uses the exact rescale search (docs/algorithms.md §1.3). */
+ * The ex-code uses the rescale search (docs/algorithms.md §1.3): exhaustive for B <= 4;
+ * for B >= 5 a window of t that tests and measurements find holding the best t. */
 void quant_encode_one(uint32_t dim_pad, uint32_t bits, const float *v_rot, const float *c_rot,
                       void *work, uint8_t *code1, quant_f1 *f1, uint8_t *codeB, quant_fB *fB,
                       quant_exact_factors *exact);
