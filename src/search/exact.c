@@ -253,20 +253,15 @@ typedef struct rescore_job {
 
 #define RESCORE_ROWS SP_RERANK_ROWS
 
-static uint32_t pad8(uint32_t m) { return (m + 7) / 8 * 8; }
-
 static void rescore_query(void *ctx, int64_t i, int wi)
 {
     rescore_job *jb = ctx;
     const data_corpus *c = jb->c;
     const uint32_t d = c->dim;
     const float *q = jb->q->tokens + (size_t)jb->q->off[i] * d;
-    uint32_t m = (uint32_t)(jb->q->off[i + 1] - jb->q->off[i]), mp = pad8(m);
+    uint32_t m = (uint32_t)(jb->q->off[i + 1] - jb->q->off[i]), mp = sp_rerank_pad(m);
     float *qt = jb->qt[wi], mx[4096];
-    for (uint32_t x = 0; x < d; x++) {
-        for (uint32_t j = 0; j < m; j++) qt[(size_t)x * mp + j] = q[(size_t)j * d + x];
-        for (uint32_t j = m; j < mp; j++) qt[(size_t)x * mp + j] = 0.0f;
-    }
+    sp_rerank_transpose(q, m, d, 0, qt);
     float hs[1024];
     int64_t hi[1024];
     cm_topk h;
@@ -322,7 +317,7 @@ chimera_status sp_exact_rescore(const data_corpus *c, const data_queries *q, con
     jb.conv = cm_calloc((size_t)(nw ? nw : 1), sizeof *jb.conv);
     int ok = pool && jb.qt && jb.conv;
     for (int w = 0; ok && w < nw; w++) {
-        jb.qt[w] = cm_malloc((size_t)c->dim * pad8(max_m ? max_m : 1) * sizeof(float));
+        jb.qt[w] = cm_malloc((size_t)c->dim * sp_rerank_pad(max_m ? max_m : 1) * sizeof(float));
         jb.conv[w] = cm_malloc((size_t)RESCORE_ROWS * c->dim * sizeof(float));
         ok = jb.qt[w] && jb.conv[w];
     }

@@ -9,7 +9,6 @@
 #include "core/f16.h"
 #include "search/rerank.h"
 
-static uint32_t pad8(uint32_t m) { return (m + 7) / 8 * 8; }
 
 void sp_maxsim_scalar(const float *rows, uint32_t n, uint32_t dim, const float *qt,
                       uint32_t m_pad, float *mx, float *bad)
@@ -62,7 +61,7 @@ chimera_status sp_rerank_scratch_init(sp_rerank_scratch *s, uint32_t dim, uint32
 {
     memset(s, 0, sizeof *s);
     s->max_m = max_m;
-    uint32_t mp = pad8(max_m);
+    uint32_t mp = sp_rerank_pad(max_m);
     s->rows = cm_aligned_alloc(64, (size_t)SP_RERANK_ROWS * dim * sizeof(float));
     s->qt = cm_aligned_alloc(64, (size_t)dim * mp * sizeof(float));
     s->mx = cm_aligned_alloc(64, (size_t)mp * sizeof(float));
@@ -98,6 +97,19 @@ static void prefetch_block(const ix_index *ix, uint32_t doc, int64_t r0, size_t 
     for (size_t o = 0; o < (size_t)nr * row_bytes; o += 64) __builtin_prefetch(a + o, 0, 2);
 }
 
+void sp_rerank_transpose(const float *q, uint32_t m, uint32_t dim, int bf16, float *qt)
+{
+    const uint32_t mp = sp_rerank_pad(m);
+    for (uint32_t i = 0; i < dim; i++) {
+        float *row = qt + (size_t)i * mp;
+        for (uint32_t j = 0; j < m; j++) {
+            float v = q[(size_t)j * dim + i];
+            row[j] = bf16 ? cm_bf16_to_f32(cm_f32_to_bf16(v)) : v;
+        }
+        for (uint32_t j = m; j < mp; j++) row[j] = 0.0f;
+    }
+}
+
 void sp_bf16_pairs(const float *qt, uint32_t dim, uint32_t m_pad, uint32_t *qp)
 {
     for (uint32_t p = 0; p < (dim + 1) / 2; p++)
@@ -111,21 +123,14 @@ void sp_bf16_pairs(const float *qt, uint32_t dim, uint32_t m_pad, uint32_t *qp)
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
                      uint32_t m, sp_rerank_scratch *s, float *out)
 {
-    const uint32_t d = ix->dim, mp = pad8(m);
+    const uint32_t d = ix->dim, mp = sp_rerank_pad(m);
     const size_t es = ix_vec_elem_bytes(ix->vec_type);
     const int level = cm_simd_level_get();
     const sp_widen_fn widen = widen_for(ix->vec_type, level);
     const sp_maxsim_fn maxsim = sp_maxsim_for(level);
     const int bf16 = ix->vec_type == CHIMERA_RERANK_BF16;
     const int bf16_dot = bf16 && cm_bf16_dot_in_use();
-    for (uint32_t i = 0; i < d; i++) {
-        float *row = s->qt + (size_t)i * mp;
-        for (uint32_t j = 0; j < m; j++) {
-            float v = q[(size_t)j * d + i];
-            row[j] = bf16 ? cm_bf16_to_f32(cm_f32_to_bf16(v)) : v;
-        }
-        for (uint32_t j = m; j < mp; j++) row[j] = 0.0f;
-    }
+    sp_rerank_transpose(q, m, d, bf16, s->qt);
     if (bf16_dot) sp_bf16_pairs(s->qt, d, mp, s->qp); /* the rounded query: exact */
     for (uint32_t k = 0; k < n; k++) {
         const ix_segment *sg = ix_doc_segment(ix, docs[k]);

@@ -64,6 +64,13 @@ void sp_rerank_scratch_free(sp_rerank_scratch *s);
 void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const float *q,
                      uint32_t m, sp_rerank_scratch *s, float *out);
 
+/* The query's padded width: m rounded up to 8. */
+static inline uint32_t sp_rerank_pad(uint32_t m) { return (m + 7) / 8 * 8; }
+
+/* qt [dim x sp_rerank_pad(m)] = the query q (m x dim) transposed, zero past column m;
+ * each value rounded to bfloat16 when bf16 (the bf16 tier's query). */
+void sp_rerank_transpose(const float *q, uint32_t m, uint32_t dim, int bf16, float *qt);
+
 /* The kernels (see above); m_pad is a multiple of 8. */
 typedef void (*sp_maxsim_fn)(const float *rows, uint32_t n, uint32_t dim, const float *qt,
                              uint32_t m_pad, float *mx, float *bad);
