@@ -336,7 +336,8 @@ typedef struct chimera_corpus chimera_corpus;
 
 typedef struct chimera_corpus_opts {
     int allow_empty;      /* 1: accept zero-length documents (they are never returned) */
-    int skip_value_check; /* 1: do not scan tokens for NaN/Inf at open */
+    int skip_value_check; /* 1: do not scan tokens for NaN/Inf at open (exact search then
+                             never returns a document whose score is not finite) */
 } chimera_corpus_opts;
 
 /* Sets *opts to the defaults (every field 0). */

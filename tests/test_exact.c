@@ -375,11 +375,61 @@ static void test_rescore(void)
     }
 }
 
+/* A corpus opened without its value check, one document holding infinity and one NaN:
+ * exact search returns every other document, in the naive order, and never those two. */
+static void test_nonfinite(void)
+{
+    fixture f = random_fixture(61, 20, 16, 5, 6, 0);
+    int64_t off = 0, bad_doc[2] = {3, 11};
+    for (int64_t d = 0; d < f.n_docs; d++) {
+        if (d == bad_doc[0]) f.tok[(size_t)off * f.dim + 2] = INFINITY;
+        if (d == bad_doc[1]) f.tok[(size_t)off * f.dim + 5] = NAN;
+        off += f.lens[d];
+    }
+    chimera_corpus_opts skip = {.skip_value_check = 1};
+    data_corpus c;
+    data_queries q;
+    chimera_error err;
+    CHECK_OK(data_corpus_wrap(&c, f.tok, f.n_tok, f.dim, f.lens, f.n_docs, NULL, &skip, &err),
+             &err);
+    CHECK_OK(data_queries_new(&q, f.q, f.nq, f.dim, f.qlens, 0, &err), &err);
+    uint32_t k = (uint32_t)f.n_docs;
+    int64_t *ids = cm_malloc((size_t)q.n * k * sizeof *ids);
+    float *sc = cm_malloc((size_t)q.n * k * sizeof *sc);
+    double *naive = cm_malloc((size_t)q.n * c.n_docs * sizeof *naive);
+    CHECK_OK(sp_exact_search(&c, &q, k, 2, NULL, NULL, ids, sc, &err), &err);
+    sp_exact_scores_naive(&c, &q, naive);
+    int bad = 0;
+    for (int64_t i = 0; i < q.n; i++) {
+        for (uint32_t r = 0; r < k; r++) {
+            int64_t id = ids[i * k + r];
+            if (r >= k - 2) { /* the two non-finite documents leave padding */
+                bad += id != -1 || sc[i * k + r] != -INFINITY;
+                continue;
+            }
+            if (id < 0 || id == bad_doc[0] || id == bad_doc[1]) {
+                bad++;
+                continue;
+            }
+            bad += fabs(naive[i * c.n_docs + id] - sc[i * k + r]) > SCORE_TOL;
+            if (r > 0 && sc[i * k + r] > sc[i * k + r - 1]) bad++;
+        }
+    }
+    CHECKF(bad == 0, "non-finite documents: %d mismatches", bad);
+    cm_free(ids);
+    cm_free(sc);
+    cm_free(naive);
+    data_queries_free(&q);
+    data_corpus_free(&c);
+    fixture_free(&f);
+}
+
 int main(void)
 {
     test_random_shapes();
     test_synthetic();
     test_edges();
     test_rescore();
+    test_nonfinite();
     return check_report();
 }

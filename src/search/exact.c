@@ -61,7 +61,9 @@ static void finish_doc(const job *jb, worker *w, int64_t doc)
     for (int64_t j = jb->q0; j < jb->q1; j++) {
         float s = 0;
         for (int64_t t = qo[j] - base; t < qo[j + 1] - base; t++) s += w->runmax[t];
-        cm_topk_push(&w->heap[j - jb->q0], s, doc);
+        /* a corpus opened without its value check may hold NaN or infinity: such a
+         * document ranks nowhere (a heap never takes NaN, topk.h), as in the rescoring */
+        if (isfinite(s)) cm_topk_push(&w->heap[j - jb->q0], s, doc);
     }
 }
 

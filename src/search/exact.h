@@ -9,7 +9,8 @@
 
 /* Top-k documents of every query by exact Chamfer score, best first (ties: the earlier
  * document). ids receive user ids (rows when the corpus has none); missing slots are
- * -1 / -inf. n_threads <= 0: one per CPU. */
+ * -1 / -inf. A document whose score is not finite (NaN or infinity in a corpus opened
+ * without its value check) is never returned. n_threads <= 0: one per CPU. */
 chimera_status sp_exact_search(const data_corpus *c, const data_queries *q, uint32_t k,
                                int n_threads, chimera_progress_fn progress, void *progress_user,
                                int64_t *ids, float *scores, chimera_error *err);
