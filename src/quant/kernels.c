@@ -138,6 +138,12 @@ void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t
     int32_t a[QUANT_Q8_BLOCK * QUANT_QTOK_MAX];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
+        if (!ids) { /* rows in order: read in place, the hardware prefetcher follows */
+            kt->ip8_q8(qs->q8_t, qs->m_pad, m, d, codes + t0 * d, nb, a);
+            kt->c8_finish(a, nb, m, qs->q8_delta, qs->q8_lo, scale + t0, csum + t0, NULL,
+                          S + t0 * ld, ld);
+            continue;
+        }
         for (size_t t = 0; t < nb; t++) {
             if (t0 + t + QUANT_C8_AHEAD < n) {
                 uint32_t f = ids[t0 + t + QUANT_C8_AHEAD];
@@ -149,15 +155,7 @@ void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t
             memcpy(rows + t * d, codes + (size_t)ids[t0 + t] * d, d);
         }
         kt->ip8_q8(qs->q8_t, qs->m_pad, m, d, rows, nb, a);
-        for (size_t t = 0; t < nb; t++) {
-            uint32_t k = ids[t0 + t];
-            float s = scale[k], cs = (float)csum[k], *out = S + (size_t)k * ld;
-            for (uint32_t j = 0; j < m; j++) {
-                float y = qs->q8_delta[j] * (float)a[t * m + j];
-                float z = qs->q8_lo[j] * cs;
-                out[j] = s * (y + z);
-            }
-        }
+        kt->c8_finish(a, nb, m, qs->q8_delta, qs->q8_lo, scale, csum, ids + t0, S, ld);
     }
 }
 

@@ -92,6 +92,13 @@ typedef struct quant_kernels {
      * variant matches scalar bit for bit. */
     void (*ip8_q8)(const uint8_t *q8_t, uint32_t m_pad, uint32_t m, uint32_t dim_pad,
                    const int8_t *rows, size_t n, int32_t *a);
+    /* The 8-bit centroid rows' scores from ip8_q8's sums (quant_c8_scores): for t < n and
+     * j < m, with k = ids ? ids[t] : t, out[k*ld + j] = scale[k] (delta[j] a[t*m + j] +
+     * lo[j] csum[k]), each product rounded on its own (no FMA). Every variant matches
+     * scalar bit for bit. */
+    void (*c8_finish)(const int32_t *a, size_t n, uint32_t m, const float *delta,
+                      const float *lo, const float *scale, const int32_t *csum,
+                      const uint32_t *ids, float *out, size_t ld);
     /* The popcount form's 1-bit list estimates from ip1_pop's sums: est[t] = qm_est1(qc,
      * &f1[t], qm_pop_ip(delta, vlow, dim_pad, sum_qu, wsum[t], pop[t])), each operation
      * as quant_math.h writes it (no FMA) and the halves decoded as qm_f16_to_f32 does.
@@ -128,8 +135,9 @@ void quant_c8_encode(const quant_rotation *rot, const float *c, size_t n, int8_t
  * of the 8-bit query token (quant_math.h, qm_query8) with the 8-bit row, so it differs
  * from <q_j, c_k> by at most (scale[k] / 2) sum_i |q'_ji| + (delta_j / 2) sum_i |scale[k]
  * codes_ki| (q' = R q_j) plus float rounding: at d = 128 about a fifth of the 4-bit
- * estimator's error, which it adds to in quadrature. The rows are random reads of a
- * large table: gathered a block at a time, prefetched ahead. */
+ * estimator's error, which it adds to in quadrature. With ids, the rows are random reads
+ * of a large table: gathered a block at a time, prefetched ahead. ids NULL means k = t:
+ * the first n rows, read in place. */
 void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t *codes,
                      const float *scale, const int32_t *csum, const uint32_t *ids, size_t n,
                      float *S, size_t ld);

@@ -585,6 +585,25 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const
     }
 }
 
+/* c8_finish: 8 query lanes a step, each row's scale and sum broadcast. */
+static void c8_finish(const int32_t *a, size_t n, uint32_t m, const float *delta, const float *lo,
+                      const float *scale, const int32_t *csum, const uint32_t *ids, float *out,
+                      size_t ld)
+{
+    for (uint32_t j0 = 0; j0 < m; j0 += 8) {
+        __m256i k8 = lane_mask(m - j0);
+        __m256 dv = _mm256_maskload_ps(delta + j0, k8), lv = _mm256_maskload_ps(lo + j0, k8);
+        for (size_t t = 0; t < n; t++) {
+            size_t k = ids ? ids[t] : t;
+            __m256 x = _mm256_cvtepi32_ps(_mm256_maskload_epi32(a + t * m + j0, k8));
+            __m256 y = _mm256_mul_ps(dv, x);
+            __m256 z = _mm256_mul_ps(lv, _mm256_set1_ps((float)csum[k]));
+            __m256 o = _mm256_mul_ps(_mm256_set1_ps(scale[k]), _mm256_add_ps(y, z));
+            _mm256_maskstore_ps(out + k * ld + j0, k8, o);
+        }
+    }
+}
+
 /* est1_pop: 8 tokens a step. Each token's (kappa, alpha) halves are the first 4 bytes of
  * its 6-byte factors, fetched by one 32-bit gather; the halves are decoded with
  * qm_f16_to_f32's integer steps (the F16C instruction turns Inf/NaN halves into Inf/NaN,
@@ -627,4 +646,5 @@ const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
                                           ipB4_q8,       docB4_q8_max,
                                           doc1_q8_max,   ci_max,       ip8_q8,
+                                          c8_finish,
                                           est1_pop,      0};

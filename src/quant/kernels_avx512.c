@@ -771,6 +771,26 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, const
     }
 }
 
+/* c8_finish: 16 query lanes a step, each row's scale and sum broadcast. */
+static void c8_finish(const int32_t *a, size_t n, uint32_t m, const float *delta, const float *lo,
+                      const float *scale, const int32_t *csum, const uint32_t *ids, float *out,
+                      size_t ld)
+{
+    for (uint32_t j0 = 0; j0 < m; j0 += 16) {
+        uint32_t l = m - j0 < 16 ? m - j0 : 16;
+        __mmask16 mk = (__mmask16)((1u << l) - 1u);
+        __m512 dv = _mm512_maskz_loadu_ps(mk, delta + j0), lv = _mm512_maskz_loadu_ps(mk, lo + j0);
+        for (size_t t = 0; t < n; t++) {
+            size_t k = ids ? ids[t] : t;
+            __m512 x = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mk, a + t * m + j0));
+            __m512 y = _mm512_mul_ps(dv, x);
+            __m512 z = _mm512_mul_ps(lv, _mm512_set1_ps((float)csum[k]));
+            __m512 o = _mm512_mul_ps(_mm512_set1_ps(scale[k]), _mm512_add_ps(y, z));
+            _mm512_mask_storeu_ps(out + k * ld + j0, mk, o);
+        }
+    }
+}
+
 /* est1_pop: as kernels_avx2.c's, 16 tokens a step. */
 static inline __m512 f16_decode16(__m512i h)
 {
@@ -811,4 +831,5 @@ const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
                                             doc1_q8_max,   ci_max,       ip8_q8,
+                                            c8_finish,
                                             est1_pop,      1};

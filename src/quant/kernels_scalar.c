@@ -156,6 +156,21 @@ static void ip8_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad,
     for (size_t t = 0; t < n; t++) q8_dots(qt, mp, m, dim_pad, rows + t * dim_pad, a + t * m);
 }
 
+static void c8_finish(const int32_t *a, size_t n, uint32_t m, const float *delta, const float *lo,
+                      const float *scale, const int32_t *csum, const uint32_t *ids, float *out,
+                      size_t ld)
+{
+    for (size_t t = 0; t < n; t++) {
+        size_t k = ids ? ids[t] : t;
+        float s = scale[k], cs = (float)csum[k], *o = out + k * ld;
+        for (uint32_t j = 0; j < m; j++) {
+            /* two statements: one expression would let a compiler fuse a product */
+            float y = delta[j] * (float)a[t * m + j], z = lo[j] * cs;
+            o[j] = s * (y + z);
+        }
+    }
+}
+
 static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *f1, size_t n,
                      float qc, float delta, float vlow, uint32_t dim_pad, int32_t sum_qu,
                      float *est)
@@ -168,4 +183,5 @@ const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
                                             doc1_q8_max,   ci_max,       ip8_q8,
+                                            c8_finish,
                                             est1_pop,      0};

@@ -122,8 +122,6 @@ typedef struct cpu_worker {
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
     uint32_t *seed_id;   /* [max_m x CPU_SEEDS] each token's seeds, best first */
     uint32_t *seed_n;    /* [max_m] seeds found (0: the walk starts at the entry points) */
-    float seed_hs[CPU_SEEDS + 1];
-    int64_t seed_hi[CPU_SEEDS + 1];
     uint32_t n_probe;
     uint32_t *probe_cid; /* [max_m x max_probe] */
     float *probe_qc;
@@ -135,7 +133,7 @@ typedef struct cpu_worker {
     size_t cap_ent;
     float *heap_s;
     int64_t *heap_i;
-    float *sel_s;                   /* probe selection heaps [max_m][max_probe] */
+    float *sel_s;                   /* selection heaps [max_m][max(max_probe, CPU_SEEDS)] */
     int64_t *sel_i;
     cm_topk *sel;                   /* [max_m], one per query token */
     float *sel_thr;                 /* [max_m], each heap's entry threshold */
@@ -150,8 +148,7 @@ typedef struct cpu_ctx {
     graph g;             /* a view of the resident graph (never graph_free'd) */
     int auto_graph;      /* probe=auto walks the graph (CPU_GRAPH_AUTO_K) */
     uint32_t n_sample;   /* seed sample: centroids smp_id; their 8-bit rows (c8 codes, */
-    uint32_t *smp_id;    /* scale, sum, side by side: smp8) made with the searcher, and */
-    uint32_t *smp_row;   /* smp_row[i] = i, the rows quant_c8_scores reads */
+    uint32_t *smp_id;    /* scale, sum, side by side: smp8) made with the searcher */
     struct c8_table *smp8;
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
@@ -314,7 +311,6 @@ static void cpu_free(void *vctx)
         }
     cm_free(c->w);
     cm_free(c->smp_id);
-    cm_free(c->smp_row);
     c8_table_free(c->smp8);
     graph_searcher_free(c->gs);
     c8_release(c->c8);
@@ -346,18 +342,16 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     }
     int nw = c->cfg.n_workers;
     uint32_t mm = cfg->max_m, mp = cfg->max_probe ? cfg->max_probe : 1;
+    uint32_t ms = mp > CPU_SEEDS ? mp : CPU_SEEDS; /* a selection heap's room */
     /* the seed sample: every (K / n_sample)-th centroid */
     double ns = ceil(CPU_SAMPLE_PER_ROOT * sqrt((double)r->n_clusters));
     c->n_sample = ns < (double)r->n_clusters ? (uint32_t)ns : r->n_clusters;
     if (c->n_sample == 0) c->n_sample = 1;
     c->smp_id = cm_calloc(c->n_sample, sizeof(uint32_t));
-    c->smp_row = cm_calloc(c->n_sample, sizeof(uint32_t));
-    if (!c->smp_id || !c->smp_row)
+    if (!c->smp_id)
         return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
-    for (uint32_t i = 0; i < c->n_sample && r->n_clusters; i++) {
+    for (uint32_t i = 0; i < c->n_sample && r->n_clusters; i++)
         c->smp_id[i] = (uint32_t)((uint64_t)i * r->n_clusters / c->n_sample);
-        c->smp_row[i] = i;
-    }
     c->w = cm_calloc((size_t)nw, sizeof *c->w);
     if (!c->w) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory");
     for (int i = 0; i < nw; i++) {
@@ -391,8 +385,8 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         uint32_t kr = cfg->max_refine ? cfg->max_refine : 1;
         w->heap_s = cm_malloc((size_t)kr * sizeof(float));
         w->heap_i = cm_malloc((size_t)kr * sizeof(int64_t));
-        w->sel_s = cm_malloc((size_t)mm * mp * sizeof(float));
-        w->sel_i = cm_malloc((size_t)mm * mp * sizeof(int64_t));
+        w->sel_s = cm_malloc((size_t)mm * ms * sizeof(float));
+        w->sel_i = cm_malloc((size_t)mm * ms * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
         w->sel_thr = cm_malloc((size_t)mm * sizeof(float));
         if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->ent_est || !w->ent_tok ||
@@ -647,6 +641,30 @@ static void g_task(void *ctx, int64_t j, int wi)
         graph_search(g->c->gs, wi, q, g->n_probe, g->w->probe_cid + o, g->w->probe_qc + o);
 }
 
+/* Each column j < m of S [n x m]: its best k rows into w->sel[j], sorted best first.
+ * One pass over S in its row-major order with m heaps side by side. A pass per column
+ * (stride m floats) read a cache line per row m times over: ~200 MB per query at
+ * K = 10^5, m = 32, from a 13 MB S that does not stay in cache. Rows arrive in
+ * increasing order for every heap, so ties resolve as with one heap per column. Only
+ * scores above -inf enter a heap: it holds fewer than k where they are -inf or NaN. */
+static void select_columns(cpu_worker *w, const float *S, uint32_t n, uint32_t m, uint32_t k)
+{
+    float *thr = w->sel_thr;
+    for (uint32_t j = 0; j < m; j++) {
+        cm_topk_init(&w->sel[j], k, w->sel_s + (size_t)j * k, w->sel_i + (size_t)j * k);
+        thr[j] = cm_topk_threshold(&w->sel[j]);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const float *row = S + (size_t)i * m;
+        for (uint32_t j = 0; j < m; j++)
+            if (row[j] > thr[j]) {
+                cm_topk_push(&w->sel[j], row[j], i);
+                thr[j] = cm_topk_threshold(&w->sel[j]);
+            }
+    }
+    for (uint32_t j = 0; j < m; j++) cm_topk_sort(&w->sel[j]);
+}
+
 static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
                                 uint32_t *cids, float *qc, chimera_error *err)
 {
@@ -680,20 +698,13 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
          * scores the seeds it starts from exactly */
         uint32_t n_s = c->n_sample;
         quant_c8_scores(c->kt, &w->qs, c->smp8->codes, c->smp8->scale, c->smp8->sum,
-                        c->smp_row, n_s, w->smp_s, m);
+                        NULL, n_s, w->smp_s, m);
+        select_columns(w, w->smp_s, n_s, m, CPU_SEEDS);
         for (uint32_t j = 0; j < m; j++) {
-            cm_topk h;
-            cm_topk_init(&h, CPU_SEEDS, w->seed_hs, w->seed_hi);
-            float thr = cm_topk_threshold(&h);
-            for (uint32_t i = 0; i < n_s; i++)
-                if (w->smp_s[(size_t)i * m + j] > thr) {
-                    cm_topk_push(&h, w->smp_s[(size_t)i * m + j], i);
-                    thr = cm_topk_threshold(&h);
-                }
-            cm_topk_sort(&h);
-            for (uint32_t a = 0; a < h.n; a++)
-                w->seed_id[(size_t)j * CPU_SEEDS + a] = c->smp_id[h.id[a]];
-            w->seed_n[j] = h.n;
+            const cm_topk *h = &w->sel[j];
+            for (uint32_t a = 0; a < h->n; a++)
+                w->seed_id[(size_t)j * CPU_SEEDS + a] = c->smp_id[h->id[a]];
+            w->seed_n[j] = h->n;
         }
         g_job gj = {c, w, n_probe};
         if (c->pool) cm_pool_run(c->pool, m, g_task, &gj);
@@ -706,27 +717,9 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         }
     } else {
         ensure_scores(c, w, NULL, 0);
-        /* One pass over S in its row-major order with m heaps side by side. A pass per
-         * query token down a column (stride m floats) read a cache line per row m times
-         * over: ~200 MB per query at K = 10^5, m = 32, from a 13 MB S that does not stay
-         * in cache. Rows arrive in increasing k for every heap, so ties resolve as they
-         * did with one heap per column. */
+        select_columns(w, w->S, K, m, n_probe);
         for (uint32_t j = 0; j < m; j++) {
-            cm_topk_init(&w->sel[j], n_probe, w->sel_s + (size_t)j * n_probe,
-                         w->sel_i + (size_t)j * n_probe);
-            w->sel_thr[j] = cm_topk_threshold(&w->sel[j]);
-        }
-        for (uint32_t k = 0; k < K; k++) {
-            const float *row = w->S + (size_t)k * m;
-            for (uint32_t j = 0; j < m; j++)
-                if (row[j] > w->sel_thr[j]) {
-                    cm_topk_push(&w->sel[j], row[j], k);
-                    w->sel_thr[j] = cm_topk_threshold(&w->sel[j]);
-                }
-        }
-        for (uint32_t j = 0; j < m; j++) {
-            cm_topk *h = &w->sel[j];
-            cm_topk_sort(h);
+            const cm_topk *h = &w->sel[j];
             /* Only scores above -inf enter the heap, so it holds fewer than n_probe when
              * centroid scores are -inf or NaN (centroids of huge magnitude overflow the
              * dot product). The slots past h->n were never written: pad them as the
