@@ -62,6 +62,7 @@
 /* Centroid rows per kernel call when S is computed row by row (CPU_S_LAZY). */
 #define CPU_LAZY_ROWS 128
 #define CPU_DOCS_AHEAD 4    /* documents between prefetches of their centroid ids and use */
+#define CPU_LISTS_AHEAD 2   /* posting lists between prefetches of their heads and use */
 #define CPU_RADIX_BITS 11 /* document-id bits per pass of refinement's radix sort */
 #define CPU_ENTRIES_MIN 4096 /* refinement's entry buffers at upload (they grow on demand) */
 _Static_assert(QUANT_QTOK_MAX <= 256, "refinement keeps an entry's query token in a byte");
@@ -789,6 +790,24 @@ static uint64_t *sort_by_doc(uint64_t *key, uint64_t *tmp, size_t n, uint32_t bi
     return key;
 }
 
+/* The first lines of cluster cid's entries in every segment (1-bit codes, factors and
+ * document ids): each list lies at random in those arrays, and the first loads of
+ * each stalled refinement's estimates. */
+static inline void prefetch_list_head(const be_resident *r, uint32_t cid, uint32_t cb)
+{
+    if (cid >= r->n_clusters) return;
+    for (uint32_t si = 0; si < r->n_segments; si++) {
+        const be_segment *sg = &r->segments[si];
+        int64_t p0, n;
+        be_segment_list(sg, cid, &p0, &n);
+        if (n == 0) continue;
+        const char *a = (const char *)(sg->c1_codes + (size_t)p0 * cb);
+        for (int i = 0; i < 4; i++) __builtin_prefetch(a + 64 * i);
+        __builtin_prefetch(sg->c1_fact + p0);
+        __builtin_prefetch(sg->post_doc + p0);
+    }
+}
+
 static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_floor imp,
                                  const uint8_t *allow, uint32_t *docs, float *partial,
                                  uint32_t *n_out, be_refine_stats *stats, chimera_error *err)
@@ -821,13 +840,17 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
         return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory (refine)");
     /* 1. estimate every entry, each list at once; an entry's key is its document and
      * its place in these arrays */
-    size_t e0 = 0;
+    size_t e0 = 0, n_lists = (size_t)m * np;
     float floor_[QUANT_QTOK_MAX];
+    for (size_t i = 0; i < CPU_LISTS_AHEAD && i < n_lists; i++)
+        prefetch_list_head(r, w->probe_cid[i], cb);
     for (uint32_t j = 0; j < m; j++) {
         float min_seen = INFINITY;
         for (uint32_t p = 0; p < np; p++) {
             uint32_t cid = w->probe_cid[(size_t)j * np + p];
             float qc = w->probe_qc[(size_t)j * np + p];
+            if ((size_t)j * np + p + CPU_LISTS_AHEAD < n_lists)
+                prefetch_list_head(r, w->probe_cid[(size_t)j * np + p + CPU_LISTS_AHEAD], cb);
             if (cid >= r->n_clusters) continue;
             for (uint32_t si = 0; si < r->n_segments; si++) {
                 const be_segment *sg = &r->segments[si];
