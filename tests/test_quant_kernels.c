@@ -691,6 +691,44 @@ static void run_est1_pop(const quant_kernels *ref, const quant_kernels *k, uint3
     CHECKF(bounds, "%s est1_pop d=%u wrote past its n tokens", k->name, D);
 }
 
+/* A query set that skips its LUTs (luts 0) holds every other field as one that builds
+ * them, bit for bit, and zero LUTs; for m around the 8-lane padding and the two-token
+ * form's m <= 8, over sets refilled with other lengths. */
+static void test_qset_without_luts(uint32_t dim, cm_rng *r)
+{
+    quant_rotation rot;
+    CHECK_OK(quant_rotation_init(&rot, dim, 23, NULL), NULL);
+    enum { MC = 40 };
+    quant_qset a, b;
+    CHECK_OK(quant_qset_init(&a, rot.dim_pad, MC, NULL), NULL);
+    CHECK_OK(quant_qset_init(&b, rot.dim_pad, MC, NULL), NULL);
+    b.luts = 0;
+    float *q = cm_malloc((size_t)MC * dim * sizeof(float));
+    const uint32_t ms[] = {MC, 1, 8, 9, 3, 17, MC};
+    size_t mp = a.m_pad, d = a.dim_pad, W = a.n_words;
+    int same = 1, zero = 1;
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        uint32_t m = ms[mi];
+        for (size_t i = 0; i < (size_t)m * dim; i++) q[i] = (float)cm_rng_gauss(r);
+        quant_qset_set(&a, &rot, q, m);
+        quant_qset_set(&b, &rot, q, m);
+        same &= a.m == b.m && memcmp(a.q, b.q, mp * d * 4) == 0 &&
+                memcmp(a.planes, b.planes, mp * 4 * W * 8) == 0 &&
+                memcmp(a.planes_t, b.planes_t, mp * 4 * W * 8) == 0 &&
+                memcmp(a.delta, b.delta, mp * 4) == 0 && memcmp(a.vlow, b.vlow, mp * 4) == 0 &&
+                memcmp(a.sum_qu, b.sum_qu, mp * 4) == 0 && memcmp(a.q8_t, b.q8_t, mp * d) == 0 &&
+                memcmp(a.q8_delta, b.q8_delta, mp * 4) == 0 &&
+                memcmp(a.q8_lo, b.q8_lo, mp * 4) == 0 && memcmp(a.q8_sum, b.q8_sum, mp * 4) == 0 &&
+                memcmp(a.q8_pair, b.q8_pair, d * 16) == 0;
+        for (size_t i = 0; i < mp * d * 4; i++) zero &= b.lut[i] == 0.0f && b.lut_t[i] == 0.0f;
+    }
+    CHECKF(same, "query set without LUTs d=%u: a field differs from the set with them", dim);
+    CHECKF(zero, "query set without LUTs d=%u: LUTs written", dim);
+    quant_qset_free(&a);
+    quant_qset_free(&b);
+    cm_free(q);
+}
+
 int main(void)
 {
     const quant_kernels *ref = quant_kernels_for(CM_SIMD_SCALAR);
@@ -711,6 +749,7 @@ int main(void)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_est1_pop(ref, k, dims[i], &r);
         printf("%s: compared with scalar\n", k->name);
     }
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) test_qset_without_luts(dims[i], &r);
     CHECK(quant_kernels_active() == quant_kernels_for(cm_simd_level_get()));
     return check_report();
 }

@@ -346,6 +346,10 @@ chimera_status quant_qset_init(quant_qset *qs, uint32_t dim_pad, uint32_t m_cap,
         quant_qset_free(qs);
         return cm_fail(err, CHIMERA_ERR_NOMEM, "query set: out of memory");
     }
+    /* zero until built: a set that never builds them (luts 0) holds no stale values */
+    memset(qs->lut, 0, mp * dim_pad * 4 * sizeof(float));
+    memset(qs->lut_t, 0, mp * dim_pad * 4 * sizeof(float));
+    qs->luts = 1;
     return CHIMERA_OK;
 }
 
@@ -373,8 +377,10 @@ static void qset_finish(quant_qset *qs, uint32_t m)
     uint32_t d = qs->dim_pad, W = qs->n_words;
     size_t mp = qs->m_pad;
     memset(qs->q + (size_t)m * d, 0, (mp - m) * d * sizeof(float));
-    memset(qs->lut, 0, mp * d * 4 * sizeof(float));
-    memset(qs->lut_t, 0, mp * d * 4 * sizeof(float));
+    if (qs->luts) {
+        memset(qs->lut, 0, mp * d * 4 * sizeof(float));
+        memset(qs->lut_t, 0, mp * d * 4 * sizeof(float));
+    }
     memset(qs->planes, 0, mp * 4 * W * sizeof(uint64_t));
     memset(qs->planes_t, 0, mp * 4 * W * sizeof(uint64_t));
     memset(qs->delta, 0, mp * sizeof(float));
@@ -387,8 +393,10 @@ static void qset_finish(quant_qset *qs, uint32_t m)
     qs->m = m;
     for (uint32_t j = 0; j < m; j++) {
         const float *q = qs->q + (size_t)j * d;
-        qm_lut_build(q, d, qs->lut + (size_t)j * d * 4);
-        qm_lut_interleave(qs->lut + (size_t)j * d * 4, d, j, (uint32_t)mp, qs->lut_t);
+        if (qs->luts) {
+            qm_lut_build(q, d, qs->lut + (size_t)j * d * 4);
+            qm_lut_interleave(qs->lut + (size_t)j * d * 4, d, j, (uint32_t)mp, qs->lut_t);
+        }
         qm_query4(q, d, qs->planes + (size_t)j * 4 * W, 1, &qs->delta[j], &qs->vlow[j],
                   &qs->sum_qu[j]);
         qm_query8(q, d, j, (uint32_t)mp, qs->q8_t, &qs->q8_delta[j], &qs->q8_lo[j],

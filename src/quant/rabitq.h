@@ -76,6 +76,12 @@ typedef struct quant_qset {
     /* for m <= 8: q8_t's rows with token j's 4 bytes in dwords 2j and 2j + 1,
      * [dim_pad/4][16][4] bytes, zero past 2m (the AVX-512 doc kernels' two-token form) */
     uint8_t *q8_pair;
+    /* 1 (quant_qset_init's default): quant_qset_set builds lut and lut_t. 0: it leaves
+     * them as they are (zero from init), for a caller that never reads them (the LUT forms,
+     * quant_est1_list_lut and quant_est1_doc_max_lut, need them): the CPU backend where
+     * the 1-bit doc form is the 8-bit query's (AVX-512), since building them was ~3% of a
+     * query at 10^7 tokens. Every other field is the same either way. */
+    int luts;
 } quant_qset;
 
 /* Allocates a query set. Returns CHIMERA_OK, CHIMERA_ERR_INVALID_ARG (m_cap 0 or above

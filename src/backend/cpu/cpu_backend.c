@@ -358,6 +358,8 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     for (int i = 0; i < nw; i++) {
         cpu_worker *w = &c->w[i];
         CM_TRY(quant_qset_init(&w->qs, r->dim_pad, mm, err));
+        /* the LUTs serve only the LUT form of the 1-bit doc shape (quant_est1_doc_max) */
+        w->qs.luts = !c->kt->doc1_q8_default;
         w->S_own = cm_aligned_alloc(64, (size_t)r->n_clusters * mm * sizeof(float));
         size_t cols = CPU_BATCH_BYTES / ((size_t)r->n_clusters * sizeof(float) + 1);
         if (cols > CPU_BATCH_COLS) cols = CPU_BATCH_COLS;
