@@ -427,6 +427,7 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         w->e = e;
         s = quant_qset_init(&w->qs, ix->dim_pad, max_m, err);
         if (s != CHIMERA_OK) goto fail;
+        w->qs.luts = 0; /* the host stage scores full-bit codes only: no 1-bit LUT form */
         uint32_t kr = max->k_refine, kf = max->k_fullbit, k = max->k;
         /* the final heap holds the re-rank's depth when that is deeper than k */
         uint32_t kfin = max->rerank_depth > k ? max->rerank_depth : k;
