@@ -65,6 +65,51 @@ static int cmp_pair(const void *a, const void *b)
     return 0;
 }
 
+/* cm_topsel keeps what cm_topk keeps, in the same order: streams of every length around
+ * k and the buffer's size, few distinct scores (ties decided by id), -inf scores,
+ * repeated pairs, and input sorted either way (quickselect's bad cases). */
+static void test_topsel(void)
+{
+    cm_rng r;
+    cm_rng_seed(&r, 11, 0);
+    int bad = 0, trials = 0;
+    for (int trial = 0; trial < 600; trial++, trials++) {
+        uint32_t k = (uint32_t)cm_rng_below(&r, 70), cap = k + 1 + (uint32_t)cm_rng_below(&r, 2 * k + 2);
+        uint32_t n = (uint32_t)cm_rng_below(&r, 4) == 0 ? (uint32_t)cm_rng_below(&r, k + 3)
+                                                        : (uint32_t)cm_rng_below(&r, 20 * k + 40);
+        int order = (int)cm_rng_below(&r, 4); /* random, ascending, descending, one value */
+        float *hs = cm_malloc(((size_t)k + 1) * sizeof *hs), *ts = cm_malloc((size_t)cap * sizeof *ts);
+        int64_t *hi = cm_malloc(((size_t)k + 1) * sizeof *hi), *ti = cm_malloc((size_t)cap * sizeof *ti);
+        cm_topk h;
+        cm_topsel t;
+        cm_topk_init(&h, k, hs, hi);
+        cm_topsel_init(&t, k, cap, ts, ti);
+        for (uint32_t i = 0; i < n; i++) {
+            float s = order == 0   ? (float)cm_rng_below(&r, 25)
+                      : order == 1 ? (float)i
+                      : order == 2 ? (float)(n - i)
+                                   : 3.0f;
+            if (cm_rng_below(&r, 10) == 0) s = -INFINITY;
+            int64_t id = (int64_t)cm_rng_below(&r, order == 3 ? 50 : 100000);
+            cm_topk_push(&h, s, id);
+            cm_topsel_push(&t, s, id);
+        }
+        cm_topk_sort(&h);
+        cm_topsel_sort(&t);
+        int ok = h.n == t.n;
+        for (uint32_t i = 0; ok && i < h.n; i++)
+            ok = hs[i] == ts[i] && hi[i] == ti[i];
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "topsel trial %d: k=%u cap=%u n=%u order=%d differs from cm_topk\n",
+                    trial, k, cap, n, order);
+        cm_free(hs);
+        cm_free(ts);
+        cm_free(hi);
+        cm_free(ti);
+    }
+    CHECKF(bad == 0, "cm_topsel differs from cm_topk in %d of %d streams", bad, trials);
+}
+
 static void test_topk(void)
 {
     cm_rng r;
@@ -180,6 +225,7 @@ int main(void)
 {
     test_pool();
     test_topk();
+    test_topsel();
     test_rng();
     test_f16();
     test_alloc_injection();

@@ -67,3 +67,68 @@ void cm_topk_emit(cm_topk *h, int64_t *ids, float *scores)
         scores[i] = i < h->n ? h->score[i] : -INFINITY;
     }
 }
+
+void cm_topsel_init(cm_topsel *t, uint32_t k, uint32_t cap, float *score, int64_t *id)
+{
+    *t = (cm_topsel){.k = k, .cap = cap > k ? cap : k + 1, .score = score, .id = id};
+}
+
+static inline void swap_entry(float *s, int64_t *id, uint32_t a, uint32_t b)
+{
+    float ts = s[a];
+    s[a] = s[b];
+    s[b] = ts;
+    int64_t ti = id[a];
+    id[a] = id[b];
+    id[b] = ti;
+}
+
+/* Reorders s/id[0..n) so that [0, k) hold the k best in some order (k < n): quickselect,
+ * the pivot the median of three, so that input sorted either way stays linear. */
+static void select_best(float *s, int64_t *id, uint32_t n, uint32_t k)
+{
+    uint32_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        uint32_t a = lo, b = lo + (hi - lo) / 2, c = hi - 1;
+        if (cm_rank_better(s[b], id[b], s[a], id[a])) swap_entry(s, id, a, b);
+        if (cm_rank_better(s[c], id[c], s[b], id[b])) swap_entry(s, id, b, c);
+        if (cm_rank_better(s[b], id[b], s[a], id[a])) swap_entry(s, id, a, b);
+        swap_entry(s, id, b, c); /* the median is the pivot, at hi - 1 */
+        float ps = s[c];
+        int64_t pi = id[c];
+        uint32_t p = lo;
+        for (uint32_t i = lo; i < c; i++)
+            if (cm_rank_better(s[i], id[i], ps, pi)) swap_entry(s, id, i, p++);
+        swap_entry(s, id, p, c);
+        /* [lo, p) rank above the pivot at p, (p, hi) not */
+        if (p == k || p + 1 == k) return;
+        if (p > k) hi = p;
+        else lo = p + 1;
+    }
+}
+
+void cm_topsel_cut(cm_topsel *t)
+{
+    /* n > k here: push cuts a full buffer, sort one holding more than k */
+    if (t->k == 0) { /* keeps nothing */
+        t->n = 0;
+        return;
+    }
+    select_best(t->score, t->id, t->n, t->k);
+    t->n = t->k;
+    uint32_t w = 0; /* the worst kept is the bar */
+    for (uint32_t i = 1; i < t->n; i++)
+        if (cm_rank_better(t->score[w], t->id[w], t->score[i], t->id[i])) w = i;
+    t->has_bar = 1;
+    t->bar_s = t->score[w];
+    t->bar_i = t->id[w];
+}
+
+void cm_topsel_sort(cm_topsel *t)
+{
+    if (t->n > t->k) cm_topsel_cut(t);
+    /* a heap of the n kept, sorted as cm_topk sorts */
+    cm_topk h = {t->n, t->n, t->score, t->id};
+    for (uint32_t i = t->n / 2; i-- > 0;) sift_down(&h, i, t->n);
+    cm_topk_sort(&h);
+}

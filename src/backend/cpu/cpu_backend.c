@@ -132,7 +132,7 @@ typedef struct cpu_worker {
     uint64_t *ent_key;              /* [cap_ent] (document << 32) | entry: sorted by document */
     uint64_t *ent_tmp;              /* [cap_ent] the radix sort's second buffer */
     size_t cap_ent;
-    float *heap_s;
+    float *heap_s;                  /* [2 max_refine] refinement's selection buffer */
     int64_t *heap_i;
     float *sel_s;                   /* selection heaps [max_m][max(max_probe, CPU_SEEDS)] */
     int64_t *sel_i;
@@ -386,8 +386,8 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->ent_key = cm_malloc(w->cap_ent * sizeof(uint64_t));
         w->ent_tmp = cm_malloc(w->cap_ent * sizeof(uint64_t));
         uint32_t kr = cfg->max_refine ? cfg->max_refine : 1;
-        w->heap_s = cm_malloc((size_t)kr * sizeof(float));
-        w->heap_i = cm_malloc((size_t)kr * sizeof(int64_t));
+        w->heap_s = cm_malloc(2 * (size_t)kr * sizeof(float));
+        w->heap_i = cm_malloc(2 * (size_t)kr * sizeof(int64_t));
         w->sel_s = cm_malloc((size_t)mm * ms * sizeof(float));
         w->sel_i = cm_malloc((size_t)mm * ms * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
@@ -891,9 +891,10 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
      * made token by token), so its score is the floors' sum plus, for each token it was
      * seen at, what its best estimate there adds over the floor: work in its entries
      * rather than in m (a row of m cells, filled and summed per document, cost more
-     * than the sort). */
-    cm_topk h;
-    cm_topk_init(&h, k_refine, w->heap_s, w->heap_i);
+     * than the sort). The best k_refine by selection, not a heap: thousands of documents
+     * for a few hundred places, so many enter (bench/RESULTS.md section 5.23). */
+    cm_topsel h;
+    cm_topsel_init(&h, k_refine, 2 * k_refine, w->heap_s, w->heap_i);
     /* A floor of -inf (probes a graph search left empty) adds nothing when the document
      * was seen at that token and makes its score -inf when not; a NaN floor makes every
      * score NaN, as max(M, NaN) summed would. */
@@ -928,9 +929,9 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
             open_seen += floor_[j] == -INFINITY;
             sum += best - base[j];
         }
-        cm_topk_push(&h, open_seen < n_open ? -INFINITY : sum, d);
+        cm_topsel_push(&h, open_seen < n_open ? -INFINITY : sum, d);
     }
-    cm_topk_sort(&h);
+    cm_topsel_sort(&h);
     for (uint32_t i = 0; i < h.n; i++) {
         docs[i] = (uint32_t)h.id[i];
         if (partial) partial[i] = h.score[i];
