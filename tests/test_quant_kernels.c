@@ -520,7 +520,7 @@ static void run_c8(const quant_kernels *ref, const quant_kernels *k, uint32_t di
     quant_rotation rot;
     CHECK_OK(quant_rotation_init(&rot, dim, 57, NULL), NULL);
     uint32_t D = rot.dim_pad;
-    enum { K = 41, NMAX = 40, MC = 70 };
+    enum { K = 41, NMAX = K, MC = 70 };
     float *c = cm_malloc((size_t)K * dim * 4), *q = cm_malloc((size_t)MC * dim * 4);
     float *y = cm_malloc((size_t)D * 4), *qy = cm_malloc((size_t)MC * D * 4);
     float scale[K];

@@ -1,4 +1,5 @@
 /* Top-k min-heap (see topk.h). The root holds the worst of the kept entries. */
+#include <assert.h>
 #include <math.h>
 
 #include "core/topk.h"
@@ -70,7 +71,8 @@ void cm_topk_emit(cm_topk *h, int64_t *ids, float *scores)
 
 void cm_topsel_init(cm_topsel *t, uint32_t k, uint32_t cap, float *score, int64_t *id)
 {
-    *t = (cm_topsel){.k = k, .cap = cap > k ? cap : k + 1, .score = score, .id = id};
+    assert(cap > k); /* a cut must leave room: the buffers are the caller's, cap long */
+    *t = (cm_topsel){.k = k, .cap = cap, .score = score, .id = id};
 }
 
 static inline void swap_entry(float *s, int64_t *id, uint32_t a, uint32_t b)

@@ -49,7 +49,7 @@ void cm_topk_emit(cm_topk *h, int64_t *ids, float *scores);
  * that beats the bar (the k-th best kept at the last cut) is appended to a buffer of cap
  * > k slots; a full buffer is cut to its best k by quickselect, which raises the bar.
  * The same total order, the same k best and, after cm_topsel_sort, the same order as
- * cm_topk (NaN scores must not be pushed either), in O(1) amortised work per candidate
+ * cm_topk (NaN scores must not be pushed either), in O(1) expected work per candidate
  * where a heap sifts through log2(k) levels of unpredictable branches. */
 typedef struct cm_topsel {
     uint32_t k, cap, n;
@@ -60,7 +60,7 @@ typedef struct cm_topsel {
     int64_t *id;
 } cm_topsel;
 
-/* cap > k (2k: a cut every k entries at most). */
+/* cap > k, the length of score and id (2k: a cut every k entries at most). */
 void cm_topsel_init(cm_topsel *t, uint32_t k, uint32_t cap, float *score, int64_t *id);
 
 /* Keeps the best k of the buffer in [0, k) and sets the bar; called by push. */

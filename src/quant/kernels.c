@@ -44,6 +44,7 @@ void quant_est1_list_lut(const quant_kernels *kt, const quant_qset *qs, uint32_t
                          const uint8_t *codes1, const quant_f1 *f1, size_t n, float qc,
                          float *est)
 {
+    assert(qs->luts); /* quant_qset.luts */
     kt = table(kt);
     uint32_t d = qs->dim_pad, cb = qm_code1_bytes(d);
     const float *lut = qs->lut + (size_t)j * d * 4;
@@ -81,6 +82,7 @@ void quant_est1_doc_max_lut(const quant_kernels *kt, const quant_qset *qs, const
                             const quant_f1 *f1, size_t n, const uint32_t *cid,
                             const float *cscore, size_t ld, float *out_max)
 {
+    assert(qs->luts); /* quant_qset.luts */
     if (n == 0 || qs->m == 0) return;
     table(kt)->doc1_lut_max(qs->lut_t, qs->m_pad, qs->m, qs->dim_pad, codes1, f1, n, cid, cscore,
                             ld, out_max);

@@ -79,8 +79,9 @@ typedef struct quant_qset {
     /* 1 (quant_qset_init's default): quant_qset_set builds lut and lut_t. 0: it leaves
      * them as they are (zero from init), for a caller that never reads them (the LUT forms,
      * quant_est1_list_lut and quant_est1_doc_max_lut, need them): the CPU backend where
-     * the 1-bit doc form is the 8-bit query's (AVX-512), since building them was ~3% of a
-     * query at 10^7 tokens. Every other field is the same either way. */
+     * the 1-bit doc form is the 8-bit query's (AVX-512) and the search's host stage,
+     * which scores full-bit codes only; building them was ~3% of a query at 10^7
+     * tokens. Every other field is the same either way. */
     int luts;
 } quant_qset;
 

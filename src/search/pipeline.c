@@ -875,6 +875,7 @@ chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, fl
 {
     quant_qset qs;
     CM_TRY(quant_qset_init(&qs, ix->dim_pad, m, err));
+    qs.luts = 0; /* full-bit codes only */
     float *S = cm_malloc((size_t)ix->n_clusters * m * sizeof(float));
     if (!S) {
         quant_qset_free(&qs);

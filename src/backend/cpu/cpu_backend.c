@@ -819,7 +819,8 @@ static inline void prefetch_list_head(const be_resident *r, uint32_t cid, uint32
         be_segment_list(sg, cid, &p0, &n);
         if (n == 0) continue;
         const char *a = (const char *)(sg->c1_codes + (size_t)p0 * cb);
-        for (int i = 0; i < 4; i++) __builtin_prefetch(a + 64 * i);
+        size_t bytes = (size_t)n * cb;
+        for (size_t b = 0; b < 256 && b < bytes; b += 64) __builtin_prefetch(a + b);
         __builtin_prefetch(sg->c1_fact + p0);
         __builtin_prefetch(sg->post_doc + p0);
     }
@@ -912,7 +913,8 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
     cm_topsel_init(&h, k_refine, 2 * k_refine, w->heap_s, w->heap_i);
     /* A floor of -inf (probes a graph search left empty) adds nothing when the document
      * was seen at that token and makes its score -inf when not; a NaN floor makes every
-     * score NaN, as max(M, NaN) summed would. */
+     * score NaN, as max(M, NaN) summed would, and a document whose score is NaN is not
+     * kept (NaN must not enter the selection, core/topk.h). */
     float floor_sum = 0.0f, base[QUANT_QTOK_MAX];
     uint32_t n_open = 0;
     for (uint32_t j = 0; j < m; j++) {
@@ -944,7 +946,8 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
             open_seen += floor_[j] == -INFINITY;
             sum += best - base[j];
         }
-        cm_topsel_push(&h, open_seen < n_open ? -INFINITY : sum, d);
+        if (open_seen < n_open) sum = -INFINITY;
+        if (sum == sum) cm_topsel_push(&h, sum, d);
     }
     cm_topsel_sort(&h);
     for (uint32_t i = 0; i < h.n; i++) {
