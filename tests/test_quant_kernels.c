@@ -505,6 +505,59 @@ static void run_ci(const quant_kernels *ref, const quant_kernels *k, cm_rng *r)
             }
 }
 
+/* The probe selection's row scan (first_above) against scalar, and scalar against its
+ * definition: m around the 8- and 16-lane widths and the one-vector paths, row counts
+ * around the four-row groups, the first passing row anywhere (or none); plain draws,
+ * and adversarial ones of few values (ties with the threshold pass nothing, NaN on
+ * either side passes nothing, -inf thresholds let any finite score pass). */
+static void run_first_above(const quant_kernels *ref, const quant_kernels *k, cm_rng *r)
+{
+    enum { MMAX = QUANT_QTOK_MAX, NMAX = 70 };
+    static float S[NMAX * MMAX];
+    float thr[MMAX];
+    const uint32_t ms[] = {1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 64, 100, 256};
+    const size_t ns[] = {1, 3, 4, 5, 8, 9, 69, 70};
+    const float pick[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN};
+    int ok = 1, ok_def = 1;
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int adv = 0; adv < 2; adv++)
+                for (int rep = 0; rep < 4; rep++) {
+                    uint32_t m = ms[mi];
+                    size_t n = ns[ni];
+                    for (uint32_t j = 0; j < m; j++)
+                        thr[j] = adv ? pick[cm_rng_below(r, 7)] : 1.0f + (float)cm_rng_uniform(r);
+                    /* every score at or below its threshold, then one row made to pass
+                     * in one column (or none, rep 0) */
+                    for (size_t t = 0; t < n; t++)
+                        for (uint32_t j = 0; j < m; j++)
+                            S[t * m + j] = adv ? pick[cm_rng_below(r, 7)]
+                                               : (cm_rng_below(r, 8) ? thr[j] - (float)cm_rng_uniform(r)
+                                                                     : thr[j]);
+                    if (!adv)
+                        for (int e = 0; e < rep; e++) {
+                            size_t t = (size_t)cm_rng_below(r, (uint32_t)n);
+                            uint32_t j = (uint32_t)cm_rng_below(r, m);
+                            S[t * m + j] = thr[j] + 0.25f;
+                        }
+                    size_t want = n;
+                    for (size_t t = 0; t < n && want == n; t++)
+                        for (uint32_t j = 0; j < m; j++)
+                            if (S[t * m + j] > thr[j]) {
+                                want = t;
+                                break;
+                            }
+                    size_t a = quant_first_above(ref, S, n, m, thr), b = quant_first_above(k, S, n, m, thr);
+                    ok &= a == b;
+                    ok_def &= a == want;
+                    CHECKF(ok, "%s first_above m=%u n=%zu adversarial=%d: %zu, scalar %zu", k->name, m,
+                           n, adv, b, a);
+                    CHECKF(ok_def, "scalar first_above m=%u n=%zu adversarial=%d: %zu, want %zu", m, n,
+                           adv, a, want);
+                    if (!ok || !ok_def) return;
+                }
+}
+
 /* The 8-bit centroid rows (quant_c8_encode, ip8_q8, quant_c8_scores). Encoding: every
  * code within +-127, csum their sum, and each rotated coordinate within scale/2 (one
  * rounding of the quotient on top) of scale x code; all-zero and tiny rows get scale 0.
@@ -745,6 +798,7 @@ int main(void)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run(ref, k, dims[i], &r);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_q8(ref, k, dims[i], &r);
         run_ci(ref, k, &r);
+        run_first_above(ref, k, &r);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_c8(ref, k, dims[i], &r);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) run_est1_pop(ref, k, dims[i], &r);
         printf("%s: compared with scalar\n", k->name);

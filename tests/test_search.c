@@ -799,11 +799,12 @@ static void test_graph_probe(const bench *b)
             c8l1[k] += fabs((double)c8s[k] * c8[(size_t)k * ix->dim_pad + i]);
     uint32_t docs[NR], dg[NR], n_b, n_g;
     float s1b[NR], s1g[NR];
+    scored *col = cm_malloc((size_t)K * sizeof *col);
     static const uint32_t nps[] = {4, 8, 16, 32};
     for (size_t pi = 0; pi < sizeof nps / sizeof *nps; pi++) {
         uint32_t np = nps[pi];
         uint64_t found = 0, total = 0;
-        int bad_qc = 0, bad_rows = 0, bad_s1 = 0;
+        int bad_qc = 0, bad_rows = 0, bad_s1 = 0, bad_sel = 0;
         double max_rel = 0.0; /* the largest lazy-row error over its bound */
         for (int64_t i = 0; i < b->q.n; i++) {
             uint32_t m;
@@ -813,6 +814,15 @@ static void test_graph_probe(const bench *b)
             CHECK_OK(f->refine(be.ctx, 0, NR, (be_floor){BE_IMPUTE_PROBE_FLOOR, 1.0f}, NULL, docs, NULL, &n_b, NULL,
                                &err), &err);
             memcpy(Sb, f->host_centroid_scores(be.ctx, 0), (size_t)K * m * sizeof *Sb);
+            /* the brute probe is each column's exact top n_probe of S, best first, ties to
+             * the smaller id */
+            for (uint32_t j = 0; j < m; j++) {
+                for (uint32_t k = 0; k < K; k++) col[k] = (scored){Sb[(size_t)k * m + j], k};
+                qsort(col, K, sizeof *col, by_score);
+                for (uint32_t a = 0; a < np; a++)
+                    bad_sel += cb[j * np + a] != (uint32_t)col[a].d ||
+                               memcmp(&qb[j * np + a], &col[a].s, sizeof(float)) != 0;
+            }
             CHECK_OK(f->score1(be.ctx, 0, docs, n_b, s1b, &err), &err);
             CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
             CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_GRAPH, cg, qg, &err), &err);
@@ -860,6 +870,8 @@ static void test_graph_probe(const bench *b)
         double rec = (double)found / (double)total;
         printf("graph probe (K=%u, n_probe %u): probe recall %.4f over %llu (token, centroid)\n",
                K, np, rec, (unsigned long long)total);
+        CHECKF(bad_sel == 0, "brute probe: %d of its centroids or scores are not the exact "
+               "top %u of the centroid scores", bad_sel, np);
         CHECKF(rec >= 0.99, "graph probe recall %.4f at n_probe %u (want >= 0.99)", rec, np);
         CHECKF(bad_qc == 0, "graph probe: %d centroid scores differ from brute force", bad_qc);
         printf("lazy centroid rows (n_probe %u): largest error %.3f of its bound\n", np, max_rel);
@@ -870,6 +882,7 @@ static void test_graph_probe(const bench *b)
         CHECKF(bad_s1 == 0, "1-bit scores after a graph probe: %d differ", bad_s1);
     }
     backend_free(&be);
+    cm_free(col);
     cm_free(cb);
     cm_free(cg);
     cm_free(qb);

@@ -161,6 +161,13 @@ void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t
     }
 }
 
+size_t quant_first_above(const quant_kernels *kt, const float *S, size_t n, uint32_t m,
+                         const float *thr)
+{
+    if (n == 0 || m == 0) return n;
+    return table(kt)->first_above(S, n, m, thr);
+}
+
 void quant_ci_doc_max(const quant_kernels *kt, const uint32_t *cid, size_t n,
                       const float *cscore, size_t ld, uint32_t m, float *out_max)
 {

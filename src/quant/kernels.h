@@ -99,6 +99,11 @@ typedef struct quant_kernels {
     void (*c8_finish)(const int32_t *a, size_t n, uint32_t m, const float *delta,
                       const float *lo, const float *scale, const int32_t *csum,
                       const uint32_t *ids, float *out, size_t ld);
+    /* The probe's column selection (backend/cpu): over a row-major score matrix S
+     * [n x m], the first row t with S[t*m + j] > thr[j] for some j < m, or n when none,
+     * compared as `s > thr` (NaN on either side never passes). Comparisons only: every
+     * variant returns scalar's. */
+    size_t (*first_above)(const float *S, size_t n, uint32_t m, const float *thr);
     /* The popcount form's 1-bit list estimates from ip1_pop's sums: est[t] = qm_est1(qc,
      * &f1[t], qm_pop_ip(delta, vlow, dim_pad, sum_qu, wsum[t], pop[t])), each operation
      * as quant_math.h writes it (no FMA) and the halves decoded as qm_f16_to_f32 does.
@@ -141,6 +146,11 @@ void quant_c8_encode(const quant_rotation *rot, const float *c, size_t n, int8_t
 void quant_c8_scores(const quant_kernels *kt, const quant_qset *qs, const int8_t *codes,
                      const float *scale, const int32_t *csum, const uint32_t *ids, size_t n,
                      float *S, size_t ld);
+
+/* The first row t < n of S [n x m] (row-major) with S[t*m + j] > thr[j] for some j < m,
+ * or n: the rows a running per-column selection must look at (NaN never passes). */
+size_t quant_first_above(const quant_kernels *kt, const float *S, size_t n, uint32_t m,
+                         const float *thr);
 
 /* list shape, 1-bit: est[t] = estimate of <q_j, v_t>. Default form (popcount). */
 void quant_est1_list(const quant_kernels *kt, const quant_qset *qs, uint32_t j,

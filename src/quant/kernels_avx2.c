@@ -642,9 +642,46 @@ static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *
         est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
 }
 
+/* Row t's lanes above their thresholds, 8 columns a compare (masked loads read nothing
+ * past the row: 0 > 0 is false in the masked-off lanes). */
+static inline int row_above8(const float *row, uint32_t m, const float *thr)
+{
+    int hit = 0;
+    uint32_t j = 0;
+    for (; j + 8 <= m; j += 8)
+        hit |= _mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_loadu_ps(row + j), _mm256_loadu_ps(thr + j), _CMP_GT_OQ));
+    if (j < m) {
+        __m256i k = lane_mask(m - j);
+        hit |= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_maskload_ps(row + j, k),
+                                                _mm256_maskload_ps(thr + j, k), _CMP_GT_OQ));
+    }
+    return hit;
+}
+
+/* For m <= 8 one compare a row, four rows tested together (most rows pass nothing). */
+static size_t first_above(const float *S, size_t n, uint32_t m, const float *thr)
+{
+    size_t t = 0;
+    if (m <= 8) {
+        __m256i k = lane_mask(m);
+        __m256 th = _mm256_maskload_ps(thr, k);
+        for (; t + 4 <= n; t += 4) {
+            int h[4];
+            for (int i = 0; i < 4; i++)
+                h[i] = _mm256_movemask_ps(
+                    _mm256_cmp_ps(_mm256_maskload_ps(S + (t + (size_t)i) * m, k), th, _CMP_GT_OQ));
+            if (h[0] | h[1] | h[2] | h[3]) return t + (h[0] ? 0 : h[1] ? 1 : h[2] ? 2 : 3);
+        }
+    }
+    for (; t < n; t++)
+        if (row_above8(S + t * m, m, thr)) return t;
+    return n;
+}
+
 const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
                                           ipB4_q8,       docB4_q8_max,
                                           doc1_q8_max,   ci_max,       ip8_q8,
-                                          c8_finish,
+                                          c8_finish,     first_above,
                                           est1_pop,      0};

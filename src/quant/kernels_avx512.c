@@ -827,9 +827,45 @@ static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *
         est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
 }
 
+/* Row t's lanes above their thresholds, 16 columns a compare (masked loads read nothing
+ * past the row). */
+static inline __mmask16 row_above16(const float *row, uint32_t m, const float *thr)
+{
+    __mmask16 hit = 0;
+    uint32_t j = 0;
+    for (; j + 16 <= m; j += 16)
+        hit |= _mm512_cmp_ps_mask(_mm512_loadu_ps(row + j), _mm512_loadu_ps(thr + j), _CMP_GT_OQ);
+    if (j < m) {
+        __mmask16 k = (__mmask16)((1u << (m - j)) - 1u);
+        hit |= _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, row + j),
+                                       _mm512_maskz_loadu_ps(k, thr + j), _CMP_GT_OQ);
+    }
+    return hit;
+}
+
+/* For m <= 16 one compare a row, four rows tested together (most rows pass nothing). */
+static size_t first_above(const float *S, size_t n, uint32_t m, const float *thr)
+{
+    size_t t = 0;
+    if (m <= 16) {
+        __mmask16 k = (__mmask16)((1u << m) - 1u);
+        __m512 th = _mm512_maskz_loadu_ps(k, thr);
+        for (; t + 4 <= n; t += 4) {
+            __mmask16 h[4];
+            for (int i = 0; i < 4; i++)
+                h[i] = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, S + (t + (size_t)i) * m),
+                                               th, _CMP_GT_OQ);
+            if (h[0] | h[1] | h[2] | h[3]) return t + (h[0] ? 0 : h[1] ? 1 : h[2] ? 2 : 3);
+        }
+    }
+    for (; t < n; t++)
+        if (row_above16(S + t * m, m, thr)) return t;
+    return n;
+}
+
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
                                             doc1_q8_max,   ci_max,       ip8_q8,
-                                            c8_finish,
+                                            c8_finish,     first_above,
                                             est1_pop,      1};

@@ -171,6 +171,14 @@ static void c8_finish(const int32_t *a, size_t n, uint32_t m, const float *delta
     }
 }
 
+static size_t first_above(const float *S, size_t n, uint32_t m, const float *thr)
+{
+    for (size_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < m; j++)
+            if (S[t * m + j] > thr[j]) return t;
+    return n;
+}
+
 static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *f1, size_t n,
                      float qc, float delta, float vlow, uint32_t dim_pad, int32_t sum_qu,
                      float *est)
@@ -183,5 +191,5 @@ const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
                                             ipB4_q8,       docB4_q8_max,
                                             doc1_q8_max,   ci_max,       ip8_q8,
-                                            c8_finish,
+                                            c8_finish,     first_above,
                                             est1_pop,      0};
