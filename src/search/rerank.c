@@ -9,7 +9,6 @@
 #include "core/f16.h"
 #include "search/rerank.h"
 
-
 void sp_maxsim_scalar(const float *rows, uint32_t n, uint32_t dim, const float *qt,
                       uint32_t m_pad, float *mx, float *bad)
 {

@@ -132,8 +132,8 @@ typedef struct cpu_worker {
     uint64_t *ent_key;              /* [cap_ent] (document << 32) | entry: sorted by document */
     uint64_t *ent_tmp;              /* [cap_ent] the radix sort's second buffer */
     size_t cap_ent;
-    float *heap_s;                  /* [2 max_refine] refinement's selection buffer */
-    int64_t *heap_i;
+    float *keep_s;                  /* [2 max_refine] refinement's selection buffer (cm_topsel) */
+    int64_t *keep_i;
     float *sel_s;                   /* selection heaps [max_m][max(max_probe, CPU_SEEDS)] */
     int64_t *sel_i;
     cm_topk *sel;                   /* [max_m], one per query token */
@@ -303,8 +303,8 @@ static void cpu_free(void *vctx)
             cm_free(w->ent_tok);
             cm_free(w->ent_key);
             cm_free(w->ent_tmp);
-            cm_free(w->heap_s);
-            cm_free(w->heap_i);
+            cm_free(w->keep_s);
+            cm_free(w->keep_i);
             cm_free(w->sel_s);
             cm_free(w->sel_i);
             cm_free(w->sel);
@@ -386,14 +386,14 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->ent_key = cm_malloc(w->cap_ent * sizeof(uint64_t));
         w->ent_tmp = cm_malloc(w->cap_ent * sizeof(uint64_t));
         uint32_t kr = cfg->max_refine ? cfg->max_refine : 1;
-        w->heap_s = cm_malloc(2 * (size_t)kr * sizeof(float));
-        w->heap_i = cm_malloc(2 * (size_t)kr * sizeof(int64_t));
+        w->keep_s = cm_malloc(2 * (size_t)kr * sizeof(float));
+        w->keep_i = cm_malloc(2 * (size_t)kr * sizeof(int64_t));
         w->sel_s = cm_malloc((size_t)mm * ms * sizeof(float));
         w->sel_i = cm_malloc((size_t)mm * ms * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
         w->sel_thr = cm_malloc((size_t)mm * sizeof(float));
         if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->ent_est || !w->ent_tok ||
-            !w->ent_key || !w->ent_tmp || !w->heap_s || !w->heap_i || !w->sel_s ||
+            !w->ent_key || !w->ent_tmp || !w->keep_s || !w->keep_i || !w->sel_s ||
             !w->sel_i || !w->sel || !w->sel_thr)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
     }
@@ -873,10 +873,11 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
     for (uint32_t j = 0; j < m; j++) {
         float min_seen = INFINITY;
         for (uint32_t p = 0; p < np; p++) {
-            uint32_t cid = w->probe_cid[(size_t)j * np + p];
-            float qc = w->probe_qc[(size_t)j * np + p];
-            if ((size_t)j * np + p + CPU_LISTS_AHEAD < n_lists)
-                prefetch_list_head(r, w->probe_cid[(size_t)j * np + p + CPU_LISTS_AHEAD], cb);
+            size_t li = (size_t)j * np + p; /* the list's place among the probed */
+            uint32_t cid = w->probe_cid[li];
+            float qc = w->probe_qc[li];
+            if (li + CPU_LISTS_AHEAD < n_lists)
+                prefetch_list_head(r, w->probe_cid[li + CPU_LISTS_AHEAD], cb);
             if (cid >= r->n_clusters) continue;
             for (uint32_t si = 0; si < r->n_segments; si++) {
                 const be_segment *sg = &r->segments[si];
@@ -918,7 +919,7 @@ static chimera_status cpu_refine(void *vctx, int worker, uint32_t k_refine, be_f
      * than the sort). The best k_refine by selection, not a heap: thousands of documents
      * for a few hundred places, so many enter (bench/RESULTS.md section 5.23). */
     cm_topsel h;
-    cm_topsel_init(&h, k_refine, 2 * k_refine, w->heap_s, w->heap_i);
+    cm_topsel_init(&h, k_refine, 2 * k_refine, w->keep_s, w->keep_i);
     /* A floor of -inf (probes a graph search left empty) adds nothing when the document
      * was seen at that token and makes its score -inf when not; a NaN floor makes every
      * score NaN, as max(M, NaN) summed would, and a document whose score is NaN is not
