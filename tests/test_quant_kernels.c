@@ -530,16 +530,17 @@ static void run_first_above(const quant_kernels *ref, const quant_kernels *k, cm
                     /* every score at or below its threshold, then one row made to pass
                      * in one column (or none, rep 0) */
                     for (size_t t = 0; t < n; t++)
-                        for (uint32_t j = 0; j < m; j++)
-                            S[t * m + j] = adv ? pick[cm_rng_below(r, 7)]
-                                               : (cm_rng_below(r, 8) ? thr[j] - (float)cm_rng_uniform(r)
-                                                                     : thr[j]);
-                    if (!adv)
-                        for (int e = 0; e < rep; e++) {
-                            size_t t = (size_t)cm_rng_below(r, (uint32_t)n);
-                            uint32_t j = (uint32_t)cm_rng_below(r, m);
-                            S[t * m + j] = thr[j] + 0.25f;
+                        for (uint32_t j = 0; j < m; j++) {
+                            float v = adv ? pick[cm_rng_below(r, 7)] : thr[j] - (float)cm_rng_uniform(r);
+                            if (!(v <= thr[j]) && !isnan(v)) v = thr[j]; /* ties pass nothing */
+                            S[t * m + j] = v;
                         }
+                    for (int e = 0; e < rep; e++) {
+                        size_t t = (size_t)cm_rng_below(r, (uint32_t)n);
+                        uint32_t j = (uint32_t)cm_rng_below(r, m);
+                        if (isfinite(thr[j])) S[t * m + j] = thr[j] + 0.25f;
+                        else if (thr[j] == -INFINITY) S[t * m + j] = 0.0f;
+                    }
                     size_t want = n;
                     for (size_t t = 0; t < n && want == n; t++)
                         for (uint32_t j = 0; j < m; j++)
@@ -547,13 +548,14 @@ static void run_first_above(const quant_kernels *ref, const quant_kernels *k, cm
                                 want = t;
                                 break;
                             }
-                    size_t a = quant_first_above(ref, S, n, m, thr), b = quant_first_above(k, S, n, m, thr);
+                    size_t a = quant_first_above(ref, S, n, m, thr);
+                    size_t b = quant_first_above(k, S, n, m, thr);
                     ok &= a == b;
                     ok_def &= a == want;
-                    CHECKF(ok, "%s first_above m=%u n=%zu adversarial=%d: %zu, scalar %zu", k->name, m,
-                           n, adv, b, a);
-                    CHECKF(ok_def, "scalar first_above m=%u n=%zu adversarial=%d: %zu, want %zu", m, n,
-                           adv, a, want);
+                    CHECKF(ok, "%s first_above m=%u n=%zu adversarial=%d: %zu, scalar %zu", k->name,
+                           m, n, adv, b, a);
+                    CHECKF(ok_def, "scalar first_above m=%u n=%zu adversarial=%d: %zu, want %zu",
+                           m, n, adv, a, want);
                     if (!ok || !ok_def) return;
                 }
 }

@@ -642,8 +642,8 @@ static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *
         est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
 }
 
-/* Row t's lanes above their thresholds, 8 columns a compare (masked loads read nothing
- * past the row: 0 > 0 is false in the masked-off lanes). */
+/* Nonzero when some column of the row is above its threshold, 8 columns a compare
+ * (masked loads read nothing past the row). */
 static inline int row_above8(const float *row, uint32_t m, const float *thr)
 {
     int hit = 0;

@@ -827,8 +827,8 @@ static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *
         est[t] = qk_est1_pop_one(wsum[t], pop[t], &f1[t], qc, delta, vlow, dim_pad, sum_qu);
 }
 
-/* Row t's lanes above their thresholds, 16 columns a compare (masked loads read nothing
- * past the row). */
+/* Nonzero when some column of the row is above its threshold, 16 columns a compare
+ * (masked loads read nothing past the row). */
 static inline __mmask16 row_above16(const float *row, uint32_t m, const float *thr)
 {
     __mmask16 hit = 0;

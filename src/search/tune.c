@@ -533,7 +533,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
          * mean has met the target (only its interval fell short), one flat step is the
          * plateau: the ceiling, a generous search's recall against its own candidates,
          * can overstate what deeper settings reach (a flat corpus of short documents:
-         * ceiling 0.978, nine more trials at 0.948-0.956, bench/RESULTS.md section 5.22),
+         * ceiling 0.978, nine more trials at 0.948-0.956, bench/RESULTS.md sections 5.22, 5.24),
          * and the steps that gain nothing only make the setting dearer. */
         int cheapest;
         while ((cheapest = grow_cheapest(g, t)) < 0 && flat < 2) {

@@ -664,8 +664,9 @@ static void select_columns(const quant_kernels *kt, cpu_worker *w, const float *
         cm_topk_init(&w->sel[j], k, w->sel_s + (size_t)j * k, w->sel_i + (size_t)j * k);
         thr[j] = cm_topk_threshold(&w->sel[j]);
     }
-    for (uint32_t i = 0; (i += (uint32_t)quant_first_above(kt, S + (size_t)i * m, n - i, m, thr)) < n;
-         i++) {
+    for (uint32_t i = 0;; i++) {
+        i += (uint32_t)quant_first_above(kt, S + (size_t)i * m, n - i, m, thr);
+        if (i >= n) break;
         const float *row = S + (size_t)i * m;
         for (uint32_t j = 0; j < m; j++)
             if (row[j] > thr[j]) {
