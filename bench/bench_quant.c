@@ -526,6 +526,10 @@ int main(int argc, char **argv)
                  k, &qs, 4, cB4 + t * D / 2, fB + t, DOC_LEN, cid + t, S, M, mx),
              sec);
         report("B=4 doc x32 q, int8 query", k->name, sec, n_doc, n_doc * (D / 2 + 8 + 4), bw_dram);
+        TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN) quant_estB_doc_max_q8(
+                 k, &qs, 8, cB8 + t * D, fB + t, DOC_LEN, cid + t, S, M, mx),
+             sec);
+        report("B=8 doc x32 q, int8 query", k->name, sec, n_doc, n_doc * (D + 8 + 4), bw_dram);
         float *ipb = cm_malloc((size_t)DOC_LEN * M * 4);
         TIME(for (size_t t = 0; t < n_doc; t += DOC_LEN)
                  k->ipB_multi(qs.q, M, D, 4, cB4 + t * D / 2, DOC_LEN, ipb),

@@ -235,15 +235,14 @@ void quant_estB_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, uint32
                            const uint32_t *cid, const float *cscore, size_t ld,
                            float *out_max)
 {
-    assert(bits >= 1 && bits <= 4);
+    assert(bits >= 1 && bits <= 8);
     if (n == 0 || qs->m == 0) return;
-    table(kt)->docB4_q8_max(qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
+    table(kt)->docB_q8_max(qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
 }
 
 void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
                         const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
                         const float *cscore, size_t ld, float *out_max)
 {
-    if (bits <= 4) quant_estB_doc_max_q8(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
-    else quant_estB_doc_max_float(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
+    quant_estB_doc_max_q8(kt, qs, bits, codesB, fB, n, cid, cscore, ld, out_max);
 }

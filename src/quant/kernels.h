@@ -19,7 +19,7 @@
  * (quant_math.h) is applied by the shared code in kernels.c, so the variants differ only
  * in the inner products.
  *
- * The doc-shape kernels (doc1_lut_max, docB4_q8_max, doc1_q8_max) also apply the
+ * The doc-shape kernels (doc1_lut_max, docB_q8_max, doc1_q8_max) also apply the
  * factors themselves, lane by lane in the scalar order, so they too match scalar bit
  * for bit.
  *
@@ -29,8 +29,8 @@
  * AVX-512 VNNI the integer form on the 8-bit query (byte dot products, query tokens in
  * the lanes), elsewhere the query-interleaved float LUT (one table row per group and
  * nibble holds all m query tokens, so one token costs d/4 contiguous vector adds per 8
- * query tokens). Default full-bit form (B <= 4): the integer form on the 8-bit query at
- * every level (quant_estB_doc_max). */
+ * query tokens). Default full-bit form (B = 1..8): the integer form on the 8-bit query
+ * at every level (quant_estB_doc_max). */
 #ifndef CHIMERA_QUANT_KERNELS_H
 #define CHIMERA_QUANT_KERNELS_H
 
@@ -68,14 +68,16 @@ typedef struct quant_kernels {
      * integers, so every variant matches scalar bit for bit. */
     void (*ipB4_q8)(const uint8_t *q8_t, uint32_t m_pad, uint32_t m, uint32_t dim_pad,
                     const uint8_t *codes, size_t n, int32_t *a, int32_t *st);
-    /* The whole B <= 4 doc shape on the 8-bit query: for each token t and j < m,
-     * ip = qm_q8_ip(q8_delta[j], q8_lo[j], (8 - off) * q8_sum[j], a_tj, st_t - off * d_pad),
+    /* The whole B-bit doc shape (B = 1..8) on the 8-bit query: for each token t and
+     * j < m, with c = 8 for nibble codes (B <= 4) and 128 for byte codes (B >= 5),
+     * a_tj = sum_i (T_ti - c) qu_ji and st_t = sum_i T_ti (exact integers),
+     * ip = qm_q8_ip(q8_delta[j], q8_lo[j], (c - off) * q8_sum[j], a_tj, st_t - off * d_pad),
      * e = (cscore[cid[t]*ld + j] + alpha_t) + kappa_t * ip, unfused, and
      * out_max[j] = max(out_max[j], e). Every variant matches scalar bit for bit. */
-    void (*docB4_q8_max)(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+    void (*docB_q8_max)(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max);
-    /* The 1-bit doc shape on the 8-bit query: as docB4_q8_max with the 1-bit plane's
+    /* The 1-bit doc shape on the 8-bit query: as docB_q8_max with the 1-bit plane's
      * sums (a = -A, hsq = -SQ/2, st = popcount, off = 1/2; quant_math.h) and the f16
      * factors of quant_f1. Every variant matches scalar bit for bit. */
     void (*doc1_q8_max)(const quant_qset *qs, const uint8_t *codes, const quant_f1 *f1, size_t n,
@@ -190,15 +192,15 @@ void quant_est1_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, const 
 void quant_ci_doc_max(const quant_kernels *kt, const uint32_t *cid, size_t n,
                       const float *cscore, size_t ld, uint32_t m, float *out_max);
 
-/* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: for
- * B <= 4 the integer kernels on the 8-bit query (quant_estB_doc_max_q8): at d = 128,
+/* full shape, B-bit codes, max-accumulated into out_max[qs->m]. Default form: the
+ * integer kernels on the 8-bit query (quant_estB_doc_max_q8): for B = 4 at d = 128,
  * m = 32, 5.0x faster than the float dots with AVX-512 VNNI, 3.2x with AVX2 and 1.3x in
  * scalar code (bench/bench_quant.c, bench/RESULTS.md section 2.2), and within
  * (delta_j/2) |kappa| sum_i |u_i| of them (quant_math.h, qm_query8: RMS about 1/25 of
- * the estimator's own error). For B > 4 the
- * float dots (quant_estB_doc_max_float): a byte code times a byte query overflows
- * vpmaddubsw's 16-bit pair sums, and the 8-bit query's error would be as large as the
- * B = 8 estimator's. */
+ * the B = 4 estimator's own error). At B = 8 that error is of the order of the
+ * estimator's own (whose kappa shrinks as the code's range grows), yet ranks as the float
+ * dots do: the same Recall@100 on a real corpus at every setting measured
+ * (bench/RESULTS.md section 5.25). */
 void quant_estB_doc_max(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
                         const uint8_t *codesB, const quant_fB *fB, size_t n, const uint32_t *cid,
                         const float *cscore, size_t ld, float *out_max);
@@ -206,7 +208,7 @@ void quant_estB_doc_max_float(const quant_kernels *kt, const quant_qset *qs, uin
                               const uint8_t *codesB, const quant_fB *fB, size_t n,
                               const uint32_t *cid, const float *cscore, size_t ld,
                               float *out_max);
-/* bits must be 1..4. */
+/* bits must be 1..8. */
 void quant_estB_doc_max_q8(const quant_kernels *kt, const quant_qset *qs, uint32_t bits,
                            const uint8_t *codesB, const quant_fB *fB, size_t n,
                            const uint32_t *cid, const float *cscore, size_t ld,

@@ -12,7 +12,7 @@
  * ipB_multi: the token is unpacked once to centred floats, then 8-wide FMA dots, eight
  * query tokens at a time sharing each load of the token (float sums in another order
  * than scalar: tested against the rounding bound of a d-term dot product).
- * ipB4_q8, docB4_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
+ * ipB4_q8, docB_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
  * query with vpmaddubsw + vpmaddwd, 8 query tokens per vector (see their section). */
 #include <immintrin.h>
 #include <string.h>
@@ -294,6 +294,35 @@ static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
     }
 }
 
+/* The block's n (<= 8) byte codes (B >= 5) as two nibble planes whose sum is
+ * qk_unpack8_s8's T - 128 = 16 (hi - 8) + lo: uh[8][d] = hi - 8, ul[8][d] = lo, both
+ * within vpmaddubsw's reach (a byte code minus 128 is not: two products of 255 x 128
+ * overflow its 16 bits); rows >= n zeroed. */
+static void unpack8_planes(const uint8_t *codes, uint32_t d, size_t n, int8_t *uh, int8_t *ul,
+                           int32_t *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), e8 = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int8_t *ht = uh + t * d, *lt = ul + t * d;
+        if (t >= n) {
+            memset(ht, 0, d);
+            memset(lt, 0, d);
+            st[t] = 0;
+            continue;
+        }
+        __m256i s = z;
+        for (uint32_t c = 0; c < d / 32; c++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(codes + t * d + 32 * c));
+            s = _mm256_add_epi64(s, _mm256_sad_epu8(x, z));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+            _mm256_store_si256((__m256i *)(void *)(ht + 32 * c), _mm256_sub_epi8(hi, e8));
+            _mm256_store_si256((__m256i *)(void *)(lt + 32 * c), _mm256_and_si256(x, m4));
+        }
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        st[t] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+    }
+}
+
 static void unpack1_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
 {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
@@ -327,13 +356,14 @@ static inline int32_t load_i32(const int8_t *p)
     return x;
 }
 
-/* acc[t][v] = the block's sums for query lanes j0 + 8 v + (0..7); NV vectors are all
- * inside the row (j0 + 8 (NV - 1) < m <= m_pad, m_pad a multiple of 8). */
+/* acc[t][v] = w x the block's sums for query lanes j0 + 8 v + (0..7); NV vectors are all
+ * inside the row (j0 + 8 (NV - 1) < m <= m_pad, m_pad a multiple of 8). |u| <= 15, so
+ * that four products fit vpmaddubsw's and the addition's 16 bits; w <= 16. */
 static inline __attribute__((always_inline)) void
 q8_block(const uint8_t *qt, uint32_t mp, uint32_t d, const int8_t *u, uint32_t j0,
-         __m256i acc[QUANT_Q8_BLOCK][2], const int NV)
+         __m256i acc[QUANT_Q8_BLOCK][2], const int NV, const short w)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(w);
     size_t rs = (size_t)mp * 4;
     /* Half a block per pass: 8 accumulators (kept in registers, copied out once), 4 rows,
      * ones and the broadcasts fit the 16 registers. */
@@ -389,8 +419,8 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, cons
             uint32_t left = m - j0;
             int nv = left > 8 ? 2 : 1;
             __m256i acc[QUANT_Q8_BLOCK][2];
-            if (nv == 2) q8_block(qt, mp, d, u, j0, acc, 2);
-            else q8_block(qt, mp, d, u, j0, acc, 1);
+            if (nv == 2) q8_block(qt, mp, d, u, j0, acc, 2, 1);
+            else q8_block(qt, mp, d, u, j0, acc, 1, 1);
             for (int v = 0; v < nv; v++) {
                 __m256i k = lane_mask(left - 8 * (uint32_t)v);
                 for (size_t t = 0; t < nb; t++)
@@ -401,15 +431,23 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t d, cons
 }
 
 /* One block's estimates for query lanes [j0, j0 + 8 NV): the scalar q8_est_max lane by
- * lane (see kernels_avx512.c's q8_chunk). */
+ * lane (see kernels_avx512.c's q8_chunk). ul: NULL, or for byte codes the low nibbles
+ * (u then holds the high ones, unpack8_planes). */
 static inline __attribute__((always_inline)) void
-q8_chunk(const quant_qset *qs, const int8_t *u, size_t nb, const float *al, const float *ka,
-         const float *ys, const float *hsq, const int neg, const uint32_t *cid,
+q8_chunk(const quant_qset *qs, const int8_t *u, const int8_t *ul, size_t nb, const float *al,
+         const float *ka, const float *ys, const float *hsq, const int neg, const uint32_t *cid,
          const float *cscore, size_t ld, float *out_max, uint32_t j0, const int NV)
 {
     uint32_t left = qs->m - j0;
     __m256i acc[QUANT_Q8_BLOCK][2];
-    q8_block(qs->q8_t, qs->m_pad, qs->dim_pad, u, j0, acc, NV);
+    q8_block(qs->q8_t, qs->m_pad, qs->dim_pad, u, j0, acc, NV, ul ? 16 : 1);
+    if (ul) {
+        __m256i lo_acc[QUANT_Q8_BLOCK][2];
+        q8_block(qs->q8_t, qs->m_pad, qs->dim_pad, ul, j0, lo_acc, NV, 1);
+        for (size_t t = 0; t < nb; t++)
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < NV; v++) acc[t][v] = _mm256_add_epi32(acc[t][v], lo_acc[t][v]);
+    }
     __m256i mask[2];
     __m256 dl[2], lo[2], hs[2], mx[2];
     _Pragma("GCC unroll 2")
@@ -438,16 +476,17 @@ q8_chunk(const quant_qset *qs, const int8_t *u, size_t nb, const float *al, cons
     for (int v = 0; v < NV; v++) _mm256_maskstore_ps(out_max + j0 + 8 * v, mask[v], mx[v]);
 }
 
-static inline void q8_chunks(const quant_qset *qs, const int8_t *u, size_t nb, const float *al,
-                             const float *ka, const float *ys, const float *hsq, int neg,
-                             const uint32_t *cid, const float *cscore, size_t ld, float *out_max)
+static inline void q8_chunks(const quant_qset *qs, const int8_t *u, const int8_t *ul, size_t nb,
+                             const float *al, const float *ka, const float *ys, const float *hsq,
+                             int neg, const uint32_t *cid, const float *cscore, size_t ld,
+                             float *out_max)
 {
     for (uint32_t j0 = 0; j0 < qs->m; j0 += 16) {
         int two = qs->m - j0 > 8;
-        if (neg && two) q8_chunk(qs, u, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 2);
-        else if (neg) q8_chunk(qs, u, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 1);
-        else if (two) q8_chunk(qs, u, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 2);
-        else q8_chunk(qs, u, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 1);
+        if (neg && two) q8_chunk(qs, u, ul, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 2);
+        else if (neg) q8_chunk(qs, u, ul, nb, al, ka, ys, hsq, 1, cid, cscore, ld, out_max, j0, 1);
+        else if (two) q8_chunk(qs, u, ul, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 2);
+        else q8_chunk(qs, u, ul, nb, al, ka, ys, hsq, 0, cid, cscore, ld, out_max, j0, 1);
     }
 }
 
@@ -461,26 +500,28 @@ static inline void prefetch_rows(const uint32_t *cid, const float *cscore, size_
         _mm_prefetch((const char *)(cscore + (size_t)cid[t] * ld), _MM_HINT_T0);
 }
 
-static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+static void docB_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max)
 {
-    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
+    _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX], ul[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
     int32_t sb[QUANT_Q8_BLOCK];
     float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
-    uint32_t d = qs->dim_pad;
-    float off = qm_codeB_offset(bits), od = off * (float)d;
-    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
+    uint32_t d = qs->dim_pad, cb = qm_codeB_bytes(d, bits);
+    float off = qm_codeB_offset(bits), od = off * (float)d, centre = (float)qk_q8_centre(bits);
+    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (centre - off) * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         prefetch_rows(cid, cscore, ld, t0 + QUANT_Q8_BLOCK, n);
-        unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        if (bits <= 4) unpack4_block(codes + t0 * cb, d, nb, u, sb);
+        else unpack8_planes(codes + t0 * cb, d, nb, u, ul, sb);
         for (size_t t = 0; t < nb; t++) {
             al[t] = qm_f16_to_f32(fB[t0 + t].alpha);
             ka[t] = fB[t0 + t].kappa;
             ys[t] = (float)sb[t] - od;
         }
-        q8_chunks(qs, u, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld, out_max);
+        q8_chunks(qs, u, bits <= 4 ? NULL : ul, nb, al, ka, ys, hsq, 0, cid + t0, cscore, ld,
+                  out_max);
     }
 }
 
@@ -502,7 +543,7 @@ static void doc1_q8_max(const quant_qset *qs, const uint8_t *codes, const quant_
             ka[t] = qm_f16_to_f32(f1[t0 + t].kappa);
             ys[t] = (float)sb[t] - od;
         }
-        q8_chunks(qs, u, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
+        q8_chunks(qs, u, NULL, nb, al, ka, ys, hsq, 1, cid + t0, cscore, ld, out_max);
     }
 }
 
@@ -681,7 +722,7 @@ static size_t first_above(const float *S, size_t n, uint32_t m, const float *thr
 
 const quant_kernels quant_kernels_avx2 = {"avx2",        ip1_lut,      ip1_pop,
                                           ip1_pop_multi, doc1_lut_max, ipB_multi,
-                                          ipB4_q8,       docB4_q8_max,
+                                          ipB4_q8,       docB_q8_max,
                                           doc1_q8_max,   ci_max,       ip8_q8,
                                           c8_finish,     first_above,
                                           est1_pop,      0};

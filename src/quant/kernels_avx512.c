@@ -10,8 +10,8 @@
  * vector (see its section).
  * ipB_multi: unpack to centred floats, then 16-wide FMA dots, eight query tokens at a
  * time sharing each load of the token (see its section).
- * ipB4_q8, docB4_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
- * query with VNNI vpdpbusd, 16 query tokens per vector, or for a query of at most 8
+ * ipB4_q8, docB_q8_max, doc1_q8_max: nibble and byte codes and 1-bit planes against
+ * the 8-bit query with VNNI vpdpbusd, 16 query tokens per vector, or for a query of at most 8
  * tokens two document tokens per vector (see their section). */
 #include <immintrin.h>
 #include <string.h>
@@ -338,8 +338,9 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
  * against 256 float FMAs in ipB_multi. No horizontal sums: the accumulators are already
  * the [t][j] results, and the estimate epilogue runs on them lane-wise in the scalar
  * order. A block short of 8 tokens computes on zeroed rows and stores only its own.
- * Nibble codes unpack with an and, a shift and a byte interleave; 1-bit planes with one
- * vpmovm2b per 64 dims (a set bit becomes the byte -1). */
+ * Nibble codes unpack with an and, a shift and a byte interleave; byte codes (B >= 5)
+ * with one xor per 64 dims (T - 128: |product| <= 255 * 128, four to a 32-bit lane);
+ * 1-bit planes with one vpmovm2b per 64 dims (a set bit becomes the byte -1). */
 
 /* The block's n (<= 8) nibble codes into u[8][d] (qk_unpack4_s8); rows >= n zeroed. */
 static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
@@ -367,6 +368,36 @@ static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
         __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         st[t] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
     }
+}
+
+/* The block's n (<= 8) byte codes into u[8][d] (qk_unpack8_s8: T - 128, one xor per 64
+ * dims); rows >= n zeroed. */
+static void unpack8_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+    for (size_t t = 0; t < QUANT_Q8_BLOCK; t++) {
+        int8_t *ut = u + t * d;
+        if (t >= n) {
+            memset(ut, 0, d);
+            st[t] = 0;
+            continue;
+        }
+        __m512i s = z;
+        for (uint32_t c = 0; c < d / 64; c++) {
+            __m512i x = _mm512_loadu_si512((const void *)(codes + t * d + 64 * c));
+            s = _mm512_add_epi64(s, _mm512_sad_epu8(x, z));
+            _mm512_store_si512((void *)(ut + 64 * c), _mm512_xor_si512(x, flip));
+        }
+        st[t] = (int32_t)_mm512_reduce_add_epi64(s);
+    }
+}
+
+/* The block's n (<= 8) B-bit codes into u[8][d]: nibble codes (B <= 4) or byte codes. */
+static void unpackB_block(uint32_t bits, const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
+                          int32_t *st)
+{
+    if (bits <= 4) unpack4_block(codes, d, n, u, st);
+    else unpack8_block(codes, d, n, u, st);
 }
 
 /* The block's n (<= 8) 1-bit planes into u[8][d] (qk_unpack1_s8); rows >= n zeroed. */
@@ -566,11 +597,12 @@ static void unpack1_pairs(const uint8_t *codes, uint32_t d, size_t n, int8_t *u2
         }
 }
 
-/* The block's n (<= 8) nibble codes into u2 (unpack4_block's bytes, paired). */
-static void unpack4_pairs(const uint8_t *codes, uint32_t d, size_t n, int8_t *u2, int32_t *st)
+/* The block's n (<= 8) B-bit codes into u2 (unpackB_block's bytes, paired). */
+static void unpackB_pairs(uint32_t bits, const uint8_t *codes, uint32_t d, size_t n, int8_t *u2,
+                          int32_t *st)
 {
     _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
-    unpack4_block(codes, d, n, u, st);
+    unpackB_block(bits, codes, d, n, u, st);
     for (size_t p = 0; p < 4; p++)
         for (uint32_t w = 0; w < d / 64; w++)
             pair_store(u2 + p * 2 * d + 128 * w,
@@ -664,22 +696,22 @@ static inline void q8_estimates(const quant_qset *qs, const int8_t *u, int pairs
     }
 }
 
-static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+static void docB_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max)
 {
     _Alignas(64) int8_t u[QUANT_Q8_BLOCK * QUANT_DIM_MAX];
     int32_t sb[QUANT_Q8_BLOCK];
     float al[QUANT_Q8_BLOCK], ka[QUANT_Q8_BLOCK], ys[QUANT_Q8_BLOCK], hsq[QUANT_QTOK_MAX];
-    uint32_t d = qs->dim_pad;
-    float off = qm_codeB_offset(bits), od = off * (float)d;
+    uint32_t d = qs->dim_pad, cb = qm_codeB_bytes(d, bits);
+    float off = qm_codeB_offset(bits), od = off * (float)d, centre = (float)qk_q8_centre(bits);
     const int pairs = qs->m <= 8;
-    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
+    for (uint32_t j = 0; j < qs->m; j++) hsq[j] = (centre - off) * (float)qs->q8_sum[j];
     for (size_t t0 = 0; t0 < n; t0 += QUANT_Q8_BLOCK) {
         size_t nb = n - t0 < QUANT_Q8_BLOCK ? n - t0 : QUANT_Q8_BLOCK;
         prefetch_rows(cid, cscore, ld, t0 + QUANT_Q8_BLOCK, n);
-        if (pairs) unpack4_pairs(codes + t0 * (d / 2), d, nb, u, sb);
-        else unpack4_block(codes + t0 * (d / 2), d, nb, u, sb);
+        if (pairs) unpackB_pairs(bits, codes + t0 * cb, d, nb, u, sb);
+        else unpackB_block(bits, codes + t0 * cb, d, nb, u, sb);
         for (size_t t = 0; t < nb; t++) {
             al[t] = qm_f16_to_f32(fB[t0 + t].alpha);
             ka[t] = fB[t0 + t].kappa;
@@ -865,7 +897,7 @@ static size_t first_above(const float *S, size_t n, uint32_t m, const float *thr
 
 const quant_kernels quant_kernels_avx512 = {"avx512",      ip1_lut,      ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
-                                            ipB4_q8,       docB4_q8_max,
+                                            ipB4_q8,       docB_q8_max,
                                             doc1_q8_max,   ci_max,       ip8_q8,
                                             c8_finish,     first_above,
                                             est1_pop,      1};

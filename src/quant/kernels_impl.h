@@ -109,6 +109,23 @@ static inline int32_t qk_unpack4_s8(const uint8_t *code, uint32_t dim_pad, int8_
     return st;
 }
 
+/* The centre c of the signed code bytes the 8-bit-query kernels read (u_i = T_i - c):
+ * 8 for nibble codes (B <= 4), 128 for byte codes (B = 5..8), so that u fits a signed
+ * byte either way. */
+static inline int32_t qk_q8_centre(uint32_t bits) { return bits <= 4 ? 8 : 128; }
+
+/* A byte code (B = 5..8) likewise: u[i] = T_i - 128 as a signed byte. Returns sum_i T_i. */
+static inline int32_t qk_unpack8_s8(const uint8_t *code, uint32_t dim_pad, int8_t *u)
+{
+    int32_t st = 0;
+    for (uint32_t i = 0; i < dim_pad; i++) {
+        unsigned t = qm_codeB_get(code, 8, i);
+        u[i] = (int8_t)((int)t - 128);
+        st += (int32_t)t;
+    }
+    return st;
+}
+
 /* A 1-bit plane likewise: u[i] = -b_i. Returns sum_i b_i. */
 static inline int32_t qk_unpack1_s8(const uint8_t *code, uint32_t dim_pad, int8_t *u)
 {

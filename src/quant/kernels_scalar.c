@@ -108,17 +108,18 @@ static void q8_est_max(const quant_qset *qs, const int32_t *a, int neg, const fl
     }
 }
 
-static void docB4_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
+static void docB_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *codes,
                          const quant_fB *fB, size_t n, const uint32_t *cid, const float *cscore,
                          size_t ld, float *out_max)
 {
     uint32_t d = qs->dim_pad, m = qs->m, cb = qm_codeB_bytes(d, bits);
     float off = qm_codeB_offset(bits), od = off * (float)d, hsq[QUANT_QTOK_MAX];
-    for (uint32_t j = 0; j < m; j++) hsq[j] = (8.0f - off) * (float)qs->q8_sum[j];
+    float centre = (float)qk_q8_centre(bits);
+    for (uint32_t j = 0; j < m; j++) hsq[j] = (centre - off) * (float)qs->q8_sum[j];
     int8_t u[QUANT_DIM_MAX];
     int32_t a[QUANT_QTOK_MAX];
     for (size_t t = 0; t < n; t++) {
-        int32_t st = qk_unpack4_s8(codes + t * cb, d, u);
+        int32_t st = bits <= 4 ? qk_unpack4_s8(codes + t * cb, d, u) : qk_unpack8_s8(codes + t * cb, d, u);
         q8_dots(qs->q8_t, qs->m_pad, m, d, u, a);
         q8_est_max(qs, a, 0, hsq, (float)st - od, qm_f16_to_f32(fB[t].alpha), fB[t].kappa,
                    cscore + (size_t)cid[t] * ld, out_max);
@@ -189,7 +190,7 @@ static void est1_pop(const uint32_t *wsum, const uint32_t *pop, const quant_f1 *
 
 const quant_kernels quant_kernels_scalar = {"scalar",      ip1_lut,   ip1_pop,
                                             ip1_pop_multi, doc1_lut_max, ipB_multi,
-                                            ipB4_q8,       docB4_q8_max,
+                                            ipB4_q8,       docB_q8_max,
                                             doc1_q8_max,   ci_max,       ip8_q8,
                                             c8_finish,     first_above,
                                             est1_pop,      0};
