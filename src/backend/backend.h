@@ -128,8 +128,9 @@ static inline BE_HOST_DEVICE float be_probe_floor(float qc, float scale)
 
 typedef enum be_probe_mode {
     BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, or the graph
-                           from K = 49,152 when the refined documents' tokens are a
-                           fraction of S's rows (bench/RESULTS.md section 5.8); a GPU:
+                           from K = 24,576 when the refined documents' tokens are a
+                           fraction of S's rows (bench/RESULTS.md sections 5.8, 5.25);
+                           a GPU:
                            the graph above a size) */
     BE_PROBE_BRUTE = 1, /* top n_probe of the exact centroid scores */
     BE_PROBE_GRAPH = 2, /* the proximity graph */

@@ -78,10 +78,17 @@ _Static_assert(QUANT_QTOK_MAX <= 256, "refinement keeps an entry's query token i
 #define CPU_SAMPLE_PER_ROOT 16
 
 /* probe=auto walks the graph (and computes S lazily) from this many centroids up, when
- * the largest k_refine's documents hold fewer tokens (on average) than there are
- * centroids; below it, or with more tokens to score, the full (batched) sgemm and the
- * brute selection over S are cheaper (bench/RESULTS.md section 5.8). */
-#define CPU_GRAPH_AUTO_K 49152
+ * the largest k_refine's documents hold fewer tokens (on average) than the lazy-row
+ * budget, in throughput mode CPU_GRAPH_AUTO_SHARE of it; below it, or with more tokens
+ * to score, the full (batched) sgemm and the brute selection over S are cheaper
+ * (bench/RESULTS.md section 5.8). Measured again since the walk got faster (section
+ * 5.25, two threads): at K = 10,048 the brute probe is 1.1-1.3x faster, at K = 15,744
+ * either wins by up to 1.25x depending on n_probe, at K = 24,896 the walk is 1.4-1.5x
+ * faster at k = 10, and at K = 47,488 (a real corpus, below the former 49,152) 2x. */
+#define CPU_GRAPH_AUTO_K 24576
+/* The same real corpus at k = 100, n_probe 32, throughput mode: documents holding 0.5 K
+ * tokens were searched 1.3x faster by the walk, 0.75 K and 1.0 K 1.1x slower. */
+#define CPU_GRAPH_AUTO_SHARE 0.6
 
 /* In latency mode the full S is one query's own sgemm, shared with no batch: the lazy
  * rows stay cheaper up to about twice as many tokens as centroids (K = 99,328, k = 100,
@@ -333,7 +340,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     double scored = (double)cfg->max_refine * (double)r->n_tokens /
                     (double)(r->n_docs > 0 ? r->n_docs : 1);
     c->auto_graph = r->n_clusters >= CPU_GRAPH_AUTO_K && r->degree > 0 &&
-                    scored <= (double)c->lazy_tokens;
+                    scored <= (latency ? 1.0 : CPU_GRAPH_AUTO_SHARE) * (double)c->lazy_tokens;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
     if (c->auto_graph) CM_TRY(c8_make(c, err));
