@@ -1212,7 +1212,9 @@ CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const 
  * on the held-out part with a 95% confidence interval over the per-query recalls (normal
  * approximation; the spread is at least that of k independent hits per query). While
  * the interval's lower bound misses the target, the tuning target is raised by the
- * shortfall and the tuning repeated. res->best is the fastest setting found whose
+ * shortfall and the tuning repeated; once one meets it, two walks at targets halfway
+ * between the first target and the met one look for a faster setting that meets it
+ * too (a raise by one pick's whole shortfall can overshoot). res->best is the fastest setting found whose
  * held-out lower bound meets the target (res->reached = 1), else the one with the
  * highest lower bound (reached = 0); res->recall is its held-out recall and the
  * held-out fields describe the interval (res->heldout_need > res->n_heldout: the query

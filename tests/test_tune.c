@@ -738,6 +738,52 @@ static chimera_status cov_eval(void *ctx, const chimera_search_params *p, double
     return CHIMERA_OK;
 }
 
+/* Held-out queries on which few probes lose far more than on the tuning ones (a fragile
+ * pick), and many of them: the first walk's pick falls well short, raising the target by
+ * each pick's whole shortfall ends at a deep setting (27 / 153 / 120 here), and a walk
+ * between the first target and that one finds a cheaper setting that meets it too
+ * (27 probes, k_fullbit 80). */
+static chimera_status fragile_check(void *ctx, const chimera_search_params *p, double *mean,
+                                    double *sd, int64_t *n, double *qps)
+{
+    *mean = model_recall(p) - (p->n_probe < 25 ? 0.03 : 0.005);
+    *sd = 0.01;
+    *n = 100000;
+    *qps = 1e9 / model_cost(ctx, p);
+    return CHIMERA_OK;
+}
+
+static void test_heldout_halving(void)
+{
+    cost_model m = {20, 60, 0.5, 0};
+    chimera_tune_result *res = malloc(sizeof *res), *walk = malloc(sizeof *walk);
+    /* what raising the target by each pick's whole shortfall alone keeps */
+    double t = 0.95, mean, sd, q, lo = 0, hi;
+    int64_t n, need;
+    for (int attempt = 0; attempt < 6; attempt++) {
+        CHECK_OK(sp_tune_backward(model_eval_qps, &m, 10, t, 7000, 20000, walk), NULL);
+        fragile_check(&m, &walk->best, &mean, &sd, &n, &q);
+        sp_recall_interval(mean, sd, n, 10, 1.96, 0.95, &lo, &hi, &need);
+        if (attempt == 0)
+            CHECKF(lo < 0.95, "first pick %u/%u/%u held out %.4f", walk->best.n_probe,
+                   walk->best.k_refine, walk->best.k_fullbit, lo);
+        if (lo >= 0.95) break;
+        t += 0.95 - lo + 0.002;
+    }
+    CHECK(lo >= 0.95);
+    double cost_raised = model_cost(&m, &walk->best);
+    CHECK_OK(sp_tune_heldout(model_eval_qps, &m, fragile_check, &m, 10, 0.95, 1.96, 7000, 20000,
+                             res), NULL);
+    fragile_check(&m, &res->best, &mean, &sd, &n, &q);
+    CHECKF(res->reached && res->heldout_low >= 0.95 && mean >= 0.95,
+           "reached %d low %.4f mean %.4f", res->reached, res->heldout_low, mean);
+    CHECKF(model_cost(&m, &res->best) < cost_raised, "kept %u/%u/%u cost %.0f, raised target's %u/%u/%u %.0f",
+           res->best.n_probe, res->best.k_refine, res->best.k_fullbit, model_cost(&m, &res->best),
+           walk->best.n_probe, walk->best.k_refine, walk->best.k_fullbit, cost_raised);
+    free(res);
+    free(walk);
+}
+
 static void test_backward_covered(void)
 {
     chimera_tune_result *res = malloc(sizeof *res);
@@ -772,6 +818,7 @@ int main(void)
     test_grow_widened();
     test_grow_plateau();
     test_backward_widened();
+    test_heldout_halving();
     test_backward_interaction();
     test_backward_covered();
     test_pseudo_queries();

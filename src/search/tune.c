@@ -7,8 +7,9 @@
  *   3. shrink k_refine (never below k_fullbit) while the target holds;
  *   4. then shrink n_probe while the target holds and the search does not get clearly
  *      slower (fewer probes can cost more where a search widens them again);
- *   4a. try the covered form, k_fullbit = k_refine (no 1-bit pass), shrinking both
- *      while the target holds; kept when measurably faster;
+ *   4a. try the covered form, k_fullbit = k_refine (no 1-bit pass): n_probe shrunk as
+ *      in 4 (the deep list leaves it room), then both depths while the target holds;
+ *      kept when measurably faster;
  *   4b. where k_refine is still 3 k_fullbit or more, try centroid interaction: three
  *      times k_refine, of which the interaction passes on as many as 1-bit scoring took
  *      before, then fewer while the target holds; kept when measurably faster;
@@ -48,6 +49,29 @@ static chimera_status trial(sp_tune_eval_fn eval, void *ctx, const chimera_searc
         pt->params = *p;
         pt->recall = *recall;
         pt->qps = *qps;
+    }
+    return CHIMERA_OK;
+}
+
+/* Step 4's shrinking of n_probe from *p (measured at *r, *q): by quarters (by one from 8
+ * down) while the target holds and the search does not get clearly slower than the
+ * fastest setting of the step; *p, *r, *q end at the last setting kept. */
+static chimera_status shrink_probes(sp_tune_eval_fn eval, void *ctx, chimera_tune_result *res,
+                                    double target, chimera_search_params *p, double *r,
+                                    double *q)
+{
+    for (double fastest = *q;;) {
+        uint32_t next = p->n_probe > 8 ? p->n_probe * 3 / 4 : p->n_probe - 1;
+        if (next < 1 || next == p->n_probe) break;
+        chimera_search_params t = *p;
+        t.n_probe = next;
+        double tr, tq;
+        CM_TRY(trial(eval, ctx, &t, res, &tr, &tq));
+        if (tr < target || tq < fastest * TUNE_SLOWER) break;
+        *p = t;
+        *r = tr;
+        *q = tq;
+        if (tq > fastest) fastest = tq;
     }
     return CHIMERA_OK;
 }
@@ -116,39 +140,36 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
      * probe ran 1.4-1.8x slower than 64 at the same recall on bench/RESULTS.md section
      * 5.21's d80-clust-small, k = 100). Against the fastest, not the step before, so
      * that small losses cannot add up. */
-    for (double fastest = best_q;;) {
-        uint32_t next = p.n_probe > 8 ? p.n_probe * 3 / 4 : p.n_probe - 1;
-        if (next < 1 || next == p.n_probe) break;
-        chimera_search_params t = p;
-        t.n_probe = next;
-        CM_TRY(trial(eval, ctx, &t, res, &r, &q));
-        if (r < target || q < fastest * TUNE_SLOWER) break;
-        p = t;
-        best = t;
-        best_r = r;
-        best_q = q;
-        if (q > fastest) fastest = q;
-    }
+    CM_TRY(shrink_probes(eval, ctx, res, target, &p, &best_r, &best_q));
+    best = p;
     /* 4a. the covered form: k_fullbit raised to k_refine, where the pipeline skips the
-     * 1-bit pass (pipeline.h), then both cut by factors of ~0.8 while the target holds;
-     * kept when measurably faster. On the CPU a 1-bit scored document costs 0.4-0.75x a
+     * 1-bit pass (pipeline.h), n_probe shrunk as in 4, then both depths cut by factors
+     * of ~0.8 while the target holds; kept when measurably faster. On the CPU a 1-bit scored document costs 0.4-0.75x a
      * full-bit one (bench/RESULTS.md 5.19, 5.20), so scoring fewer documents once often
      * beats filtering more of them first. */
     if (p.k_fullbit < p.k_refine) {
-        chimera_search_params t = p, cv = p;
-        t.k_fullbit = t.k_refine;
+        chimera_search_params cv = p;
+        cv.k_fullbit = cv.k_refine;
         double cv_q = 0, cv_r = 0;
-        int ok = 0;
-        for (;;) {
-            CM_TRY(trial(eval, ctx, &t, res, &r, &q));
-            if (r < target) break;
-            ok = 1;
-            cv = t;
-            cv_q = q;
-            cv_r = r;
-            uint32_t next = (uint32_t)((double)t.k_refine * 0.8);
-            if (next < p.k_fullbit || next == t.k_refine) break;
-            t.k_refine = t.k_fullbit = next;
+        CM_TRY(trial(eval, ctx, &cv, res, &cv_r, &cv_q));
+        int ok = cv_r >= target;
+        if (ok) {
+            /* probes first, while the deep list leaves recall to spare: cutting the list
+             * first spends the margin that fewer probes need, and the walk ended at
+             * n_probe 64 where 24 probes and a list a third as deep held the target at
+             * over twice the speed (a real corpus, bench/RESULTS.md section 5.25) */
+            CM_TRY(shrink_probes(eval, ctx, res, target, &cv, &cv_r, &cv_q));
+            for (;;) {
+                uint32_t next = (uint32_t)((double)cv.k_refine * 0.8);
+                if (next < p.k_fullbit || next == cv.k_refine) break;
+                chimera_search_params t = cv;
+                t.k_refine = t.k_fullbit = next;
+                CM_TRY(trial(eval, ctx, &t, res, &r, &q));
+                if (r < target) break;
+                cv = t;
+                cv_q = q;
+                cv_r = r;
+            }
         }
         if (ok && cv_q > best_q * 1.03) {
             p = cv;
@@ -267,7 +288,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 {
     chimera_tune_result *walk = cm_malloc(sizeof *walk);
     if (!walk) return CHIMERA_ERR_NOMEM;
-    double t = target, best_low = -1;
+    double t = target, best_low = -1, t_short = -1;
     int met = 0, have = 0;
     heldout_check b = {0}, h;
     chimera_status s = CHIMERA_OK;
@@ -285,8 +306,34 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
         if (h.low >= target) met = 1;
         /* the walk's own ceiling was below its target: a higher target finds nothing more */
         if (!walk->reached || t >= 1) break;
-        t += target - h.low + 0.002;
-        if (t > 1) t = 1;
+        if (!met) {
+            if (t_short < 0) t_short = t; /* the first target, which fell short */
+            t += target - h.low + 0.002;
+            if (t > 1) t = 1;
+        }
+    }
+    /* The raise above takes the whole shortfall of one pick, whose held-out recall can
+     * fall far below its tuning recall (a real corpus: 64 / 35 / 20 at 0.953 tuning,
+     * 0.934 held out, so the target went 0.95 -> 0.981 and the walk kept n_probe 64 and
+     * k_refine 313, bench/RESULTS.md section 5.25). Two halvings between the first
+     * target, which fell short, and the one that met look for a cheaper setting that
+     * meets it too (from the first: a raised target can fall short again where a lower
+     * one picks a sturdier setting), and the faster by the held-out rate is kept. */
+    for (int i = 0; s == CHIMERA_OK && met && t_short >= 0 && i < 2; i++) {
+        double tm = 0.5 * (t_short + t);
+        if ((s = sp_tune_backward(eval, eval_ctx, k, tm, n_clusters, n_docs, walk)) != CHIMERA_OK)
+            break;
+        if ((s = run_check(check, check_ctx, &walk->best, k, z, target, tm, &h)) != CHIMERA_OK)
+            break;
+        if (h.low >= target && walk->reached) {
+            t = tm;
+            if (h.qps > b.qps) {
+                b = h;
+                memcpy(res, walk, sizeof *res);
+            }
+        } else {
+            t_short = tm;
+        }
     }
     cm_free(walk);
     if (s != CHIMERA_OK) return s;
