@@ -245,10 +245,10 @@ static void error_table(void)
            NT, NQ);
     printf("%-10s %10s %10s %11s %9s %11s %12s\n", "code", "mean|err|", "rmse", "bias",
            "miss1.9", "rmse(f64)", "rmse(k f16)");
-    /* 0: the 1-bit plane via popcount; 9: B = 4 on the 8-bit query (quant_estB_doc_max's
-     * default for B <= 4) */
-    for (int bits = 0; bits <= 9; bits++) {
-        uint32_t b = bits == 0 ? 1 : bits == 9 ? 4 : (uint32_t)bits;
+    /* 0: the 1-bit plane via popcount; 9, 10: B = 4 and B = 8 on the 8-bit query
+     * (quant_estB_doc_max's default); 1-8: float dots */
+    for (int bits = 0; bits <= 10; bits++) {
+        uint32_t b = bits == 0 ? 1 : bits == 9 ? 4 : bits == 10 ? 8 : (uint32_t)bits;
         double sa = 0, s2 = 0, s = 0, miss = 0, s2x = 0, s2h = 0, n = 0;
         for (int t = 0; t < NT; t++) {
             quant_exact_factors x;
@@ -272,12 +272,16 @@ static void error_table(void)
                     ferr = qm_f16_to_f32(f1.f_error);
                 } else {
                     double ip = 0;
-                    if (bits == 9) {
-                        int32_t a[NQ], st;
-                        quant_kernels_for(CM_SIMD_SCALAR)->ipB4_q8(qs.q8_t, qs.m_pad, NQ, D, cB, 1, a, &st);
-                        float off = qm_codeB_offset(4);
-                        ip = qm_q8_ip(qs.q8_delta[j], qs.q8_lo[j], (8.0f - off) * (float)qs.q8_sum[j],
-                                      a[j], (float)st - off * (float)D);
+                    if (bits >= 9) { /* the integer definition of docB_q8_max (kernels.h) */
+                        int32_t c = b <= 4 ? 8 : 128, a = 0, st = 0;
+                        for (int i = 0; i < D; i++) {
+                            int32_t tv = (int32_t)qm_codeB_get(cB, b, (uint32_t)i);
+                            a += (tv - c) * (int32_t)qs.q8_t[((size_t)(i / 4) * qs.m_pad + j) * 4 + i % 4];
+                            st += tv;
+                        }
+                        float off = qm_codeB_offset(b);
+                        ip = qm_q8_ip(qs.q8_delta[j], qs.q8_lo[j], ((float)c - off) * (float)qs.q8_sum[j],
+                                      a, (float)st - off * (float)D);
                     } else {
                         for (int i = 0; i < D; i++) ip += (double)u[i] * qr[i];
                     }
@@ -297,7 +301,8 @@ static void error_table(void)
             }
         }
         char name[16];
-        snprintf(name, sizeof name, bits == 0 ? "1-bit pop" : bits == 9 ? "B=4 q8" : "B=%d", bits);
+        snprintf(name, sizeof name,
+                 bits == 0 ? "1-bit pop" : bits == 9 ? "B=4 q8" : bits == 10 ? "B=8 q8" : "B=%d", bits);
         printf("%-10s %10.3e %10.3e %+11.2e %9.4f %11.3e %12.3e\n", name, sa / n,
                sqrt(s2 / n), s / n, miss / n, sqrt(s2x / n), sqrt(s2h / n));
     }

@@ -28,6 +28,9 @@ THREADS="${THREADS:-2}"
 ROUNDS="${ROUNDS:-3}"
 SEED="${SEED:-5}"
 mkdir -p "$W"
+LOG="$W/commands.log" # what the searches, evals and builds print to stderr
+: > "$LOG"
+trap 'echo "real_targets: a command failed near line $LINENO (its messages: $LOG)" >&2' ERR
 
 for f in tokens.npy doclens.npy queries_flat.npy qlens.npy; do
     [ -f "$D/$f" ] || { echo "real_targets: $D/$f missing (run bench/data/make_corpus.py)" >&2; exit 2; }
@@ -51,12 +54,13 @@ for name, ids in (("T", np.sort(perm[:half])), ("H", np.sort(perm[half:]))):
           f"min {lens[ids].min()}, max {lens[ids].max()}")
 EOF
 
-if [ ! -d "$W/idx" ]; then
-    echo "== build (defaults)"
-    /usr/bin/time -f "build wall %e s, peak RSS %M KiB" \
-        "$C" build --tokens "$D/tokens.npy" --doclens "$D/doclens.npy" --out "$W/idx" \
-        --threads "$THREADS" --no-sync ${BUILD_FLAGS:-} 2>&1 | tr '\r' '\n' | tail -2
-fi
+# always a fresh index: one left by another corpus or BUILD_FLAGS would be timed instead
+rm -rf "$W/idx" "$W/idx.lock"
+echo "== build (defaults${BUILD_FLAGS:+, $BUILD_FLAGS})"
+# shellcheck disable=SC2086
+/usr/bin/time -f "build wall %e s, peak RSS %M KiB" \
+    "$C" build --tokens "$D/tokens.npy" --doclens "$D/doclens.npy" --out "$W/idx" \
+    --threads "$THREADS" --no-sync ${BUILD_FLAGS:-} 2>&1 | tr '\r' '\n' | tail -2
 "$C" info "$W/idx" | sed -n '/^  tokens/p;/^  bits/p;/^  clusters/p;/^  build/p;/^  defaults/,/^  source/p;/^  phases/p'
 
 echo "== exact top-100 of H"
@@ -71,7 +75,7 @@ recall() { # RUN K -> Recall@K of the run on H
 
 echo "== the index's defaults (no flags), held-out recall"
 for k in 10 100; do
-    "$C" search "$W/idx" "${H[@]}" -k $k --threads "$THREADS" --out "$W/H_default_$k.trec" >/dev/null 2>&1
+    "$C" search "$W/idx" "${H[@]}" -k $k --threads "$THREADS" --out "$W/H_default_$k.trec" >/dev/null 2>>"$LOG"
     echo "k=$k defaults: Recall@$k $(recall "$W/H_default_$k.trec" $k)"
 done
 
@@ -80,7 +84,7 @@ for k in 10 100; do
     "$C" tune "$W/idx" --queries "$W/T_flat.npy" --qlens "$W/T_lens.npy" --tokens "$D/tokens.npy" \
         --doclens "$D/doclens.npy" --target-recall 0.95 -k $k --threads "$THREADS" 2>&1 | tail -3
     "$C" search "$W/idx" "${H[@]}" -k $k --recall 0.95 --threads "$THREADS" \
-        --out "$W/H_tuned_$k.trec" >/dev/null 2>&1
+        --out "$W/H_tuned_$k.trec" >/dev/null 2>>"$LOG"
     echo "k=$k tuned profile on H: Recall@$k $(recall "$W/H_tuned_$k.trec" $k)"
 done
 

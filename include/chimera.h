@@ -1195,8 +1195,9 @@ typedef struct chimera_tune_result {
  * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target
  * (since 0.10.0 n_probe only while the search does not get clearly slower: fewer probes
  * can cost more where a search widens them again);
- * since 0.8.1 it then tries k_fullbit = k_refine (no 1-bit pass), shrinking both, and
- * keeps that when measurably faster. Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
+ * since 0.8.1 it then tries k_fullbit = k_refine (no 1-bit pass), shrinking n_probe
+ * (since 0.10.0, before the depths) and then both depths, and keeps that when
+ * measurably faster. Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
  * (chimera_build_opts.rerank) is tuned with the exact re-rank on, every full-bit scored
  * document re-scored (rerank_depth = k_fullbit, in res->best and every point).
  * Thread-safe, as chimera_index_search (it is a series of searches).

@@ -12,8 +12,9 @@
  * ipB_multi: the token is unpacked once to centred floats, then 8-wide FMA dots, eight
  * query tokens at a time sharing each load of the token (float sums in another order
  * than scalar: tested against the rounding bound of a d-term dot product).
- * ipB4_q8, docB_q8_max, doc1_q8_max: nibble codes and 1-bit planes against the 8-bit
- * query with vpmaddubsw + vpmaddwd, 8 query tokens per vector (see their section). */
+ * ipB4_q8, docB_q8_max, doc1_q8_max: nibble codes, byte codes (as two nibble planes)
+ * and 1-bit planes against the 8-bit query with vpmaddubsw + vpmaddwd, 8 query tokens
+ * per vector (see their section). */
 #include <immintrin.h>
 #include <string.h>
 

@@ -207,8 +207,10 @@ QM_HD static inline void qm_query4(const float *q, uint32_t dim_pad, uint64_t *p
  * RMSE 6.270e-3 -> 6.275e-3, the eps0 bound's miss rate 0.0492 -> 0.0495). On Chamfer
  * scores of the demo corpus the q8 - float difference is 0.0015 RMS against 0.032 for
  * float - exact (bench/RESULTS.md), so rankings move only where the estimator's own
- * noise already decides them. For B >= 5 the estimator's RMSE (3.9e-4 at B = 8) is as
- * small as this error, so those codes keep the float query.
+ * noise already decides them. For B >= 5 the estimator's RMSE (3.9e-4 at B = 8) is of
+ * the order of this error (bench/bench_quant.c's error table, row "B=8 q8"), yet
+ * rankings on a real corpus came out as the float query's (bench/RESULTS.md section
+ * 5.25), so byte codes use the 8-bit query too (as T - 128, kernels.h).
  *
  * Layout (query-interleaved, like lut_t): 4 dims (one 32-bit lane of vpdpbusd) per
  * group, q8_t[((i/4) * m_pad + j) * 4 + i % 4] = qu_i of query token j. One group of a

@@ -68,7 +68,7 @@ typedef struct quant_qset {
     uint64_t *planes_t; /* [n_words][4][m_pad]: query-interleaved planes (doc kernels) */
     float *delta, *vlow;
     int32_t *sum_qu;
-    /* 8-bit query for the B <= 4 full-bit kernels (quant_math.h, qm_query8):
+    /* 8-bit query for the full-bit kernels (quant_math.h, qm_query8):
      * q8_t [dim_pad/4][m_pad][4] bytes, zero for j >= m; per token delta, lo, sum. */
     uint8_t *q8_t;
     float *q8_delta, *q8_lo;

@@ -132,7 +132,7 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
         best_r = r;
         best_q = q;
     }
-    /* 4. shrink n_probe by halves (then by one quarter) while the target holds and the
+    /* 4. shrink n_probe by quarters (by one from 8 down) while the target holds and the
      * search does not get clearly slower than the fastest setting of this step: where
      * the probed clusters of fewer probes hold too few documents for k_fullbit (a
      * strongly clustered corpus), a search doubles its probing and refines again
@@ -325,7 +325,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
             break;
         if ((s = run_check(check, check_ctx, &walk->best, k, z, target, tm, &h)) != CHIMERA_OK)
             break;
-        if (h.low >= target && walk->reached) {
+        if (h.low >= target && walk->reached) { /* a walk short of its own target: no pick */
             t = tm;
             if (h.qps > b.qps) {
                 b = h;
