@@ -296,7 +296,7 @@ static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
 }
 
 /* The block's n (<= 8) byte codes (B >= 5) as two nibble planes whose sum is
- * qk_unpack8_s8's T - 128 = 16 (hi - 8) + lo: uh[8][d] = hi - 8, ul[8][d] = lo, both
+ * qk_unpackB_s8's T - 128 = 16 (hi - 8) + lo: uh[8][d] = hi - 8, ul[8][d] = lo, both
  * within vpmaddubsw's reach (a byte code minus 128 is not: two products of 255 x 128
  * overflow its 16 bits); rows >= n zeroed. */
 static void unpack8_planes(const uint8_t *codes, uint32_t d, size_t n, int8_t *uh, int8_t *ul,

@@ -342,7 +342,7 @@ static void ipB_multi(const float *q, uint32_t m, uint32_t dim_pad, uint32_t bit
  * with one xor per 64 dims (T - 128: |product| <= 255 * 128, four to a 32-bit lane);
  * 1-bit planes with one vpmovm2b per 64 dims (a set bit becomes the byte -1). */
 
-/* The block's n (<= 8) nibble codes into u[8][d] (qk_unpack4_s8); rows >= n zeroed. */
+/* The block's n (<= 8) nibble codes into u[8][d] (qk_unpackB_s8); rows >= n zeroed. */
 static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
 {
     const __m256i m4 = _mm256_set1_epi8(15), e8 = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
@@ -370,7 +370,7 @@ static void unpack4_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u,
     }
 }
 
-/* The block's n (<= 8) byte codes into u[8][d] (qk_unpack8_s8: T - 128, one xor per 64
+/* The block's n (<= 8) byte codes into u[8][d] (qk_unpackB_s8: T - 128, one xor per 64
  * dims); rows >= n zeroed. */
 static void unpack8_block(const uint8_t *codes, uint32_t d, size_t n, int8_t *u, int32_t *st)
 {

@@ -96,31 +96,19 @@ static inline void qk_unpackB(const uint8_t *code, uint32_t bits, uint32_t d, fl
  * of them. */
 #define QUANT_Q8_BLOCK 8
 
-/* A nibble code as the 8-bit-query kernels read it (quant_math.h, qm_query8):
- * u[i] = T_i - 8 as a signed byte. Returns sum_i T_i. */
-static inline int32_t qk_unpack4_s8(const uint8_t *code, uint32_t dim_pad, int8_t *u)
-{
-    int32_t st = 0;
-    for (uint32_t i = 0; i < dim_pad; i++) {
-        unsigned t = qm_codeB_get(code, 4, i);
-        u[i] = (int8_t)((int)t - 8);
-        st += (int32_t)t;
-    }
-    return st;
-}
-
 /* The centre c of the signed code bytes the 8-bit-query kernels read (u_i = T_i - c):
  * 8 for nibble codes (B <= 4), 128 for byte codes (B = 5..8), so that u fits a signed
  * byte either way. */
 static inline int32_t qk_q8_centre(uint32_t bits) { return bits <= 4 ? 8 : 128; }
 
-/* A byte code (B = 5..8) likewise: u[i] = T_i - 128 as a signed byte. Returns sum_i T_i. */
-static inline int32_t qk_unpack8_s8(const uint8_t *code, uint32_t dim_pad, int8_t *u)
+/* A B-bit code as the 8-bit-query kernels read it (quant_math.h, qm_query8):
+ * u[i] = T_i - qk_q8_centre(bits) as a signed byte. Returns sum_i T_i. */
+static inline int32_t qk_unpackB_s8(const uint8_t *code, uint32_t bits, uint32_t dim_pad, int8_t *u)
 {
-    int32_t st = 0;
+    int32_t st = 0, c = qk_q8_centre(bits);
     for (uint32_t i = 0; i < dim_pad; i++) {
-        unsigned t = qm_codeB_get(code, 8, i);
-        u[i] = (int8_t)((int)t - 128);
+        unsigned t = qm_codeB_get(code, bits, i);
+        u[i] = (int8_t)((int32_t)t - c);
         st += (int32_t)t;
     }
     return st;

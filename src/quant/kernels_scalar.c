@@ -89,7 +89,7 @@ static void ipB4_q8(const uint8_t *qt, uint32_t mp, uint32_t m, uint32_t dim_pad
     int8_t u[QUANT_DIM_MAX];
     uint32_t cb = qm_codeB_bytes(dim_pad, 4);
     for (size_t t = 0; t < n; t++) {
-        st[t] = qk_unpack4_s8(codes + t * cb, dim_pad, u);
+        st[t] = qk_unpackB_s8(codes + t * cb, 4, dim_pad, u);
         q8_dots(qt, mp, m, dim_pad, u, a + t * m);
     }
 }
@@ -119,7 +119,7 @@ static void docB_q8_max(const quant_qset *qs, uint32_t bits, const uint8_t *code
     int8_t u[QUANT_DIM_MAX];
     int32_t a[QUANT_QTOK_MAX];
     for (size_t t = 0; t < n; t++) {
-        int32_t st = bits <= 4 ? qk_unpack4_s8(codes + t * cb, d, u) : qk_unpack8_s8(codes + t * cb, d, u);
+        int32_t st = qk_unpackB_s8(codes + t * cb, bits, d, u);
         q8_dots(qs->q8_t, qs->m_pad, m, d, u, a);
         q8_est_max(qs, a, 0, hsq, (float)st - od, qm_f16_to_f32(fB[t].alpha), fB[t].kappa,
                    cscore + (size_t)cid[t] * ld, out_max);
