@@ -130,8 +130,7 @@ typedef enum be_probe_mode {
     BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, or the graph
                            from K = 24,576 when the refined documents' tokens are a
                            fraction of S's rows (bench/RESULTS.md sections 5.8, 5.25);
-                           a GPU:
-                           the graph above a size) */
+                           a GPU: the graph above a size) */
     BE_PROBE_BRUTE = 1, /* top n_probe of the exact centroid scores */
     BE_PROBE_GRAPH = 2, /* the proximity graph */
 } be_probe_mode;

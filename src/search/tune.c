@@ -144,9 +144,9 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
     best = p;
     /* 4a. the covered form: k_fullbit raised to k_refine, where the pipeline skips the
      * 1-bit pass (pipeline.h), n_probe shrunk as in 4, then both depths cut by factors
-     * of ~0.8 while the target holds; kept when measurably faster. On the CPU a 1-bit scored document costs 0.4-0.75x a
-     * full-bit one (bench/RESULTS.md 5.19, 5.20), so scoring fewer documents once often
-     * beats filtering more of them first. */
+     * of ~0.8 while the target holds; kept when measurably faster. On the CPU a 1-bit
+     * scored document costs 0.4-0.75x a full-bit one (bench/RESULTS.md 5.19, 5.20), so
+     * scoring fewer documents once often beats filtering more of them first. */
     if (p.k_fullbit < p.k_refine) {
         chimera_search_params cv = p;
         cv.k_fullbit = cv.k_refine;
