@@ -125,13 +125,13 @@ int main(int argc, char **argv)
                     uint32_t m = (uint32_t)L[i];
                     double t0 = cm_now();
                     if (f->query_begin(be.ctx, 0, q, m, &err) != CHIMERA_OK ||
-                        f->probe(be.ctx, 0, np, BE_PROBE_GRAPH, cg, NULL, &err) != CHIMERA_OK)
+                        f->probe(be.ctx, 0, np, 0, BE_PROBE_GRAPH, cg, NULL, &err) != CHIMERA_OK)
                         return die("graph probe", &err);
                     double t1 = cm_now();
                     t_graph += t1 - t0;
                     if (rep) continue; /* the brute probe once: it is the reference */
                     if (f->query_begin(be.ctx, 0, q, m, &err) != CHIMERA_OK ||
-                        f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cb, NULL, &err) != CHIMERA_OK)
+                        f->probe(be.ctx, 0, np, 0, BE_PROBE_BRUTE, cb, NULL, &err) != CHIMERA_OK)
                         return die("brute probe", &err);
                     t_brute += cm_now() - t1;
                     for (uint32_t j = 0; j < m; j++)

@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 10
+#define CHIMERA_VERSION_MINOR 11
 #define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.10.0"
+#define CHIMERA_VERSION_STRING "0.11.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -1099,6 +1099,12 @@ typedef struct chimera_search_profile {
                                    straight to a filter's direct path (one that fell
                                    back to it after a filtered refinement counts that
                                    refinement's probes) */
+    /* Since 0.11.0 */
+    uint64_t n_walked;          /* of n_probed, those a walk of the centroid graph
+                                   found (the CPU's probe=auto walks on large indexes
+                                   for queries whose documents' tokens are few next to
+                                   the centroids); the rest were selected from scores
+                                   against every centroid */
 } chimera_search_profile;
 
 /* Sets every field of *p that is zero to the default a search of `index` with this k

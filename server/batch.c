@@ -125,6 +125,7 @@ static void answer_results(srv_search *s, const chimera_index *ix, const int64_t
             cJSON_AddNumberToObject(p, "n_scored1", (double)prof->n_scored1 / n);
             cJSON_AddNumberToObject(p, "n_rows", (double)prof->n_rows / n);
             cJSON_AddNumberToObject(p, "n_probed", (double)prof->n_probed / n);
+            cJSON_AddNumberToObject(p, "n_walked", (double)prof->n_walked / n);
             cJSON_AddNumberToObject(p, "n_reranked", (double)prof->n_reranked / n);
             cJSON_AddNumberToObject(p, "tokens_refined", (double)prof->tokens_refined / n);
             cJSON_AddNumberToObject(p, "docs_touched", (double)prof->docs_touched / n);

@@ -1272,6 +1272,7 @@ typedef struct sp_tune_ctx {
     int rerank; /* tune with the exact re-rank tier on (chimera_index_tune) */
     uint32_t dim;   /* the index's, and its mean document length: for tune_cost_eval */
     double doc_len;
+    uint32_t n_clusters; /* the index's: for tune_cost_eval */
     float impute_scale; /* every search's, where the setting leaves it at 0 */
 } sp_tune_ctx;
 
@@ -1334,7 +1335,8 @@ static chimera_status tune_cost_eval(void *vctx, const chimera_search_params *p,
     chimera_search_profile prof = {0};
     chimera_search_params sp;
     CM_TRY(tune_run(t, p, &sp, &prof, recall));
-    *cost = sp_tune_cost(&prof, &sp, t->q->q.n, t->q->q.off[t->q->q.n], t->dim, t->doc_len);
+    *cost = sp_tune_cost(&prof, &sp, t->q->q.n, t->q->q.off[t->q->q.n], t->dim, t->doc_len,
+                         t->n_clusters);
     return CHIMERA_OK;
 }
 
@@ -1359,6 +1361,7 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
                      cm_malloc((size_t)n * k * sizeof(int64_t)),
                      cm_malloc((size_t)n * k * sizeof(float)),
                      err,
+                     0,
                      0,
                      0,
                      0,
@@ -1504,7 +1507,7 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
         float scale = impute_scale > 0 ? impute_scale : view_impute_scale(&v->ix, k);
         sp_tune_ctx t = {index, tq, tt, truth_k, k, opts, ids, sc, err, rerank, v->ix.dim,
                          v->ix.n_docs ? (double)v->ix.n_tokens / (double)v->ix.n_docs : 1,
-                         scale};
+                         v->ix.n_clusters, scale};
         check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank, scale};
         int64_t live = v->ix.n_docs - v->ix.n_deleted;
         s = grow_from ? sp_tune_grow_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,

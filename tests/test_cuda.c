@@ -286,7 +286,7 @@ static int run_query(cm_backend *b, int worker, const float *q, run *x, chimera_
     const struct cm_backend_i *it = b->iface;
     poison_run(x);
     if (it->query_begin(b->ctx, worker, q, M, err) != CHIMERA_OK) return -1;
-    if (it->probe(b->ctx, worker, NP, BE_PROBE_BRUTE, x->cid, x->qc, err) != CHIMERA_OK) return -1;
+    if (it->probe(b->ctx, worker, NP, 0, BE_PROBE_BRUTE, x->cid, x->qc, err) != CHIMERA_OK) return -1;
     for (int imp = 0; imp < 3; imp++) {
         be_refine_stats st;
         if (it->refine(b->ctx, worker, KR, (be_floor){(be_impute)imp, 1.0f}, NULL, x->docs[imp], x->partial[imp], &x->n[imp],
@@ -382,7 +382,7 @@ static void compare_fixture(fix *f)
         uint32_t gc[M * NP];
         float gq[M * NP];
         CHECK_OK(gpu.iface->query_begin(gpu.ctx, w, q, M, &err), &err);
-        CHECK_OK(gpu.iface->probe(gpu.ctx, w, NP, BE_PROBE_GRAPH, gc, gq, &err), &err);
+        CHECK_OK(gpu.iface->probe(gpu.ctx, w, NP, 0, BE_PROBE_GRAPH, gc, gq, &err), &err);
         for (int j = 0; j < M; j++)
             for (int p = 0; p < NP; p++) {
                 graph_total++;
@@ -440,7 +440,7 @@ static void cpu_probe_check(fix *f)
     for (int64_t qi = 0; qi < f->s.n_queries; qi++) {
         const float *q = f->s.queries + (size_t)qi * M * f->r.dim;
         CHECK_OK(cpu.iface->query_begin(cpu.ctx, 0, q, M, &err), &err);
-        CHECK_OK(cpu.iface->probe(cpu.ctx, 0, NP, BE_PROBE_BRUTE, cid, qc, &err), &err);
+        CHECK_OK(cpu.iface->probe(cpu.ctx, 0, NP, 0, BE_PROBE_BRUTE, cid, qc, &err), &err);
         ref_q rq;
         ref_begin(f, q, &rq);
         for (uint32_t j = 0; j < M; j++) {

@@ -810,7 +810,7 @@ static void test_graph_probe(const bench *b)
             uint32_t m;
             const float *q = query(&b->q, i, &m);
             CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
-            CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cb, qb, &err), &err);
+            CHECK_OK(f->probe(be.ctx, 0, np, 0, BE_PROBE_BRUTE, cb, qb, &err), &err);
             CHECK_OK(f->refine(be.ctx, 0, NR, (be_floor){BE_IMPUTE_PROBE_FLOOR, 1.0f}, NULL, docs, NULL, &n_b, NULL,
                                &err), &err);
             memcpy(Sb, f->host_centroid_scores(be.ctx, 0), (size_t)K * m * sizeof *Sb);
@@ -825,7 +825,7 @@ static void test_graph_probe(const bench *b)
             }
             CHECK_OK(f->score1(be.ctx, 0, docs, n_b, s1b, &err), &err);
             CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
-            CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_GRAPH, cg, qg, &err), &err);
+            CHECK_OK(f->probe(be.ctx, 0, np, 0, BE_PROBE_GRAPH, cg, qg, &err), &err);
             for (uint32_t j = 0; j < m; j++)
                 for (uint32_t a = 0; a < np; a++) {
                     uint32_t id = cg[j * np + a];
@@ -960,7 +960,7 @@ static void test_graph_batched(const bench *b)
     for (int i = 0; i < NQ; i++) {
         qs[i] = query(&b->q, i, &ms[i]);
         CHECK_OK(f->query_begin(be.ctx, 0, qs[i], ms[i], &err), &err);
-        CHECK_OK(f->probe(be.ctx, 0, NP, (i & 1) ? BE_PROBE_BRUTE : BE_PROBE_GRAPH, ref[i], NULL,
+        CHECK_OK(f->probe(be.ctx, 0, NP, 0, (i & 1) ? BE_PROBE_BRUTE : BE_PROBE_GRAPH, ref[i], NULL,
                           &err), &err);
     }
     CHECK_OK(f->query_batch(be.ctx, 0, qs, ms, NQ, &taken, &err), &err);
@@ -968,12 +968,65 @@ static void test_graph_batched(const bench *b)
     int diff = 0;
     for (int i = 0; i < NQ; i++) {
         CHECK_OK(f->query_begin(be.ctx, 0, qs[i], ms[i], &err), &err);
-        CHECK_OK(f->probe(be.ctx, 0, NP, (i & 1) ? BE_PROBE_BRUTE : BE_PROBE_GRAPH, got, NULL,
+        CHECK_OK(f->probe(be.ctx, 0, NP, 0, (i & 1) ? BE_PROBE_BRUTE : BE_PROBE_GRAPH, got, NULL,
                           &err), &err);
         diff += memcmp(got, ref[i], (size_t)ms[i] * NP * sizeof *got) != 0;
     }
     CHECKF(diff == 0, "batched probes: %d of %d queries probe other centroids", diff, NQ);
     backend_free(&be);
+}
+
+/* probe=auto chooses per query, by the depth of the refine that follows, not once by
+ * the engine's deepest: on an engine sized for every document, a shallow query walks the
+ * graph (the same centroids as BE_PROBE_GRAPH, and scoring then computes rows of S one
+ * by one) and a deep one, or one of unknown depth, probes by brute force (S in full, no
+ * rows counted). Below the centroid threshold every depth probes by brute force. Walked
+ * probes are counted (probes_walked), the others not. */
+static void test_probe_auto_depth(const bench *b)
+{
+    be_segment seg;
+    be_resident r;
+    resident_of(&b->ix, &seg, &r);
+    enum { NP = 8, NQ = 4 };
+    uint32_t nd = (uint32_t)b->ix.n_docs, doc0 = 0;
+    static uint32_t got[64 * NP], ref[64 * NP];
+    float sc;
+    for (int low = 1; low >= 0; low--) {
+        /* low: the threshold at one centroid; else the backend's own, above this K */
+        be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP,
+                         .max_refine = nd, .graph_auto_k = low ? 1 : 0};
+        cm_backend be;
+        chimera_error err;
+        CHECK_OK(backend_new("cpu", &be, &err), &err);
+        CHECK_OK(be.iface->upload(be.ctx, &r, &cfg, &err), &err);
+        const struct cm_backend_i *f = be.iface;
+        int bad_ids = 0, bad_rows = 0;
+        uint32_t depths[3] = {1, nd, 0};
+        for (int i = 0; i < NQ; i++)
+            for (int d = 0; d < 3; d++) {
+                uint32_t m;
+                const float *q = query(&b->q, i, &m);
+                int walks = low && d == 0;
+                CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
+                uint64_t rows0 = f->rows_computed(be.ctx, 0), w0 = f->probes_walked(be.ctx, 0);
+                CHECK_OK(f->probe(be.ctx, 0, NP, depths[d], BE_PROBE_AUTO, got, NULL, &err), &err);
+                uint64_t rows1 = f->rows_computed(be.ctx, 0);
+                bad_rows += f->probes_walked(be.ctx, 0) - w0 != (walks ? (uint64_t)m * NP : 0);
+                CHECK_OK(f->score1(be.ctx, 0, &doc0, 1, &sc, &err), &err);
+                /* a walk's rows come with scoring, none at the probe */
+                bad_rows += (f->rows_computed(be.ctx, 0) > rows1) != walks;
+                bad_rows += rows1 != rows0;
+                CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
+                CHECK_OK(f->probe(be.ctx, 0, NP, 0, walks ? BE_PROBE_GRAPH : BE_PROBE_BRUTE, ref,
+                                  NULL, &err), &err);
+                bad_ids += memcmp(got, ref, (size_t)m * NP * sizeof *got) != 0;
+            }
+        CHECKF(bad_ids == 0 && bad_rows == 0,
+               "probe=auto by depth (threshold %s, K %u): %d of %d probes differ from the mode "
+               "expected, %d counts of rows or walked probes otherwise", low ? "1" : "default",
+               b->ix.n_clusters, bad_ids, 3 * NQ, bad_rows);
+        backend_free(&be);
+    }
 }
 
 /* End to end, graph against brute probing: per query the top 10 ids overlap by at least
@@ -1102,7 +1155,7 @@ static void test_floor_scale(const bench *b)
         uint32_t m;
         const float *q = query(&b->q, i, &m);
         CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
-        CHECK_OK(f->probe(be.ctx, 0, NP, BE_PROBE_BRUTE, NULL, qc, &err), &err);
+        CHECK_OK(f->probe(be.ctx, 0, NP, 0, BE_PROBE_BRUTE, NULL, qc, &err), &err);
         int positive = 1;
         for (uint32_t j = 0; j < m; j++) positive &= qc[(size_t)j * NP + NP - 1] > 0.0f;
         for (size_t t = 0; t < (size_t)3 * nd; t++) by_doc[t] = NAN;
@@ -1207,7 +1260,7 @@ static void test_refine_reference(const bench *b)
             int pi = c2 / 3, fi = c2 % 3;
             uint32_t np = nps[pi], n_out;
             CHECK_OK(f->query_begin(be.ctx, 0, q, m, &err), &err);
-            CHECK_OK(f->probe(be.ctx, 0, np, BE_PROBE_BRUTE, cids, qc, &err), &err);
+            CHECK_OK(f->probe(be.ctx, 0, np, 0, BE_PROBE_BRUTE, cids, qc, &err), &err);
             CHECK_OK(f->refine(be.ctx, 0, nd, floors[fi], NULL, docs, part, &n_out, NULL, &err),
                      &err);
             for (size_t t = 0; t < (size_t)nd * m; t++) ref[t] = -INFINITY;
@@ -1812,7 +1865,7 @@ static void test_probe_unfilled(const bench *b)
     uint32_t cids[4 * 8];
     float qc[4 * 8];
     memset(cids, 0, sizeof cids);
-    CHECK_OK(be.iface->probe(be.ctx, 0, 8, BE_PROBE_BRUTE, cids, qc, &err), &err);
+    CHECK_OK(be.iface->probe(be.ctx, 0, 8, 0, BE_PROBE_BRUTE, cids, qc, &err), &err);
     int padded = 1;
     for (int i = 0; i < 4 * 8; i++) padded &= cids[i] == UINT32_MAX && qc[i] == -INFINITY;
     CHECKF(padded, "probe over -inf scores: cid %u score %g (want padding)", cids[0], qc[0]);
@@ -1955,6 +2008,7 @@ int main(void)
         test_graph_probe(&pm);
         test_graph_end_to_end(&pm);
         test_graph_batched(&pm);
+        test_probe_auto_depth(&pm);
         test_seeded_walk(&pm);
         test_widen(&pm);
     }

@@ -440,6 +440,7 @@ static chimera_search_profile twice(chimera_search_profile p)
     p.n_fullbit *= 2;
     p.n_rows *= 2;
     p.n_probed *= 2;
+    p.n_walked *= 2;
     return p;
 }
 
@@ -448,29 +449,29 @@ static void test_cost_model(void)
     chimera_search_profile a = {.tokens_refined = 40000, .docs_touched = 12000,
                                 .n_refined = 160, .n_scored1 = 160, .n_fullbit = 40};
     chimera_search_params p = {.n_probe = 8, .k_refine = 160, .k_fullbit = 40};
-    double base = sp_tune_cost(&a, &p, 1, 32, 128, 80);
+    double base = sp_tune_cost(&a, &p, 1, 32, 128, 80, 0);
     CHECK(base > 0);
     /* every count adds to the cost */
     chimera_search_profile b = a;
     b.tokens_refined *= 2;
-    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) > base);
     b = a;
     b.n_fullbit *= 2;
-    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) > base);
     b = a;
     b.n_scored1 *= 2;
-    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) > base);
     b = a;
     b.docs_touched *= 2;
-    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80) > base);
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) > base);
     chimera_search_params q = p;
     q.n_probe = 16;
-    CHECK(sp_tune_cost(&a, &q, 1, 32, 128, 80) > base);
+    CHECK(sp_tune_cost(&a, &q, 1, 32, 128, 80, 0) > base);
     /* per query: two queries with twice the counts cost the same each */
     b = twice(a);
-    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - base) < 1e-9 * base);
+    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80, 0) - base) < 1e-9 * base);
     /* wider tokens and longer documents cost more to score */
-    CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160) > base);
+    CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80, 0) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160, 0) > base);
     /* centroid interaction (the setting's k_interaction below k_refine): scoring a
      * quarter of the refined documents at 1 bit after it costs less than scoring them
      * all, more than scoring that quarter with no interaction */
@@ -479,14 +480,14 @@ static void test_cost_model(void)
     b = a;
     b.n_scored1 = b.n_refined / 4;
     chimera_search_profile c = b;
-    double with = sp_tune_cost(&b, &pi, 1, 32, 128, 80);
-    CHECKF(with < base && with > sp_tune_cost(&c, &p, 1, 32, 128, 80), "%g vs %g", with, base);
+    double with = sp_tune_cost(&b, &pi, 1, 32, 128, 80, 0);
+    CHECKF(with < base && with > sp_tune_cost(&c, &p, 1, 32, 128, 80, 0), "%g vs %g", with, base);
     /* k_interaction at or above k_refine is off: no interaction cost */
     pi.k_interaction = 160;
-    CHECK(sp_tune_cost(&a, &pi, 1, 32, 128, 80) == base);
+    CHECK(sp_tune_cost(&a, &pi, 1, 32, 128, 80, 0) == base);
     /* the interaction's share does not grow with the dimension, 1-bit scoring's does */
     pi.k_interaction = 40;
-    double d256 = sp_tune_cost(&b, &pi, 1, 32, 256, 80) - sp_tune_cost(&a, &p, 1, 32, 256, 80);
+    double d256 = sp_tune_cost(&b, &pi, 1, 32, 256, 80, 0) - sp_tune_cost(&a, &p, 1, 32, 256, 80, 0);
     CHECK(d256 < with - base);
     /* full-bit scoring covering every refined document: no 1-bit pass, no 1-bit cost */
     chimera_search_profile cv = a, cv1 = a;
@@ -494,28 +495,50 @@ static void test_cost_model(void)
     cv.n_scored1 = 0;
     chimera_search_params pc = p;
     pc.k_fullbit = pc.k_refine;
-    CHECKF(sp_tune_cost(&cv, &pc, 1, 32, 128, 80) < sp_tune_cost(&cv1, &pc, 1, 32, 128, 80),
-           "covered %g vs 1-bit scored %g", sp_tune_cost(&cv, &pc, 1, 32, 128, 80),
-           sp_tune_cost(&cv1, &pc, 1, 32, 128, 80));
+    CHECKF(sp_tune_cost(&cv, &pc, 1, 32, 128, 80, 0) < sp_tune_cost(&cv1, &pc, 1, 32, 128, 80, 0),
+           "covered %g vs 1-bit scored %g", sp_tune_cost(&cv, &pc, 1, 32, 128, 80, 0),
+           sp_tune_cost(&cv1, &pc, 1, 32, 128, 80, 0));
     /* centroid-score rows computed one by one add to the cost, per query */
     b = a;
     b.n_rows = 5000;
-    double rows1 = sp_tune_cost(&b, &p, 1, 32, 128, 80);
+    double rows1 = sp_tune_cost(&b, &p, 1, 32, 128, 80, 0);
     CHECK(rows1 > base);
     b = twice(b);
-    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - rows1) < 1e-9 * rows1);
+    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80, 0) - rows1) < 1e-9 * rows1);
     /* the probes that ran: the setting's n_probe where none were counted, every round of
      * a probing that widened where they were (8 + 16 + 32), per query */
     b = a;
     b.n_probed = 8;
-    CHECK(fabs(sp_tune_cost(&b, &p, 1, 32, 128, 80) - base) < 1e-9 * base);
+    CHECK(fabs(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) - base) < 1e-9 * base);
     b.n_probed = 56;
-    double widened = sp_tune_cost(&b, &p, 1, 32, 128, 80);
+    double widened = sp_tune_cost(&b, &p, 1, 32, 128, 80, 0);
     CHECK(widened > base && widened == sp_tune_cost(&a, &(chimera_search_params){.n_probe = 56,
                                                       .k_refine = 160, .k_fullbit = 40},
-                                                    1, 32, 128, 80));
+                                                    1, 32, 128, 80, 0));
     b = twice(b);
-    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80) - widened) < 1e-9 * widened);
+    CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80, 0) - widened) < 1e-9 * widened);
+    /* a probe a graph walk found costs more than one selected from every centroid's
+     * score, but a query that scored every centroid pays for those scores (by K): at
+     * K = 50,000 a walk of 8 probes is far cheaper than the full scores, at K = 1,000
+     * not; with K unknown (0) nothing is charged for them */
+    chimera_search_profile wk = a, sel = a;
+    wk.n_probed = sel.n_probed = 8;
+    wk.n_walked = 8;
+    double c_walk = sp_tune_cost(&wk, &p, 1, 32, 128, 80, 50000);
+    CHECKF(c_walk > sp_tune_cost(&sel, &p, 1, 32, 128, 80, 0) &&
+               c_walk == sp_tune_cost(&wk, &p, 1, 32, 128, 80, 0) &&
+               c_walk < sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000) &&
+               c_walk > sp_tune_cost(&sel, &p, 1, 32, 128, 80, 1000),
+           "walked %g, selected %g (K 0) %g (K 50,000) %g (K 1,000)", c_walk,
+           sp_tune_cost(&sel, &p, 1, 32, 128, 80, 0), sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000),
+           sp_tune_cost(&sel, &p, 1, 32, 128, 80, 1000));
+    /* half the queries walked: half the full scores' cost, per query */
+    chimera_search_profile half = twice(sel);
+    half.n_walked = 8;
+    double c_half = sp_tune_cost(&half, &p, 2, 64, 128, 80, 50000);
+    double c_sel = sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000);
+    CHECKF(fabs(c_half - 0.5 * (c_walk + c_sel)) < 1e-9 * c_half, "half walked %g, want %g",
+           c_half, 0.5 * (c_walk + c_sel));
     /* a 1-bit scored document costs about half a full-bit one at every width (both take
      * the maxima with one 8-bit query; bench/RESULTS.md 5.20), not the fifth their
      * bytes would say, and a probe costs a few documents' scoring */
@@ -523,8 +546,8 @@ static void test_cost_model(void)
     for (int i = 0; i < 3; i++) {
         chimera_search_params none = {0};
         chimera_search_profile one = {.n_scored1 = 100}, full = {.n_fullbit = 100};
-        double r = sp_tune_cost(&one, &none, 1, 32, dims[i], 80) /
-                   sp_tune_cost(&full, &none, 1, 32, dims[i], 80);
+        double r = sp_tune_cost(&one, &none, 1, 32, dims[i], 80, 0) /
+                   sp_tune_cost(&full, &none, 1, 32, dims[i], 80, 0);
         CHECKF(r > 0.35 && r < 0.75, "d = %u: a 1-bit scored document %.2f of a full-bit one",
                dims[i], r);
     }

@@ -427,10 +427,10 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         printf("candidates (per query): %.0f posting entries estimated, %.0f documents touched, "
                "%.0f refined, %.0f 1-bit scored, %.1f full-bit scored (k_fullbit %u), %.0f "
                "centroid-score rows computed one by one, %.1f clusters probed per query token "
-               "(n_probe %u; more where probing widened)\n",
+               "(n_probe %u; more where probing widened), %.1f of them by a graph walk\n",
                prof.tokens_refined / n, prof.docs_touched / n, prof.n_refined / n,
                prof.n_scored1 / n, prof.n_fullbit / n, filtered ? shown_f.k_fullbit : sp.k_fullbit,
-               prof.n_rows / n, prof.n_probed / n, sp.n_probe);
+               prof.n_rows / n, prof.n_probed / n, sp.n_probe, prof.n_walked / n);
         printf("host/device traffic (per query): %.1f KiB up, %.1f KiB down\n",
                prof.bytes_up / n / 1024.0, prof.bytes_down / n / 1024.0);
     }

@@ -51,6 +51,7 @@ void shard_profile_add(chimera_search_profile *t, const chimera_search_profile *
     t->n_scored1 += p->n_scored1;
     t->n_rows += p->n_rows;
     t->n_probed += p->n_probed;
+    t->n_walked += p->n_walked;
     t->tokens_refined += p->tokens_refined;
     t->docs_touched += p->docs_touched;
     t->n_refined += p->n_refined;

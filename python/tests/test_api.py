@@ -141,6 +141,10 @@ def test_tune_profile_info_check(corpus, tmp_path):
     # the probes that ran, per query token and summed over queries: one search's n_probe
     ix2.search(queries, k=10, params={**res["params"], "n_probe": 3}, threads=2)
     assert ix2.last_profile["n_probed"] >= 3 * len(queries)
+    # a small index: every probe selected from all centroid scores, none walked
+    assert ix2.last_profile["n_walked"] == 0
+    ix2.search(queries, k=10, params={**res["params"], "n_probe": 3, "probe": "graph"}, threads=2)
+    assert ix2.last_profile["n_walked"] == ix2.last_profile["n_probed"] > 0
     # the filtered defaults are deeper than the unfiltered ones
     flat, deep = ix2.default_params(10), ix2.default_params(10, filtered=True)
     assert deep["k_fullbit"] > flat["k_fullbit"] and deep["calibrated"] == flat["calibrated"]

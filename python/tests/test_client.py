@@ -84,6 +84,7 @@ def test_filters_and_profile(served, index, corpus):
     # every round of probing counted: at least the n_probe that ran (per query token)
     ran = client.last_profile["params"]["n_probe"]
     assert client.last_profile["n_probed"] >= ran
+    assert 0 <= client.last_profile["n_walked"] <= client.last_profile["n_probed"]
 
 
 def test_writes(served, corpus):

@@ -34,7 +34,7 @@
 #include "quant/quant_math.h"
 #include "quant/rotation.h"
 
-#define BE_API_VERSION 3
+#define BE_API_VERSION 4
 
 /* One segment of the index (index/index.h: ix_segment): documents doc_base ..
  * doc_base + n_docs - 1 and their tokens. Numbers inside are local to the segment
@@ -128,8 +128,9 @@ static inline BE_HOST_DEVICE float be_probe_floor(float qc, float scale)
 
 typedef enum be_probe_mode {
     BE_PROBE_AUTO = 0,  /* backend's choice (the CPU: brute force over S, or the graph
-                           from K = 24,576 when the refined documents' tokens are a
-                           fraction of S's rows (bench/RESULTS.md sections 5.8, 5.25);
+                           from K = 24,576 when the query's refined documents' tokens
+                           are a fraction of S's rows (bench/RESULTS.md sections 5.8,
+                           5.25, 5.26);
                            a GPU: the graph above a size) */
     BE_PROBE_BRUTE = 1, /* top n_probe of the exact centroid scores */
     BE_PROBE_GRAPH = 2, /* the proximity graph */
@@ -142,6 +143,8 @@ typedef struct be_config {
     uint32_t max_probe;   /* largest n_probe */
     uint32_t max_refine;  /* largest k_refine */
     uint32_t graph_list;  /* the CPU graph probe's candidate list (0: its own rule) */
+    uint32_t graph_auto_k; /* centroids from which the CPU's probe=auto may walk the graph
+                              (0: its own threshold, CPU_GRAPH_AUTO_K; tests lower it) */
     size_t device_memory_budget; /* bytes (0: the device's free memory) */
 } be_config;
 
@@ -161,9 +164,12 @@ struct cm_backend_i {
                                   chimera_error *err);
     /* cids/qc: [m x n_probe] centroid ids and scores, best first per token; a token
      * with fewer than n_probe centroids found (a graph search that reached fewer, or
-     * scores not above -inf) has the rest padded with UINT32_MAX and -inf. */
-    chimera_status (*probe)(void *ctx, int worker, uint32_t n_probe, be_probe_mode mode,
-                            uint32_t *cids, float *qc, chimera_error *err);
+     * scores not above -inf) has the rest padded with UINT32_MAX and -inf. k_refine:
+     * the documents the refine that follows keeps (0: unknown, taken as max_refine);
+     * BE_PROBE_AUTO may choose by it, per query, so that one engine serving shallow and
+     * deep searches probes each as a search of its own depth would. */
+    chimera_status (*probe)(void *ctx, int worker, uint32_t n_probe, uint32_t k_refine,
+                            be_probe_mode mode, uint32_t *cids, float *qc, chimera_error *err);
     /* Uses the probes of the last probe call. docs/partial: [k_refine], best first
      * (ties: smaller document), *n_out filled (fewer when fewer documents were seen).
      * Deleted documents never appear, nor, when `allow` (a bitmap over the n_docs
@@ -210,6 +216,10 @@ struct cm_backend_i {
      * each switch from such rows to the full S: the search reads it around each query
      * for its profile (a full S computed at the probe is not counted). */
     uint64_t (*rows_computed)(void *ctx, int worker);
+    /* (optional; default NULL) Probes (query tokens x n_probe) the worker's graph walks
+     * returned, a running count since upload: the search reads it around each query for
+     * its profile (chimera_search_profile.n_walked). */
+    uint64_t (*probes_walked)(void *ctx, int worker);
 };
 
 typedef struct cm_backend {

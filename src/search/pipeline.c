@@ -683,6 +683,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     /* the rows of S computed one by one for this query's documents, by the backend and
      * by the host stage (read again once the host thread is done with the query) */
     uint64_t rows0 = rows_so_far(e, w, worker);
+    uint64_t walked0 = be->probes_walked ? be->probes_walked(ctx, worker) : 0;
     double t0 = cm_now();
     CM_TRY(be->query_begin(ctx, worker, q, m, err));
     const sp_filter *f = p->filter;
@@ -701,7 +702,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
             uint32_t room = p->n_probe_room > np ? p->n_probe_room : np;
             np = want < room ? (uint32_t)want : room;
         }
-        CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
+        CM_TRY(be->probe(ctx, worker, np, p->k_refine, p->probe, NULL, NULL, err));
         probed += np;
         t1 = cm_now();
         CM_TRY(be->refine(ctx, worker, p->k_refine, floor_of(p), f ? f->allow : NULL, w->cand,
@@ -717,7 +718,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
             np = np * 2 < room ? np * 2 : room;
             touched += rs.docs_touched;
             uint64_t scored = rs.tokens_scored;
-            CM_TRY(be->probe(ctx, worker, np, p->probe, NULL, NULL, err));
+            CM_TRY(be->probe(ctx, worker, np, p->k_refine, p->probe, NULL, NULL, err));
             probed += np;
             CM_TRY(be->refine(ctx, worker, p->k_refine, floor_of(p), NULL, w->cand, w->partial,
                               &n_cand, &rs, err));
@@ -859,6 +860,9 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->n_scored1 += scored1 ? n_cand : 0;
         st->n_fullbit += w->n_fullbit;
         st->n_rows += rows_so_far(e, w, worker) - rows0;
+        /* the backend counts tokens x probes; the profile, probes per token as n_probed */
+        if (be->probes_walked && m)
+            st->n_walked += (be->probes_walked(ctx, worker) - walked0) / m;
         /* query tokens up; candidate ids + partial scores and chunk scores down */
         st->bytes_up += (uint64_t)m * e->ix->dim * sizeof(float) + (scored1 ? (uint64_t)n_cand * 4 : 0);
         st->bytes_down += (uint64_t)n_refined * (4 + 4) + (scored1 ? (uint64_t)n_cand * 4 : 0);

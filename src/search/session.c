@@ -254,6 +254,7 @@ static void profile_reduce(chimera_search_profile *profile, const sp_stats *stat
         profile->n_scored1 += stats[w].n_scored1;
         profile->n_rows += stats[w].n_rows;
         profile->n_probed += stats[w].n_probed;
+        profile->n_walked += stats[w].n_walked;
         profile->n_reranked += stats[w].n_reranked;
         profile->tokens_refined += stats[w].tokens_refined;
         profile->docs_touched += stats[w].docs_touched;

@@ -352,10 +352,10 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  * to 256 (0.13-1.65M tokens; bench/RESULTS.md section 5.20), each cost fitted as a
  * fixed part and a part per dimension. Only their ratios matter to a choice between
  * settings, and those hold across machines better than the times do:
- *   probe    per query token and probe (the graph walk or the
- *            top-n_probe selection grows with the probes it must return; scoring every
- *            centroid is the same for every setting and left out), every round of a
- *            probing that widened (chimera_search_profile.n_probed): 430 ns at d = 64,
+ *   probe    per query token and probe selected from the scores of every centroid
+ *            (the top-n_probe selection grows with the probes it must return; those
+ *            scores are full S, below), every round of a probing that widened
+ *            (chimera_search_profile.n_probed, less n_walked): 430 ns at d = 64,
  *            490 at 256;
  *   entry    per posting entry given a 1-bit estimate (computing it, grouping it by
  *            document): 12 ns at d = 64, 18 at 256;
@@ -372,7 +372,21 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            120 ns a row at 10 query tokens, d = 128, on 10^7 tokens (the random reads
  *            of a corpus far larger than the caches, which those rows come with, are in
  *            it too); a query that switched to scoring every centroid counts K rows,
- *            which keeps the cost continuous across that switch. */
+ *            which keeps the cost continuous across that switch;
+ *   walk     per query token and probe found by a walk of the centroid graph (on the
+ *            CPU from ~25k centroids, for queries whose documents' tokens are few next
+ *            to them; chimera_search_profile.n_walked) in place of probe's selection:
+ *            1.08 us on 10^7 generated tokens (K = 99,328) and 1.64 us on a real
+ *            corpus (K = 47,488), both d = 128, two threads (bench/RESULTS.md section
+ *            5.26; the seeding of the walks is the same for every setting and left
+ *            out);
+ *   full S   per centroid, query token and dimension, for a query whose probes were
+ *            not walked (it scored every centroid): 0.031 ns (the same real corpus, two
+ *            threads, batched: 2.3 ms a query of 12 tokens). A constant where no query
+ *            walks (a small index), it matters where probe=auto walks for shallow
+ *            settings and scores every centroid for deep ones (cpu_backend.c): priced
+ *            as a selection and as nothing, those two parts made shallow settings look
+ *            3-4x cheaper next to deep ones than they ran. */
 #define COST_PROBE 409.0
 #define COST_PROBE_DIM 0.33
 #define COST_ENTRY 10.6
@@ -384,16 +398,23 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_PAIRB_DIM 0.0099
 #define COST_PAIR_CI 0.4
 #define COST_ROW_DIM 0.094
+#define COST_WALK 1300.0
+#define COST_FULL_S_DIM 0.031
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
-                    int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len)
+                    int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len,
+                    uint32_t n_clusters)
 {
     if (n_queries <= 0) return 0;
     double nq = (double)n_queries, m = (double)n_query_tokens / nq, d = dim;
     /* the probes that ran, every round of a probing that widened (0 before 0.10.0's
      * count, or where none ran: the setting's) */
     double probed = prof->n_probed ? (double)prof->n_probed / nq : p->n_probe;
-    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * probed;
+    double walked = (double)prof->n_walked / nq;
+    if (walked > probed) walked = probed;
+    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * (probed - walked) + COST_WALK * m * walked;
+    /* the share of the queries that scored every centroid, by their probes */
+    double full_s = probed > 0 ? COST_FULL_S_DIM * m * d * n_clusters * (1 - walked / probed) : 0;
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m / nq; /* per document, over the queries */
@@ -406,7 +427,7 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double score1 = (COST_PAIR1 + COST_PAIR1_DIM * d) * pairs * scored1;
     double fullbit = (COST_PAIRB + COST_PAIRB_DIM * d) * pairs * (double)prof->n_fullbit;
     double rows = COST_ROW_DIM * m * d * (double)prof->n_rows / nq;
-    return probe + entries + touched + interaction + score1 + fullbit + rows;
+    return probe + full_s + entries + touched + interaction + score1 + fullbit + rows;
 }
 
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */

@@ -40,9 +40,11 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  * of its profile (prof, over n_queries queries of n_query_tokens tokens in all) and the
  * setting p that ran: a deterministic stand-in for its time, since a setting's measured
  * time on a shared machine varies by 2x between two runs while its counts do not.
- * dim is the index's token dimension, doc_len its mean document length in tokens. */
+ * dim is the index's token dimension, doc_len its mean document length in tokens,
+ * n_clusters its centroids (K, which a probe not walking the graph scores). */
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
-                    int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len);
+                    int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len,
+                    uint32_t n_clusters);
 
 /* Runs the search with `p` on the tuning queries and measures recall and its modelled
  * cost per query (sp_tune_cost). */

@@ -125,6 +125,7 @@ typedef struct cpu_worker {
                             bitmap, not per-row stamps: 12 KiB at K = 10^5 stays in L1
                             while the refined documents' tokens test it at random */
     uint32_t *lz_id;     /* [CPU_LAZY_ROWS] centroids of one lazy block */
+    uint64_t walked;     /* probes returned by graph walks since upload (probes_walked) */
     uint64_t rows_lazy;  /* rows computed by lazy_flush since upload, and K for each
                             switch from lazy rows to the full S (rows_computed) */
     float *smp_s;        /* [n_sample x max_m] the sample's scores for the current query */
@@ -154,7 +155,8 @@ typedef struct cpu_ctx {
     const quant_kernels *kt;
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
-    int auto_graph;      /* probe=auto walks the graph (CPU_GRAPH_AUTO_K) */
+    int auto_graph;      /* probe=auto may walk the graph (CPU_GRAPH_AUTO_K) */
+    uint32_t auto_refine; /* and does for a query whose k_refine is at most this */
     uint32_t n_sample;   /* seed sample: centroids smp_id; their 8-bit rows (c8 codes, */
     uint32_t *smp_id;    /* scale, sum, side by side: smp8) made with the searcher */
     struct c8_table *smp8;
@@ -337,13 +339,20 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     c->kt = quant_kernels_active();
     int latency = c->cfg.n_workers == 1 && c->cfg.n_threads > 1; /* the pool, below */
     c->lazy_tokens = (uint64_t)r->n_clusters * (latency ? CPU_LAZY_LATENCY_FACTOR : 1);
-    double scored = (double)cfg->max_refine * (double)r->n_tokens /
-                    (double)(r->n_docs > 0 ? r->n_docs : 1);
-    c->auto_graph = r->n_clusters >= CPU_GRAPH_AUTO_K && r->degree > 0 &&
-                    scored <= (latency ? 1.0 : CPU_GRAPH_AUTO_SHARE) * (double)c->lazy_tokens;
+    /* The choice is made per query, by its own k_refine (cpu_probe), not once by the
+     * engine's largest: an engine sized for a deep search (a tune's first, generous
+     * trial; a server after one deep request) would otherwise probe every shallow query
+     * by brute force, slower than a search of that depth alone (bench/RESULTS.md 5.26). */
+    double per_doc = (double)r->n_tokens / (double)(r->n_docs > 0 ? r->n_docs : 1);
+    double refine = (latency ? 1.0 : CPU_GRAPH_AUTO_SHARE) * (double)c->lazy_tokens /
+                    (per_doc > 0 ? per_doc : 1);
+    uint32_t from_k = cfg->graph_auto_k ? cfg->graph_auto_k : CPU_GRAPH_AUTO_K;
+    c->auto_graph = r->n_clusters >= from_k && r->degree > 0 && refine >= 1;
+    c->auto_refine = refine < UINT32_MAX ? (uint32_t)refine : UINT32_MAX;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
-    if (c->auto_graph) CM_TRY(c8_make(c, err));
+    /* made now where the deepest search walks the graph, else on the first walk */
+    if (c->auto_graph && cfg->max_refine <= c->auto_refine) CM_TRY(c8_make(c, err));
     if (latency) {
         c->pool = cm_pool_new(c->cfg.n_threads);
         if (!c->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot start threads");
@@ -684,8 +693,8 @@ static void select_columns(const quant_kernels *kt, cpu_worker *w, const float *
     for (uint32_t j = 0; j < m; j++) cm_topk_sort(&w->sel[j]);
 }
 
-static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
-                                uint32_t *cids, float *qc, chimera_error *err)
+static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, uint32_t k_refine,
+                                be_probe_mode mode, uint32_t *cids, float *qc, chimera_error *err)
 {
     cpu_ctx *c = vctx;
     cpu_worker *w = &c->w[worker];
@@ -694,7 +703,9 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "cpu backend: n_probe %u (max %u)", n_probe,
                        c->cfg.max_probe);
     if (n_probe > K) n_probe = K;
-    if (mode == BE_PROBE_GRAPH || (mode == BE_PROBE_AUTO && c->auto_graph)) {
+    if (k_refine == 0 || k_refine > c->cfg.max_refine) k_refine = c->cfg.max_refine;
+    if (mode == BE_PROBE_GRAPH ||
+        (mode == BE_PROBE_AUTO && c->auto_graph && k_refine <= c->auto_refine)) {
         /* a lock per graph-probed query: uncontended it costs far less than the probe */
         pthread_mutex_lock(&c->gs_mu);
         chimera_status s = CHIMERA_OK;
@@ -729,6 +740,7 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, be_pro
         if (c->pool) cm_pool_run(c->pool, m, g_task, &gj);
         else
             for (uint32_t j = 0; j < m; j++) g_task(&gj, j, worker);
+        w->walked += (uint64_t)m * n_probe;
         if (w->S_state == CPU_S_PENDING) { /* rows of S as scoring asks for them */
             memset(w->S_have, 0, ((size_t)K + 63) / 64 * sizeof(uint64_t));
             w->S = w->S_own;
@@ -1068,12 +1080,17 @@ static uint64_t cpu_rows_computed(void *vctx, int worker)
     return ((cpu_ctx *)vctx)->w[worker].rows_lazy;
 }
 
+static uint64_t cpu_probes_walked(void *vctx, int worker)
+{
+    return ((cpu_ctx *)vctx)->w[worker].walked;
+}
+
 /* Every entry but host_centroid_scores, shared by the two faces of this backend. */
 #define CPU_IFACE_ENTRIES                                                                  \
     .api_version = BE_API_VERSION, .upload = cpu_upload, .query_begin = cpu_query_begin,  \
     .probe = cpu_probe, .refine = cpu_refine, .score1 = cpu_score1, .release = cpu_free,  \
     .query_batch = cpu_query_batch, .score_ci = cpu_score_ci,                            \
-    .rows_computed = cpu_rows_computed
+    .rows_computed = cpu_rows_computed, .probes_walked = cpu_probes_walked
 
 static const struct cm_backend_i cpu_iface = {
     CPU_IFACE_ENTRIES,

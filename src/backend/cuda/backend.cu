@@ -731,9 +731,10 @@ static chimera_status cu_query_begin(void *vctx, int worker, const float *q, uin
     return CHIMERA_OK;
 }
 
-static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, be_probe_mode mode,
-                               uint32_t *cids, float *qc, chimera_error *err)
+static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, uint32_t k_refine,
+                               be_probe_mode mode, uint32_t *cids, float *qc, chimera_error *err)
 {
+    (void)k_refine; /* probe=auto here goes by the index's size alone */
     cu_ctx *c = (cu_ctx *)vctx;
     cu_worker *w = NULL;
     CM_TRY(get_worker(c, worker, &w, err));
