@@ -1101,7 +1101,7 @@ typedef struct chimera_search_profile {
                                    refinement's probes) */
     /* Since 0.11.0 */
     uint64_t n_walked;          /* of n_probed, those a walk of the centroid graph
-                                   found (the CPU's probe=auto walks on large indexes
+                                   found (probe=auto walks on large indexes, on the CPU
                                    for queries whose documents' tokens are few next to
                                    the centroids); the rest were selected from scores
                                    against every centroid */

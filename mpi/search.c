@@ -312,12 +312,13 @@ int mpi_cmd_search(int argc, char **argv)
                    "interaction %.3f ms, 1-bit scoring %.3f ms, full-bit %.3f ms, re-rank %.3f "
                    "ms; %.0f posting entries, %.0f documents touched, %.0f refined, %.0f 1-bit "
                    "scored, %.1f full-bit scored, %.0f re-ranked, %.0f centroid-score rows "
-                   "computed one by one, %.1f clusters probed per query token\n",
+                   "computed one by one, %.1f clusters probed per query token (%.1f by a "
+                   "graph walk)\n",
                    1e3 * pr->t_generate / n, 1e3 * pr->t_refine / n, 1e3 * pr->t_interaction / n,
                    1e3 * pr->t_score1 / n, 1e3 * pr->t_fullbit / n, 1e3 * pr->t_rerank / n,
                    pr->tokens_refined / n, pr->docs_touched / n, pr->n_refined / n,
                    pr->n_scored1 / n, pr->n_fullbit / n, pr->n_reranked / n, pr->n_rows / n,
-                   pr->n_probed / n);
+                   pr->n_probed / n, pr->n_walked / n);
             printf("rank 0 (per query): broadcast %.3f ms, own shards %.3f ms, waiting for the "
                    "other ranks' lists %.3f ms, merge %.4f ms\n", 1e3 * run.t_bcast / n,
                    1e3 * run.t_local / n, 1e3 * run.t_gather / n, 1e3 * run.t_merge / n);

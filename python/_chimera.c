@@ -1303,7 +1303,8 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         if (st != CHIMERA_OK)
             raise_status(st, &err);
         else
-            ret = Py_BuildValue("{s:d,s:s,s:K,s:K,s:K,s:d,s:K,s:d,s:K,s:K,s:K}", "seconds", prof.seconds,
+            ret = Py_BuildValue("{s:d,s:s,s:K,s:K,s:K,s:d,s:K,s:d,s:K,s:K,s:K}", "seconds",
+                                prof.seconds,
                                 "backend", prof.backend, "n_refined",
                                 (unsigned long long)prof.n_refined, "n_scored1",
                                 (unsigned long long)prof.n_scored1, "n_fullbit",

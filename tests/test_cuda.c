@@ -286,7 +286,8 @@ static int run_query(cm_backend *b, int worker, const float *q, run *x, chimera_
     const struct cm_backend_i *it = b->iface;
     poison_run(x);
     if (it->query_begin(b->ctx, worker, q, M, err) != CHIMERA_OK) return -1;
-    if (it->probe(b->ctx, worker, NP, 0, BE_PROBE_BRUTE, x->cid, x->qc, err) != CHIMERA_OK) return -1;
+    if (it->probe(b->ctx, worker, NP, 0, BE_PROBE_BRUTE, x->cid, x->qc, err) != CHIMERA_OK)
+        return -1;
     for (int imp = 0; imp < 3; imp++) {
         be_refine_stats st;
         if (it->refine(b->ctx, worker, KR, (be_floor){(be_impute)imp, 1.0f}, NULL, x->docs[imp], x->partial[imp], &x->n[imp],

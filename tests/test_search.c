@@ -991,9 +991,12 @@ static void test_probe_auto_depth(const bench *b)
     uint32_t nd = (uint32_t)b->ix.n_docs, doc0 = 0;
     static uint32_t got[64 * NP], ref[64 * NP];
     float sc;
-    for (int low = 1; low >= 0; low--) {
-        /* low: the threshold at one centroid; else the backend's own, above this K */
-        be_config cfg = {.n_workers = 1, .n_threads = 1, .max_m = 64, .max_probe = NP,
+    for (int run = 0; run < 4; run++) {
+        /* low: the threshold at one centroid; else the backend's own, above this K; in
+         * throughput mode and in latency mode (the walks spread over a pool, a budget of
+         * twice the rows) */
+        int low = run < 2, threads = run % 2 ? 2 : 1;
+        be_config cfg = {.n_workers = 1, .n_threads = threads, .max_m = 64, .max_probe = NP,
                          .max_refine = nd, .graph_auto_k = low ? 1 : 0};
         cm_backend be;
         chimera_error err;
@@ -1022,9 +1025,9 @@ static void test_probe_auto_depth(const bench *b)
                 bad_ids += memcmp(got, ref, (size_t)m * NP * sizeof *got) != 0;
             }
         CHECKF(bad_ids == 0 && bad_rows == 0,
-               "probe=auto by depth (threshold %s, K %u): %d of %d probes differ from the mode "
-               "expected, %d counts of rows or walked probes otherwise", low ? "1" : "default",
-               b->ix.n_clusters, bad_ids, 3 * NQ, bad_rows);
+               "probe=auto by depth (threshold %s, K %u, %d threads): %d of %d probes differ "
+               "from the mode expected, %d counts of rows or walked probes otherwise",
+               low ? "1" : "default", b->ix.n_clusters, threads, bad_ids, 3 * NQ, bad_rows);
         backend_free(&be);
     }
 }
@@ -1048,6 +1051,11 @@ static void test_graph_end_to_end(const bench *b)
     /* rows of S computed one by one: none with S in full (brute); after a graph probe
      * those of the refined documents' tokens, each at most once a query, and here (160
      * refined documents hold more tokens than K) a switch to the full S, counted K */
+    /* every probe walked with the graph, none by brute force, each round counted */
+    CHECKF(stb.n_walked == 0 && stg.n_walked == stg.n_probed &&
+               stg.n_probed >= (uint64_t)b->q.n * p.n_probe,
+           "walked probes: brute %llu, graph %llu of %llu", (unsigned long long)stb.n_walked,
+           (unsigned long long)stg.n_walked, (unsigned long long)stg.n_probed);
     CHECKF(stb.n_rows == 0 && stg.n_rows >= (uint64_t)b->q.n * b->ix.n_clusters &&
            stg.n_rows <= 2 * (uint64_t)b->q.n * b->ix.n_clusters,
            "centroid rows computed one by one: brute %llu, graph %llu (%lld queries, K %u)",

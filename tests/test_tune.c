@@ -471,7 +471,8 @@ static void test_cost_model(void)
     b = twice(a);
     CHECK(fabs(sp_tune_cost(&b, &p, 2, 64, 128, 80, 0) - base) < 1e-9 * base);
     /* wider tokens and longer documents cost more to score */
-    CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80, 0) > base && sp_tune_cost(&a, &p, 1, 32, 128, 160, 0) > base);
+    CHECK(sp_tune_cost(&a, &p, 1, 32, 256, 80, 0) > base &&
+          sp_tune_cost(&a, &p, 1, 32, 128, 160, 0) > base);
     /* centroid interaction (the setting's k_interaction below k_refine): scoring a
      * quarter of the refined documents at 1 bit after it costs less than scoring them
      * all, more than scoring that quarter with no interaction */
@@ -520,23 +521,25 @@ static void test_cost_model(void)
     /* a probe a graph walk found costs more than one selected from every centroid's
      * score, but a query that scored every centroid pays for those scores (by K): at
      * K = 50,000 a walk of 8 probes is far cheaper than the full scores, at K = 1,000
-     * not; with K unknown (0) nothing is charged for them */
+     * not; the walks' seeding grows with K too, more slowly; with K unknown (0) neither
+     * is charged */
     chimera_search_profile wk = a, sel = a;
     wk.n_probed = sel.n_probed = 8;
     wk.n_walked = 8;
     double c_walk = sp_tune_cost(&wk, &p, 1, 32, 128, 80, 50000);
-    CHECKF(c_walk > sp_tune_cost(&sel, &p, 1, 32, 128, 80, 0) &&
-               c_walk == sp_tune_cost(&wk, &p, 1, 32, 128, 80, 0) &&
-               c_walk < sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000) &&
-               c_walk > sp_tune_cost(&sel, &p, 1, 32, 128, 80, 1000),
-           "walked %g, selected %g (K 0) %g (K 50,000) %g (K 1,000)", c_walk,
-           sp_tune_cost(&sel, &p, 1, 32, 128, 80, 0), sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000),
-           sp_tune_cost(&sel, &p, 1, 32, 128, 80, 1000));
-    /* half the queries walked: half the full scores' cost, per query */
+    double c_sel0 = sp_tune_cost(&sel, &p, 1, 32, 128, 80, 0);
+    double c_sel = sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000);
+    double c_walk1k = sp_tune_cost(&wk, &p, 1, 32, 128, 80, 1000);
+    double c_sel1k = sp_tune_cost(&sel, &p, 1, 32, 128, 80, 1000);
+    double c_walk0 = sp_tune_cost(&wk, &p, 1, 32, 128, 80, 0);
+    CHECKF(c_walk0 > c_sel0 && c_walk > c_walk0 && c_walk < c_sel && c_walk1k > c_sel1k &&
+               c_walk - c_walk0 < c_sel - c_sel0,
+           "walked %g (K 0) %g (K 1,000) %g (K 50,000); selected %g, %g, %g", c_walk0,
+           c_walk1k, c_walk, c_sel0, c_sel1k, c_sel);
+    /* half the queries walked: the mean of the two, per query */
     chimera_search_profile half = twice(sel);
     half.n_walked = 8;
     double c_half = sp_tune_cost(&half, &p, 2, 64, 128, 80, 50000);
-    double c_sel = sp_tune_cost(&sel, &p, 1, 32, 128, 80, 50000);
     CHECKF(fabs(c_half - 0.5 * (c_walk + c_sel)) < 1e-9 * c_half, "half walked %g, want %g",
            c_half, 0.5 * (c_walk + c_sel));
     /* a 1-bit scored document costs about half a full-bit one at every width (both take

@@ -378,15 +378,20 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            to them; chimera_search_profile.n_walked) in place of probe's selection:
  *            1.08 us on 10^7 generated tokens (K = 99,328) and 1.64 us on a real
  *            corpus (K = 47,488), both d = 128, two threads (bench/RESULTS.md section
- *            5.26; the seeding of the walks is the same for every setting and left
- *            out);
+ *            5.26), and no part per dimension fitted (one d measured);
+ *   seed     per row of the walks' seed sample (16 sqrt(K) centroids, cpu_backend.c),
+ *            query token and dimension, for a query that walked: 0.065 ns on the real
+ *            corpus, 0.041 on the generated one (what the generate stage took beyond
+ *            its walks);
  *   full S   per centroid, query token and dimension, for a query whose probes were
  *            not walked (it scored every centroid): 0.031 ns (the same real corpus, two
- *            threads, batched: 2.3 ms a query of 12 tokens). A constant where no query
- *            walks (a small index), it matters where probe=auto walks for shallow
- *            settings and scores every centroid for deep ones (cpu_backend.c): priced
- *            as a selection and as nothing, those two parts made shallow settings look
- *            3-4x cheaper next to deep ones than they ran. */
+ *            threads, batched: 2.3 ms a query of 12 tokens).
+ * The last three are the same for every setting where no query walks (a small index),
+ * and matter where probe=auto walks for shallow settings and scores every centroid for
+ * deep ones (cpu_backend.c). Before them a walk was priced as a selection and the full
+ * scores as nothing, so deep settings looked cheap next to shallow ones; the K rows a
+ * walk that switched to the full S counts (row, above) still price that switch at 3x
+ * the full S's batched cost. */
 #define COST_PROBE 409.0
 #define COST_PROBE_DIM 0.33
 #define COST_ENTRY 10.6
@@ -399,6 +404,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_PAIR_CI 0.4
 #define COST_ROW_DIM 0.094
 #define COST_WALK 1300.0
+#define COST_SEED_DIM 0.05
 #define COST_FULL_S_DIM 0.031
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
@@ -412,9 +418,13 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double probed = prof->n_probed ? (double)prof->n_probed / nq : p->n_probe;
     double walked = (double)prof->n_walked / nq;
     if (walked > probed) walked = probed;
-    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * (probed - walked) + COST_WALK * m * walked;
-    /* the share of the queries that scored every centroid, by their probes */
-    double full_s = probed > 0 ? COST_FULL_S_DIM * m * d * n_clusters * (1 - walked / probed) : 0;
+    double probe = (COST_PROBE + COST_PROBE_DIM * d) * m * (probed - walked) +
+                   COST_WALK * m * walked;
+    /* the shares of the queries that walked and that scored every centroid, by their
+     * probes */
+    double walk_share = probed > 0 ? walked / probed : 0;
+    double seed = COST_SEED_DIM * m * d * 16.0 * sqrt((double)n_clusters) * walk_share;
+    double full_s = probed > 0 ? COST_FULL_S_DIM * m * d * n_clusters * (1 - walk_share) : 0;
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m / nq; /* per document, over the queries */
@@ -427,7 +437,7 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double score1 = (COST_PAIR1 + COST_PAIR1_DIM * d) * pairs * scored1;
     double fullbit = (COST_PAIRB + COST_PAIRB_DIM * d) * pairs * (double)prof->n_fullbit;
     double rows = COST_ROW_DIM * m * d * (double)prof->n_rows / nq;
-    return probe + full_s + entries + touched + interaction + score1 + fullbit + rows;
+    return probe + seed + full_s + entries + touched + interaction + score1 + fullbit + rows;
 }
 
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */

@@ -16,8 +16,8 @@
  * reading them as floats cost more than refinement itself; they are read from an 8-bit
  * copy instead (quant_c8_scores: a quarter of the bytes and integer dot products
  * against the 8-bit query; a score moves by a fifth of the 4-bit estimator's error),
- * made at upload (c8_make) when probe=auto walks the graph (bench/RESULTS.md section
- * 5.11).
+ * made at upload (c8_make) when probe=auto walks the graph for the engine's deepest
+ * setting, else on the first walk (bench/RESULTS.md section 5.11).
  *
  * Refinement follows docs/design.md §2.3: for each query token, its probed posting
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
@@ -78,7 +78,7 @@ _Static_assert(QUANT_QTOK_MAX <= 256, "refinement keeps an entry's query token i
 #define CPU_SAMPLE_PER_ROOT 16
 
 /* probe=auto walks the graph (and computes S lazily) from this many centroids up, when
- * the largest k_refine's documents hold fewer tokens (on average) than the lazy-row
+ * the query's k_refine documents hold fewer tokens (on average) than the lazy-row
  * budget, in throughput mode CPU_GRAPH_AUTO_SHARE of it; below it, or with more tokens
  * to score, the full (batched) sgemm and the brute selection over S are cheaper
  * (bench/RESULTS.md section 5.8). Measured again since the walk got faster (section

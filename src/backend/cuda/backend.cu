@@ -756,6 +756,7 @@ static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, uint32_
     }
     if (graph) CM_TRY(cu_probe_graph(c, w, n_probe, err));
     else CM_TRY(cu_probe_brute(c, w, n_probe, err));
+    if (graph) w->walked += np;
     CM_TRY(stage_end(w, CU_ST_PROBE, err));
     w->n_probe = n_probe;
     if (!cids && !qc) return CHIMERA_OK;
@@ -883,6 +884,12 @@ static chimera_status cu_score_ci(void *vctx, int worker, const uint32_t *docs, 
     return CHIMERA_OK;
 }
 
+static uint64_t cu_probes_walked(void *vctx, int worker)
+{
+    cu_ctx *c = (cu_ctx *)vctx;
+    return c->ready && worker >= 0 && worker < c->cfg.n_workers ? c->w[worker].walked : 0;
+}
+
 // In declaration order (backend.h): C++17 has no designated initialisers.
 static const struct cm_backend_i cu_iface = {
     BE_API_VERSION, cu_upload, cu_query_begin, cu_probe, cu_refine, cu_score1,
@@ -891,6 +898,8 @@ static const struct cm_backend_i cu_iface = {
     cu_refresh,
     nullptr, // query_batch: each query's S is one cuBLAS call on its own stream
     cu_score_ci,
+    nullptr, // rows_computed: S is computed in full on the device
+    cu_probes_walked,
 };
 
 extern "C" chimera_status cuda_backend_new(cm_backend *out, chimera_error *err)

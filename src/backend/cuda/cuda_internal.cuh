@@ -123,6 +123,7 @@ struct cu_worker {
     int stage_pending[CU_N_STAGES];
     double stage_ms[CU_N_STAGES];
     uint64_t stage_calls[CU_N_STAGES], bytes_up, bytes_down;
+    uint64_t walked;              // probes the graph walks returned (probes_walked)
     // query
     uint32_t m, n_probe;
     float *d_q, *d_qrot, *d_lut;  // [max_m x dim], [max_m x dim_pad], [max_m x dim_pad*4]
