@@ -405,6 +405,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_ROW_DIM 0.094
 #define COST_WALK 1300.0
 #define COST_SEED_DIM 0.05
+#define COST_SEED_PER_ROOT 16.0 /* the seed sample: 16 sqrt(K) (cpu_backend.c) */
 #define COST_FULL_S_DIM 0.031
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
@@ -423,7 +424,8 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     /* the shares of the queries that walked and that scored every centroid, by their
      * probes */
     double walk_share = probed > 0 ? walked / probed : 0;
-    double seed = COST_SEED_DIM * m * d * 16.0 * sqrt((double)n_clusters) * walk_share;
+    double seed =
+        COST_SEED_DIM * m * d * COST_SEED_PER_ROOT * sqrt((double)n_clusters) * walk_share;
     double full_s = probed > 0 ? COST_FULL_S_DIM * m * d * n_clusters * (1 - walk_share) : 0;
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;

@@ -155,8 +155,8 @@ typedef struct cpu_ctx {
     const quant_kernels *kt;
     cm_pool *pool;       /* latency mode only */
     graph g;             /* a view of the resident graph (never graph_free'd) */
-    int auto_graph;      /* probe=auto may walk the graph (CPU_GRAPH_AUTO_K) */
-    uint32_t auto_refine; /* and does for a query whose k_refine is at most this */
+    uint32_t auto_refine; /* probe=auto walks the graph for a query whose k_refine is at
+                             most this (0: never; CPU_GRAPH_AUTO_K) */
     uint32_t n_sample;   /* seed sample: centroids smp_id; their 8-bit rows (c8 codes, */
     uint32_t *smp_id;    /* scale, sum, side by side: smp8) made with the searcher */
     struct c8_table *smp8;
@@ -347,12 +347,12 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     double refine = (latency ? 1.0 : CPU_GRAPH_AUTO_SHARE) * (double)c->lazy_tokens /
                     (per_doc > 0 ? per_doc : 1);
     uint32_t from_k = cfg->graph_auto_k ? cfg->graph_auto_k : CPU_GRAPH_AUTO_K;
-    c->auto_graph = r->n_clusters >= from_k && r->degree > 0 && refine >= 1;
-    c->auto_refine = refine < UINT32_MAX ? (uint32_t)refine : UINT32_MAX;
+    int graph_ok = r->n_clusters >= from_k && r->degree > 0;
+    c->auto_refine = !graph_ok ? 0 : refine < UINT32_MAX ? (uint32_t)refine : UINT32_MAX;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
     /* made now where the deepest search walks the graph, else on the first walk */
-    if (c->auto_graph && cfg->max_refine <= c->auto_refine) CM_TRY(c8_make(c, err));
+    if (cfg->max_refine <= c->auto_refine) CM_TRY(c8_make(c, err));
     if (latency) {
         c->pool = cm_pool_new(c->cfg.n_threads);
         if (!c->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot start threads");
@@ -705,7 +705,7 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, uint32
     if (n_probe > K) n_probe = K;
     if (k_refine == 0 || k_refine > c->cfg.max_refine) k_refine = c->cfg.max_refine;
     if (mode == BE_PROBE_GRAPH ||
-        (mode == BE_PROBE_AUTO && c->auto_graph && k_refine <= c->auto_refine)) {
+        (mode == BE_PROBE_AUTO && k_refine <= c->auto_refine)) {
         /* a lock per graph-probed query: uncontended it costs far less than the probe */
         pthread_mutex_lock(&c->gs_mu);
         chimera_status s = CHIMERA_OK;

@@ -754,9 +754,12 @@ static chimera_status cu_probe(void *vctx, int worker, uint32_t n_probe, uint32_
         CUDA_CHECK(cudaMemsetAsync(w->d_probe_cid, 0xff, np * 4, w->stream));
         CUDA_CHECK(cudaMemsetAsync(w->d_probe_qc, 0xff, np * 4, w->stream));
     }
-    if (graph) CM_TRY(cu_probe_graph(c, w, n_probe, err));
-    else CM_TRY(cu_probe_brute(c, w, n_probe, err));
-    if (graph) w->walked += np;
+    if (graph) {
+        CM_TRY(cu_probe_graph(c, w, n_probe, err));
+        w->walked += np;
+    } else {
+        CM_TRY(cu_probe_brute(c, w, n_probe, err));
+    }
     CM_TRY(stage_end(w, CU_ST_PROBE, err));
     w->n_probe = n_probe;
     if (!cids && !qc) return CHIMERA_OK;
