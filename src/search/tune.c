@@ -83,6 +83,7 @@ chimera_status sp_tune_backward(sp_tune_eval_fn eval, void *ctx, uint32_t k, dou
     uint32_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint32_t)n_docs;
     chimera_search_params p = {0};
     chimera_search_params_default(k, &p);
+    p.impute_scale = 0; /* the index's, which the result reports (not the library's 1) */
     p.n_probe = n_clusters < 64 ? n_clusters : 64;
     p.k_refine = p.k_refine * 4 < docs ? p.k_refine * 4 : docs;
     if (p.k_refine < k) p.k_refine = k;
