@@ -1214,8 +1214,8 @@ CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const 
                                   chimera_tune_result *res, chimera_error *err);
 
 /* Tuning that can be trusted on new queries: the queries are split at random (seeded)
- * into a tuning part and a held-out part (heldout_fraction of them; 0: one half); the
- * procedure of chimera_index_tune runs on the tuning part, and its choice is measured
+ * into a tuning part and a held-out part (heldout_fraction of them; 0: one half); a walk
+ * runs on the tuning part, and its choice is measured
  * on the held-out part with a 95% confidence interval over the per-query recalls (normal
  * approximation; the spread is at least that of k independent hits per query). While
  * the interval's lower bound misses the target, the tuning target is raised by the
@@ -1228,6 +1228,12 @@ CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const 
  * set is too small to certify the target at this spread). As chimera_index_tune, a
  * target of 0.99 or more on an index that stores its vectors is tuned (and checked)
  * with the exact re-rank on.
+ * The walk: on a CUDA device, chimera_index_tune's procedure. On the CPU (since 0.11.1)
+ * a walk of the form without a 1-bit pass (k_refine = k_fullbit, the faster form there)
+ * along the frontier of the fewest documents that meet the tuning target at each
+ * n_probe, from 64 probes down, choosing the cheapest setting by a model of the search's
+ * cost from the counts it reports (not by its measured time, which a shared machine
+ * moves by 2x); res->points then carry each setting's measured queries/s.
  * @return CHIMERA_OK; _INVALID_ARG (fewer than 20 queries, a fraction outside (0, 1), the
  *         arguments of chimera_index_tune); a search error. */
 CHIMERA_API chimera_status chimera_index_tune_heldout(const chimera_index *index,

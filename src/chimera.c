@@ -1329,7 +1329,7 @@ static chimera_status tune_eval(void *vctx, const chimera_search_params *p, doub
 /* As tune_eval, with the search's modelled cost per query (sp_tune_cost) in place of
  * its measured rate: the build's calibration chooses by it. */
 static chimera_status tune_cost_eval(void *vctx, const chimera_search_params *p, double *recall,
-                                     double *cost)
+                                     double *cost, double *qps)
 {
     sp_tune_ctx *t = vctx;
     chimera_search_profile prof = {0};
@@ -1337,6 +1337,7 @@ static chimera_status tune_cost_eval(void *vctx, const chimera_search_params *p,
     CM_TRY(tune_run(t, p, &sp, &prof, recall));
     *cost = sp_tune_cost(&prof, &sp, t->q->q.n, t->q->q.off[t->q->q.n], t->dim, t->doc_len,
                          t->n_clusters);
+    *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
     return CHIMERA_OK;
 }
 
@@ -1510,10 +1511,22 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
                          v->ix.n_clusters, scale};
         check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank, scale};
         int64_t live = v->ix.n_docs - v->ix.n_deleted;
-        s = grow_from ? sp_tune_grow_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
-                                             v->ix.n_clusters, live, grow_from, ceiling, res)
-                      : sp_tune_heldout(tune_eval, &t, check_eval, &c, k, target, 1.96,
-                                        v->ix.n_clusters, live, res);
+        /* A device's 1-bit pass costs the host little, so there the backward walk,
+         * which measures time and keeps a 1-bit pass where it pays, still tunes; on the
+         * CPU the covered form's frontier (tune.h), by the CPU's cost model. */
+        chimera_backend be = opts ? opts->backend : CHIMERA_BACKEND_AUTO;
+        char why[128];
+        int device = be == CHIMERA_BACKEND_CUDA ||
+                     (be == CHIMERA_BACKEND_AUTO && backend_cuda_device_count(why, sizeof why) > 0);
+        if (grow_from)
+            s = sp_tune_grow_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
+                                     v->ix.n_clusters, live, grow_from, ceiling, res);
+        else if (device)
+            s = sp_tune_heldout(tune_eval, &t, check_eval, &c, k, target, 1.96, v->ix.n_clusters,
+                                live, res);
+        else
+            s = sp_tune_frontier_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
+                                         v->ix.n_clusters, live, res);
         if (s == CHIMERA_ERR_NOMEM) cm_fail(err, s, "tune: out of memory");
         if (s == CHIMERA_OK && rerank) { /* what was measured, in the result and profile */
             tune_rerank(k, &res->best);

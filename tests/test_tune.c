@@ -261,12 +261,13 @@ static double model_cost(const cost_model *m, const chimera_search_params *p)
 }
 
 static chimera_status model_eval(void *ctx, const chimera_search_params *p, double *recall,
-                                 double *cost)
+                                 double *cost, double *qps)
 {
     cost_model *m = ctx;
     m->calls++;
     *recall = model_recall(p);
     *cost = model_cost(m, p);
+    *qps = 1e9 / *cost;
     return CHIMERA_OK;
 }
 
@@ -275,9 +276,7 @@ static chimera_status model_eval_qps(void *ctx, const chimera_search_params *p, 
                                      double *qps)
 {
     double cost;
-    model_eval(ctx, p, recall, &cost);
-    *qps = 1e9 / cost;
-    return CHIMERA_OK;
+    return model_eval(ctx, p, recall, &cost, qps);
 }
 
 static chimera_status model_check(void *ctx, const chimera_search_params *p, double *mean,
@@ -389,10 +388,10 @@ static double plateau_recall(const chimera_search_params *p)
 }
 
 static chimera_status plateau_eval(void *ctx, const chimera_search_params *p, double *recall,
-                                   double *cost)
+                                   double *cost, double *qps)
 {
     plateau_model *pm = ctx;
-    model_eval(&pm->m, p, recall, cost);
+    model_eval(&pm->m, p, recall, cost, qps);
     *recall = plateau_recall(p);
     return CHIMERA_OK;
 }
@@ -564,12 +563,12 @@ typedef struct ratio_log {
 } ratio_log;
 
 static chimera_status ratio_eval(void *ctx, const chimera_search_params *p, double *recall,
-                                 double *cost)
+                                 double *cost, double *qps)
 {
     ratio_log *l = ctx;
     if (p->k_refine < 12 * p->k_fullbit && p->k_refine < 20000) l->bad++;
     if (p->k_interaction < 3 * p->k_fullbit || p->k_interaction >= p->k_refine) l->bad++;
-    return model_eval(&l->m, p, recall, cost);
+    return model_eval(&l->m, p, recall, cost, qps);
 }
 
 static void test_grow_ratios(void)
@@ -602,7 +601,7 @@ static void test_grow_ratios(void)
 #define WIDE_PROBES 64
 
 static chimera_status widen_eval(void *ctx, const chimera_search_params *p, double *recall,
-                                 double *cost)
+                                 double *cost, double *qps)
 {
     cost_model *m = ctx;
     m->calls++;
@@ -613,6 +612,7 @@ static chimera_status widen_eval(void *ctx, const chimera_search_params *p, doub
     rounds += ran.n_probe;
     *recall = model_recall(&ran);
     *cost = model_cost(m, &ran) + m->per_probe * (rounds - ran.n_probe);
+    *qps = 1e9 / *cost;
     return CHIMERA_OK;
 }
 
@@ -620,7 +620,7 @@ static chimera_status widen_check(void *ctx, const chimera_search_params *p, dou
                                   double *sd, int64_t *n, double *qps)
 {
     double cost;
-    widen_eval(ctx, p, mean, &cost);
+    widen_eval(ctx, p, mean, &cost, qps);
     *sd = 0.01;
     *n = 100000;
     *qps = 1;
@@ -632,9 +632,7 @@ static chimera_status widen_qps_eval(void *ctx, const chimera_search_params *p, 
                                      double *qps)
 {
     double cost;
-    widen_eval(ctx, p, recall, &cost);
-    *qps = 1e9 / cost;
-    return CHIMERA_OK;
+    return widen_eval(ctx, p, recall, &cost, qps);
 }
 
 /* Fewer probes a little dearer at every step ((64 / n_probe)^0.25: 7.5% at 48, 24% at
@@ -645,7 +643,7 @@ static chimera_status drift_eval(void *ctx, const chimera_search_params *p, doub
     chimera_search_params at64 = *p;
     at64.n_probe = 64;
     double cost;
-    model_eval(ctx, &at64, recall, &cost);
+    model_eval(ctx, &at64, recall, &cost, qps);
     *qps = 1e9 / (cost * pow(64.0 / p->n_probe, 0.25));
     return CHIMERA_OK;
 }
@@ -657,8 +655,8 @@ static void test_backward_widened(void)
     cost_model m = {400, 2, 0.5, 0};
     chimera_tune_result *res = malloc(sizeof *res);
     CHECK_OK(sp_tune_backward(widen_qps_eval, &m, 10, 0.95, 7000, 20000, res), NULL);
-    double r, c;
-    widen_eval(&m, &res->best, &r, &c);
+    double r, c, q;
+    widen_eval(&m, &res->best, &r, &c, &q);
     CHECKF(res->reached && res->best.n_probe >= WIDE_PROBES && r >= 0.95,
            "reached %d at %u/%u/%u (recall %.4f)", res->reached, res->best.n_probe,
            res->best.k_refine, res->best.k_fullbit, r);
@@ -687,8 +685,8 @@ static void test_grow_widened(void)
     CHECK_OK(sp_tune_grow_heldout(widen_eval, &m, widen_check, &m, 10, 0.95, 1.96, 7000, 20000,
                                   &start, 0, res),
              NULL);
-    double r, c;
-    CHECK_OK(widen_eval(&m, &res->best, &r, &c), NULL);
+    double r, c, q;
+    CHECK_OK(widen_eval(&m, &res->best, &r, &c, &q), NULL);
     CHECKF(res->reached && res->best.n_probe >= WIDE_PROBES && r >= 0.95,
            "reached %d at %u/%u/%u (recall %.4f)", res->reached, res->best.n_probe,
            res->best.k_refine, res->best.k_fullbit, r);
@@ -838,6 +836,124 @@ static void test_backward_covered(void)
     free(res);
 }
 
+/* ---- the frontier walk (chimera tune on the CPU) ------------------------------------------ */
+
+/* The cheapest covered setting (k_refine = k_fullbit) of every n_probe up to 128 and
+ * every depth from k to 640 whose model recall is at least r. */
+static double covered_cheapest(const cost_model *m, double r)
+{
+    double best = INFINITY;
+    for (uint32_t np = 1; np <= 128; np++)
+        for (uint32_t d = 10; d <= 640; d++) {
+            chimera_search_params p = {.n_probe = np, .k_refine = d, .k_fullbit = d};
+            if (model_recall(&p) >= r && model_cost(m, &p) < best) best = model_cost(m, &p);
+        }
+    return best;
+}
+
+/* Recall that stops at 0.957 (the bits' cap), and held-out queries that lose 0.02 below
+ * it and 0.0063 at it, many of them: only settings at the cap certify 0.95, and the first
+ * pick's shortfall raises the tuning target past the cap. */
+#define NEAR_CAP 0.957
+static chimera_status near_cap_eval(void *ctx, const chimera_search_params *p, double *recall,
+                                    double *cost, double *qps)
+{
+    model_eval(ctx, p, recall, cost, qps);
+    if (*recall > NEAR_CAP) *recall = NEAR_CAP;
+    return CHIMERA_OK;
+}
+
+static chimera_status near_cap_check(void *ctx, const chimera_search_params *p, double *mean,
+                                     double *sd, int64_t *n, double *qps)
+{
+    double r = model_recall(p);
+    (void)ctx;
+    *mean = r < NEAR_CAP ? r - 0.02 : NEAR_CAP - 0.0063;
+    *sd = 0.02;
+    *n = 100000;
+    *qps = 1;
+    return CHIMERA_OK;
+}
+
+static void test_frontier(void)
+{
+    cost_model dear_probe = {400, 2, 0.5, 0}, dear_fullbit = {20, 60, 0.5, 0};
+    cost_model *models[2] = {&dear_probe, &dear_fullbit};
+    chimera_tune_result *res = malloc(sizeof *res), *again = malloc(sizeof *again);
+    chimera_search_params chosen[2];
+    for (int i = 0; i < 2; i++) {
+        cost_model *m = models[i];
+        CHECK_OK(sp_tune_frontier_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                          20000, res),
+                 NULL);
+        const chimera_search_params *b = &res->best;
+        CHECK(res->reached && res->heldout_low >= 0.95 && model_recall(b) >= 0.95);
+        CHECK(b->k_refine == b->k_fullbit && b->impute_scale == 0);
+        /* near the cheapest of all covered settings, though it measures only rungs of two
+         * ladders and a step between them */
+        double cost = model_cost(m, b), floor = covered_cheapest(m, 0.95);
+        CHECKF(cost <= 1.12 * floor, "model %d: %u/%u/%u costs %g, the cheapest %g", i,
+               b->n_probe, b->k_refine, b->k_fullbit, cost, floor);
+        /* cheaper than where the backward walk, greedy from a generous start, ends */
+        chimera_tune_result *bw = again;
+        CHECK_OK(sp_tune_heldout(model_eval_qps, m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                 20000, bw),
+                 NULL);
+        CHECKF(cost <= model_cost(m, &bw->best), "model %d: frontier %g, backward %u/%u/%u %g", i,
+               cost, bw->best.n_probe, bw->best.k_refine, bw->best.k_fullbit,
+               model_cost(m, &bw->best));
+        /* every point carries the eval's own rate; a handful of trials per rung */
+        CHECK(res->n_points > 3 && res->n_points <= 40);
+        for (int j = 0; j < res->n_points; j++)
+            CHECK(res->points[j].qps == 1e9 / model_cost(m, &res->points[j].params));
+        chosen[i] = *b;
+        /* the same inputs, the same choice */
+        CHECK_OK(sp_tune_frontier_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                          20000, again),
+                 NULL);
+        CHECK(memcmp(&again->best, &res->best, sizeof res->best) == 0);
+    }
+    CHECKF(chosen[0].n_probe < chosen[1].n_probe && chosen[0].k_fullbit > chosen[1].k_fullbit,
+           "dear probing %u/%u, dear full-bit %u/%u", chosen[0].n_probe, chosen[0].k_fullbit,
+           chosen[1].n_probe, chosen[1].k_fullbit);
+    /* held-out queries on which few probes lose far more: the pick that meets the tuning
+     * target at few probes falls short, and what is kept meets the held-out target */
+    CHECK_OK(sp_tune_frontier_heldout(model_eval, &dear_fullbit, fragile_check, &dear_fullbit, 10,
+                                      0.95, 1.96, 7000, 20000, res),
+             NULL);
+    double mean, sd, q;
+    int64_t n;
+    fragile_check(&dear_fullbit, &res->best, &mean, &sd, &n, &q);
+    CHECKF(res->reached && res->heldout_low >= 0.95 && mean >= 0.95 && res->tune_target > 0.95,
+           "fragile: reached %d, %u/%u/%u held out %.4f, tuning target %.4f", res->reached,
+           res->best.n_probe, res->best.k_refine, res->best.k_fullbit, mean, res->tune_target);
+    /* a target beyond every setting (the bits' cap): not reached, the highest recall kept */
+    CHECK_OK(sp_tune_frontier_heldout(plateau_eval, &(plateau_model){{400, 2, 0.5, 0}, -1, 0},
+                                      model_check, NULL, 10, 0.99, 1.96, 7000, 20000, res),
+             NULL);
+    CHECKF(!res->reached && res->n_points > 0 && plateau_recall(&res->best) >= 0.955 - 1e-9,
+           "out of reach: reached %d, %u/%u/%u", res->reached, res->best.n_probe,
+           res->best.k_refine, res->best.k_fullbit);
+    /* near the bits' cap: the first pick's shortfall raises the tuning target past all
+     * the tuning queries reach (0.955), and the walk takes that most instead of giving up */
+    CHECK_OK(sp_tune_frontier_heldout(near_cap_eval, &dear_fullbit, near_cap_check, NULL, 10, 0.95,
+                                      1.96, 7000, 20000, res),
+             NULL);
+    CHECKF(res->reached && res->heldout_low >= 0.95,
+           "at the cap: reached %d, %u/%u/%u held out %.4f (bound %.4f), tuning target %.4f",
+           res->reached, res->best.n_probe, res->best.k_refine, res->best.k_fullbit,
+           res->heldout_recall, res->heldout_low, res->tune_target);
+    /* a corpus of fewer documents than the ladder's depths and few centroids: every
+     * setting within them */
+    CHECK_OK(sp_tune_frontier_heldout(model_eval, &dear_probe, model_check, NULL, 10, 0.9, 1.96,
+                                      20, 50, res),
+             NULL);
+    for (int j = 0; j < res->n_points; j++)
+        CHECK(res->points[j].params.n_probe <= 20 && res->points[j].params.k_fullbit <= 50);
+    free(res);
+    free(again);
+}
+
 int main(void)
 {
     test_interval();
@@ -850,6 +966,7 @@ int main(void)
     test_heldout_halving();
     test_backward_interaction();
     test_backward_covered();
+    test_frontier();
     test_pseudo_queries();
     test_calibrated();
     return check_report();

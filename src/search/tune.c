@@ -1,4 +1,9 @@
-/* The backward tuning procedure (paper §3.2), automated:
+/* Three walks over search settings, each against an evaluation callback: the backward
+ * procedure (paper §3.2, below), the build calibration's walk up from a cheap setting
+ * (sp_tune_grow_heldout), and the covered form's frontier (sp_tune_frontier_heldout,
+ * `chimera tune` on the CPU).
+ *
+ * The backward tuning procedure (paper §3.2), automated:
  *
  *   1. start generous: n_probe and k_refine large, so candidate generation and
  *      refinement lose (almost) nothing;
@@ -476,7 +481,8 @@ typedef struct grow_walk {
 static chimera_status grow_trial(grow_walk *g, const chimera_search_params *p, double *r,
                                  double *cost)
 {
-    CM_TRY(g->eval(g->ctx, p, r, cost));
+    double qps;
+    CM_TRY(g->eval(g->ctx, p, r, cost, &qps));
     chimera_tune_result *res = g->res;
     if (res->n_points < MAX_POINTS) {
         chimera_tune_point *pt = &res->points[res->n_points++];
@@ -687,6 +693,298 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
     }
     cm_free(g);
     if (s != CHIMERA_OK) return s;
+    res->reached = met;
+    return CHIMERA_OK;
+}
+
+/* ---- the frontier walk (chimera tune) --------------------------------------------------- */
+
+/* Why a staircase rather than the backward walk: the backward walk shrinks one knob at a
+ * time from a generous start and stops at the first step that misses, so it ends where
+ * its path first met the target's edge: on a real corpus 64 / 59 / 59 or 48 / 122 / 122
+ * (k = 10), where 16 / 220 / 220 met the same held-out target at 1.5-1.8x their speed
+ * (bench/RESULTS.md section 5.26). The frontier of the fewest D meeting the target at
+ * each n_probe holds every such point, and it is monotone (more probes never need a
+ * deeper list), so one pass down the n_probe ladder, raising D only, measures it in
+ * about as many trials as the two ladders have rungs. */
+
+#define FR_MAX 160 /* settings remembered across the walks of one tune */
+
+static const uint32_t fr_probes[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
+static const double fr_depths[] = {1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+#define FR_N_PROBES ((int)(sizeof fr_probes / sizeof fr_probes[0]))
+#define FR_N_DEPTHS ((int)(sizeof fr_depths / sizeof fr_depths[0]))
+#define FR_START_PROBES 64
+
+typedef struct frontier {
+    sp_tune_cost_fn eval;
+    void *ctx;
+    chimera_tune_result *res;
+    uint32_t np_cap;               /* n_probe's rungs stop at it (the centroids, 128) */
+    uint32_t depth[FR_N_DEPTHS];   /* D's rungs: k x fr_depths, capped at the documents */
+    int n_depths;                  /* distinct rungs after the cap */
+    /* every setting measured: the walks at raised targets reuse them */
+    uint32_t np[FR_MAX], d[FR_MAX];
+    double r[FR_MAX], cost[FR_MAX];
+    unsigned char failed[FR_MAX]; /* checked on the held-out queries: fell short */
+    int n;
+} frontier;
+
+/* Recall and modelled cost of n_probe np at depth d, measured once per tune. */
+static chimera_status fr_measure(frontier *f, uint32_t np, uint32_t d, double *r, double *c)
+{
+    for (int i = 0; i < f->n; i++)
+        if (f->np[i] == np && f->d[i] == d) {
+            *r = f->r[i];
+            *c = f->cost[i];
+            return CHIMERA_OK;
+        }
+    chimera_search_params p = {0};
+    p.n_probe = np;
+    p.k_refine = p.k_fullbit = d;
+    p.chunks = 4; /* no 1-bit chunks run in the covered form; the library's default */
+    double qps;
+    CM_TRY(f->eval(f->ctx, &p, r, c, &qps));
+    chimera_tune_result *res = f->res;
+    if (res->n_points < MAX_POINTS) {
+        chimera_tune_point *pt = &res->points[res->n_points++];
+        pt->params = p;
+        pt->recall = *r;
+        pt->qps = qps;
+    }
+    if (f->n < FR_MAX) {
+        f->np[f->n] = np;
+        f->d[f->n] = d;
+        f->r[f->n] = *r;
+        f->cost[f->n] = *c;
+        f->failed[f->n] = 0;
+        f->n++;
+    }
+    return CHIMERA_OK;
+}
+
+/* Whether n_probe np at depth rung j meets t. */
+static chimera_status fr_meets(frontier *f, uint32_t np, int j, double t, int *ok, double *cost)
+{
+    double r;
+    CM_TRY(fr_measure(f, np, f->depth[j], &r, cost));
+    *ok = r >= t;
+    return CHIMERA_OK;
+}
+
+/* The cheapest setting measured that meets t and has not fallen short on the held-out
+ * queries; -1 when none. */
+static int fr_cheapest(const frontier *f, double t)
+{
+    int best = -1;
+    for (int i = 0; i < f->n; i++)
+        if (!f->failed[i] && f->r[i] >= t && (best < 0 || f->cost[i] < f->cost[best])) best = i;
+    return best;
+}
+
+/* The fewest-D search at n_probe np between depths lo (missing t, or assumed to by the
+ * frontier's monotony) and hi (meeting it): geometric halving until the bracket is under
+ * 12% wide. */
+static chimera_status fr_bisect(frontier *f, uint32_t np, uint32_t lo, uint32_t hi, double t)
+{
+    double r, c;
+    CM_TRY(fr_measure(f, np, hi, &r, &c));
+    if (r < t) return CHIMERA_OK;
+    while ((double)hi > 1.12 * lo) {
+        uint32_t mid = (uint32_t)lround(sqrt((double)lo * hi));
+        if (mid <= lo || mid >= hi) break;
+        CM_TRY(fr_measure(f, np, mid, &r, &c));
+        if (r >= t)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return CHIMERA_OK;
+}
+
+/* One staircase at tuning target t (the walk described in tune.h). */
+static chimera_status fr_walk(frontier *f, double t)
+{
+    int top = 0; /* the n_probe rung to start from: 64, or the cap */
+    while (top + 1 < FR_N_PROBES && fr_probes[top + 1] <= f->np_cap &&
+           fr_probes[top] < FR_START_PROBES)
+        top++;
+    /* per n_probe rung, the depth rung of the fewest D that met t (-1: not measured) */
+    int jmin[FR_N_PROBES];
+    for (int i = 0; i < FR_N_PROBES; i++) jmin[i] = -1;
+    int last_d = f->n_depths - 1, j = 0, ok = 0;
+    double c, best = INFINITY;
+    /* the start: D up from k (the cheap trials first); where even the deepest list
+     * misses, more probes at it */
+    for (;;) {
+        CM_TRY(fr_meets(f, fr_probes[top], j, t, &ok, &c));
+        if (ok) break;
+        if (j < last_d) {
+            j++;
+        } else if (top + 1 < FR_N_PROBES && fr_probes[top + 1] <= f->np_cap) {
+            top++;
+        } else {
+            return CHIMERA_OK; /* out of reach at every setting: the caller reports it */
+        }
+    }
+    jmin[top] = j;
+    best = c;
+    /* up the probes while the list can shorten: more probes, a rung less deep */
+    for (int up = top, ju = j; ju > 0 && up + 1 < FR_N_PROBES && fr_probes[up + 1] <= f->np_cap;) {
+        CM_TRY(fr_meets(f, fr_probes[up + 1], ju - 1, t, &ok, &c));
+        if (!ok) break;
+        jmin[++up] = --ju;
+        if (c >= best) break;
+        best = c;
+    }
+    /* down the probes from the start, D raised where the target no longer holds; stop
+     * once two frontier points in a row cost well over the cheapest (D only rises from
+     * here) or D has no rung left */
+    int dear = 0;
+    for (int i = top - 1; i >= 0 && dear < 2; i--) {
+        for (;;) {
+            CM_TRY(fr_meets(f, fr_probes[i], j, t, &ok, &c));
+            if (ok || j == last_d) break;
+            j++;
+        }
+        if (!ok) break;
+        jmin[i] = j;
+        if (c < best) best = c;
+        dear = c > 1.3 * best ? dear + 1 : 0;
+    }
+    /* Between the rungs around the cheapest frontier point (n_probe rung i, depth rung
+     * jb): the fewest D at its own n_probe, and at the n_probe halfway to each
+     * neighbouring rung, each bracketed by the frontier's monotony */
+    int ib = -1;
+    double cb = INFINITY;
+    for (int i = 0; i < FR_N_PROBES; i++) {
+        if (jmin[i] < 0) continue;
+        double r;
+        CM_TRY(fr_measure(f, fr_probes[i], f->depth[jmin[i]], &r, &c));
+        if (c < cb) {
+            cb = c;
+            ib = i;
+        }
+    }
+    if (ib < 0) return CHIMERA_OK;
+    int jb = jmin[ib];
+    uint32_t np = fr_probes[ib], d = f->depth[jb];
+    if (jb > 0) CM_TRY(fr_bisect(f, np, f->depth[jb - 1], d, t));
+    if (ib > 0) {
+        uint32_t mid = (fr_probes[ib - 1] + np) / 2;
+        uint32_t hi = jmin[ib - 1] >= 0 ? f->depth[jmin[ib - 1]] : f->depth[last_d];
+        if (mid > fr_probes[ib - 1] && mid < np) CM_TRY(fr_bisect(f, mid, d, hi > d ? hi : d, t));
+    }
+    if (ib + 1 < FR_N_PROBES && jmin[ib + 1] >= 0) {
+        uint32_t mid = (np + fr_probes[ib + 1]) / 2, lo = f->depth[jmin[ib + 1]];
+        if (mid > np && mid < fr_probes[ib + 1]) CM_TRY(fr_bisect(f, mid, lo < d ? lo : d, d, t));
+    }
+    return CHIMERA_OK;
+}
+
+/* The held-out check of measured setting i. */
+static chimera_status fr_check(frontier *f, int i, sp_tune_check_fn check, void *check_ctx,
+                               uint32_t k, double z, double target, double t, heldout_check *h)
+{
+    chimera_search_params p = {0};
+    p.n_probe = f->np[i];
+    p.k_refine = p.k_fullbit = f->d[i];
+    p.chunks = 4;
+    return run_check(check, check_ctx, &p, k, z, target, t, h);
+}
+
+chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
+                                        sp_tune_check_fn check, void *check_ctx, uint32_t k,
+                                        double target, double z, uint32_t n_clusters,
+                                        int64_t n_docs, chimera_tune_result *res)
+{
+    memset(res, 0, sizeof *res);
+    frontier *f = cm_malloc(sizeof *f);
+    if (!f) return CHIMERA_ERR_NOMEM;
+    memset(f, 0, sizeof *f);
+    f->eval = eval;
+    f->ctx = eval_ctx;
+    f->res = res;
+    f->np_cap = n_clusters < 1 ? 1 : n_clusters < 128 ? n_clusters : 128;
+    uint64_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint64_t)(n_docs > 0 ? n_docs : 1);
+    if (docs < k) docs = k;
+    for (int j = 0; j < FR_N_DEPTHS; j++) {
+        uint64_t d = (uint64_t)ceil(k * fr_depths[j]);
+        if (d > docs) d = docs;
+        if (f->n_depths && f->depth[f->n_depths - 1] == d) break;
+        f->depth[f->n_depths++] = (uint32_t)d;
+    }
+    /* Held-out loop as sp_tune_heldout's: a pick whose held-out bound falls short raises
+     * the tuning target by the shortfall; then two halvings between the first target that
+     * fell short and the one that met look for a cheaper pick. The choice among checked
+     * picks that meet the target goes by the modelled cost. */
+    double t = target, t_short = -1, best_low = -1, b_cost = 0;
+    int met = 0, have = 0;
+    heldout_check b = {0}, h;
+    chimera_status s = CHIMERA_OK;
+    double t_checked = -1; /* the tuning target of the last check */
+    for (int attempt = 0; attempt < 6 && !met && s == CHIMERA_OK; attempt++) {
+        if ((s = fr_walk(f, t)) != CHIMERA_OK) break;
+        int i = fr_cheapest(f, t);
+        if (i < 0) {
+            /* t is beyond every setting on the tuning queries (a raise by a whole
+             * shortfall near the bits' cap): the most they reach, if above the last
+             * target checked, is the last target worth a check */
+            double top = -1;
+            for (int m = 0; m < f->n; m++)
+                if (!f->failed[m] && f->r[m] > top) top = f->r[m];
+            if (!(top > t_checked)) break;
+            t = top;
+            i = fr_cheapest(f, t);
+            if (i < 0) break;
+        }
+        t_checked = t;
+        if ((s = fr_check(f, i, check, check_ctx, k, z, target, t, &h)) != CHIMERA_OK) break;
+        if (h.low >= target || h.low > best_low) {
+            best_low = h.low;
+            b = h;
+            b_cost = f->cost[i];
+            have = 1;
+        }
+        if (h.low >= target) {
+            met = 1;
+            break;
+        }
+        f->failed[i] = 1;
+        if (t >= 1) break;
+        if (t_short < 0) t_short = t;
+        t += target - h.low + 0.002;
+        if (t > 1) t = 1;
+    }
+    for (int r = 0; s == CHIMERA_OK && met && t_short >= 0 && r < 2; r++) {
+        double tm = 0.5 * (t_short + t);
+        if ((s = fr_walk(f, tm)) != CHIMERA_OK) break;
+        int i = fr_cheapest(f, tm);
+        if (i < 0 || f->cost[i] >= b_cost) { /* nothing cheaper to check at this target */
+            t = tm;
+            continue;
+        }
+        if ((s = fr_check(f, i, check, check_ctx, k, z, target, tm, &h)) != CHIMERA_OK) break;
+        if (h.low >= target) {
+            t = tm;
+            b = h;
+            b_cost = f->cost[i];
+        } else {
+            f->failed[i] = 1;
+            t_short = tm;
+        }
+    }
+    /* Out of reach even on the tuning queries: the setting of the highest tuning recall,
+     * checked, as the closest */
+    if (s == CHIMERA_OK && !have && f->n > 0) {
+        int hi = 0;
+        for (int i = 1; i < f->n; i++)
+            if (f->r[i] > f->r[hi] || (f->r[i] == f->r[hi] && f->cost[i] < f->cost[hi])) hi = i;
+        if ((s = fr_check(f, hi, check, check_ctx, k, z, target, t, &b)) == CHIMERA_OK) have = 1;
+    }
+    cm_free(f);
+    if (s != CHIMERA_OK) return s;
+    if (have) keep_check(res, &b);
     res->reached = met;
     return CHIMERA_OK;
 }

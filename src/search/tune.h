@@ -1,5 +1,6 @@
-/* Target-recall tuning: the paper's backward procedure (paper §3.2) automated over an
- * evaluation callback, so it is independent of how a search is run and measured. */
+/* Target-recall tuning: the paper's backward procedure (paper §3.2) and two other walks
+ * over search settings, each over an evaluation callback, so that they are independent
+ * of how a search is run and measured. */
 #ifndef CHIMERA_SEARCH_TUNE_H
 #define CHIMERA_SEARCH_TUNE_H
 
@@ -46,10 +47,10 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
                     int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len,
                     uint32_t n_clusters);
 
-/* Runs the search with `p` on the tuning queries and measures recall and its modelled
- * cost per query (sp_tune_cost). */
+/* Runs the search with `p` on the tuning queries and measures recall, its modelled cost
+ * per query (sp_tune_cost) and its measured queries/s (reported, never chosen by). */
 typedef chimera_status (*sp_tune_cost_fn)(void *ctx, const chimera_search_params *p,
-                                          double *recall, double *cost);
+                                          double *recall, double *cost, double *qps);
 
 /* The same check around a walk upwards from `start` (cheap): each step raises n_probe
  * or k_fullbit by half (k_refine and k_interaction, 0: off, with it: they keep at least
@@ -71,5 +72,22 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
                                     uint32_t n_clusters, int64_t n_docs,
                                     const chimera_search_params *start, double ceiling,
                                     chimera_tune_result *res);
+
+/* Tuning in the covered form (k_fullbit = k_refine, no 1-bit pass: on the CPU the
+ * faster form at a given recall), whose two knobs are n_probe and the depth D =
+ * k_refine = k_fullbit. The fewest D meeting a target falls as n_probe rises, so a
+ * staircase walks that frontier: at n_probe 64, D up a ladder of k x {1, 1.5, 2, 3, 4, 6,
+ * ...} until the tuning target holds; then n_probe down its ladder {..., 8, 12, 16, 24,
+ * 32, 48}, D raised where the target no longer holds, until D is out of room or the
+ * frontier's cost has risen well past its cheapest point; one step above 64 where D can
+ * fall; then a step between ladder rungs on each knob at the cheapest point. The
+ * cheapest setting measured that meets the tuning target (by the modelled cost, so that
+ * the choice does not move with a shared machine's noise) is checked on the held-out
+ * queries, with sp_tune_heldout's raising of the tuning target and its two halvings.
+ * res->points carry each setting's measured queries/s; res->best the held-out check's. */
+chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
+                                        sp_tune_check_fn check, void *check_ctx, uint32_t k,
+                                        double target, double z, uint32_t n_clusters,
+                                        int64_t n_docs, chimera_tune_result *res);
 
 #endif
