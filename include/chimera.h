@@ -1196,7 +1196,11 @@ typedef struct chimera_tune_result {
                                    above target_recall until the held-out bound met it) */
 } chimera_tune_result;
 
-/* The paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
+/* The fastest setting whose Recall@k on these queries (a point estimate, no margin:
+ * chimera_index_tune_heldout gives one) meets target_recall. On the CPU (since 0.11.1) by
+ * chimera_index_tune_heldout's frontier walk, with these queries in place of held-out
+ * ones (the held-out fields of res stay zero). On a CUDA device by
+ * the paper's backward procedure: generous n_probe and k_refine, raise k_fullbit until
  * Recall@k >= target against `truth_ids` [n_queries x truth_k] (exact results, e.g.
  * from chimera_corpus_search), then shrink k_refine, then n_probe, keeping the target
  * (since 0.10.0 n_probe only while the search does not get clearly slower: fewer probes

@@ -1341,6 +1341,57 @@ static chimera_status tune_cost_eval(void *vctx, const chimera_search_params *p,
     return CHIMERA_OK;
 }
 
+/* The held-out half of a tune: per-query recall statistics of one setting. */
+typedef struct check_ctx {
+    const chimera_index *h;
+    const chimera_queries *q;
+    const int64_t *truth;
+    uint32_t truth_k, k;
+    const chimera_search_opts *opts;
+    int64_t *ids;
+    float *scores;
+    chimera_error *err;
+    int rerank; /* as sp_tune_ctx.rerank */
+    float impute_scale; /* as sp_tune_ctx.impute_scale */
+} check_ctx;
+
+static chimera_status check_eval(void *vctx, const chimera_search_params *p, double *mean,
+                                 double *sd, int64_t *n, double *qps)
+{
+    check_ctx *t = vctx;
+    chimera_search_profile prof = {0};
+    chimera_search_params sp = *p;
+    if (sp.impute_scale == 0) sp.impute_scale = t->impute_scale;
+    if (t->rerank) tune_rerank(t->k, &sp);
+    CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
+    sp_eval_recall_stats(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k, mean, sd, n);
+    *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
+    return CHIMERA_OK;
+}
+
+/* Whether a search with opts runs on a CUDA device: there a 1-bit pass costs the host
+ * little, so the backward walk, which measures time and keeps a 1-bit pass where it
+ * pays, tunes; on the CPU the covered form's frontier (tune.h), by the CPU's cost model. */
+static int tune_on_device(const chimera_search_opts *opts)
+{
+    chimera_backend be = opts ? opts->backend : CHIMERA_BACKEND_AUTO;
+    char why[128];
+    return be == CHIMERA_BACKEND_CUDA ||
+           (be == CHIMERA_BACKEND_AUTO && backend_cuda_device_count(why, sizeof why) > 0);
+}
+
+/* check_eval on the tuning queries themselves, as a point estimate (an interval of no
+ * width): chimera_index_tune's frontier walk keeps the cheapest setting whose recall on
+ * them meets the target */
+static chimera_status point_check(void *vctx, const chimera_search_params *p, double *mean,
+                                  double *sd, int64_t *n, double *qps)
+{
+    CM_TRY(check_eval(vctx, p, mean, sd, n, qps));
+    *sd = 0;
+    *n = (int64_t)1 << 50;
+    return CHIMERA_OK;
+}
+
 chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,
                                   const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
                                   double target_recall, const chimera_search_opts *opts,
@@ -1374,8 +1425,22 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
      * vectors: tune with the exact re-rank on (bench/RESULTS.md section 5.5). */
     t.rerank = target_recall >= 0.99 && v->ix.vec_complete;
     t.impute_scale = view_impute_scale(&v->ix, k);
-    if (t.ids && t.scores)
+    t.dim = v->ix.dim;
+    t.doc_len = v->ix.n_docs ? (double)v->ix.n_tokens / (double)v->ix.n_docs : 1;
+    t.n_clusters = v->ix.n_clusters;
+    if (t.ids && t.scores && tune_on_device(opts)) {
         s = sp_tune_backward(tune_eval, &t, k, target_recall, v->ix.n_clusters, v->ix.n_docs, res);
+    } else if (t.ids && t.scores) {
+        check_ctx c = {index, queries, truth_ids, truth_k, k, opts, t.ids, t.scores, err, t.rerank,
+                       t.impute_scale};
+        s = sp_tune_frontier_heldout(tune_cost_eval, &t, point_check, &c, k, target_recall, 1.96,
+                                     v->ix.n_clusters, v->ix.n_docs, res);
+        /* no held-out part: those fields stay zero (res->recall is on these queries) */
+        res->n_heldout = 0;
+        res->heldout_recall = res->heldout_low = res->heldout_high = 0;
+        res->heldout_need = 0;
+        res->tune_target = 0;
+    }
     if (s == CHIMERA_OK) tune_result_scale(res, t.impute_scale);
     if (s == CHIMERA_OK && t.rerank) { /* what was measured, in the result and its profile */
         tune_rerank(k, &res->best);
@@ -1421,34 +1486,6 @@ static int cmp_by_id(const void *a, const void *b)
 {
     int64_t x = cal_sort_ids[*(const int64_t *)a], y = cal_sort_ids[*(const int64_t *)b];
     return (x > y) - (x < y);
-}
-
-/* The held-out half of a tune: per-query recall statistics of one setting. */
-typedef struct check_ctx {
-    const chimera_index *h;
-    const chimera_queries *q;
-    const int64_t *truth;
-    uint32_t truth_k, k;
-    const chimera_search_opts *opts;
-    int64_t *ids;
-    float *scores;
-    chimera_error *err;
-    int rerank; /* as sp_tune_ctx.rerank */
-    float impute_scale; /* as sp_tune_ctx.impute_scale */
-} check_ctx;
-
-static chimera_status check_eval(void *vctx, const chimera_search_params *p, double *mean,
-                                 double *sd, int64_t *n, double *qps)
-{
-    check_ctx *t = vctx;
-    chimera_search_profile prof = {0};
-    chimera_search_params sp = *p;
-    if (sp.impute_scale == 0) sp.impute_scale = t->impute_scale;
-    if (t->rerank) tune_rerank(t->k, &sp);
-    CM_TRY(chimera_index_search(t->h, t->q, t->k, &sp, t->opts, t->ids, t->scores, &prof, t->err));
-    sp_eval_recall_stats(t->ids, t->k, t->truth, t->truth_k, t->q->q.n, t->k, mean, sd, n);
-    *qps = prof.seconds > 0 ? (double)t->q->q.n / prof.seconds : 0;
-    return CHIMERA_OK;
 }
 
 /* Queries [a, b) of the permutation perm, with their truth rows, as a new query set. */
@@ -1511,13 +1548,7 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
                          v->ix.n_clusters, scale};
         check_ctx c = {index, hq, ht, truth_k, k, opts, ids, sc, err, rerank, scale};
         int64_t live = v->ix.n_docs - v->ix.n_deleted;
-        /* A device's 1-bit pass costs the host little, so there the backward walk,
-         * which measures time and keeps a 1-bit pass where it pays, still tunes; on the
-         * CPU the covered form's frontier (tune.h), by the CPU's cost model. */
-        chimera_backend be = opts ? opts->backend : CHIMERA_BACKEND_AUTO;
-        char why[128];
-        int device = be == CHIMERA_BACKEND_CUDA ||
-                     (be == CHIMERA_BACKEND_AUTO && backend_cuda_device_count(why, sizeof why) > 0);
+        int device = tune_on_device(opts);
         if (grow_from)
             s = sp_tune_grow_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
                                      v->ix.n_clusters, live, grow_from, ceiling, res);

@@ -215,6 +215,27 @@ static void test_calibrated(void)
         CHECK_OK(chimera_index_tune_heldout(ix, q, truth, 10, 10, 0.9, 0.25, 1, &so, res, &err),
                  &err);
         CHECK(res->n_tune == 45 && res->n_heldout == 15);
+        /* on the CPU, on a real index: the held-out tune keeps the covered form, and its
+         * points carry the rates the searches measured */
+        CHECK(res->best.k_refine == res->best.k_fullbit && res->n_points > 0);
+        for (int i = 0; i < res->n_points; i++) CHECK(res->points[i].qps > 0);
+        /* the point-estimate tune: the cheapest measured setting whose recall on these
+         * queries meets the target, the held-out fields zero */
+        chimera_search_opts cpu = {.n_threads = 2, .backend = CHIMERA_BACKEND_CPU};
+        CHECK_OK(chimera_index_tune(ix, q, truth, 10, 10, 0.9, &cpu, res, &err), &err);
+        CHECK(res->reached && res->recall >= 0.9 && res->n_heldout == 0 &&
+              res->heldout_recall == 0 && res->tune_target == 0);
+        CHECK(res->best.k_refine == res->best.k_fullbit &&
+              res->best.impute_scale == rep.calibrated[0].impute_scale);
+        int kept = 0;
+        for (int i = 0; i < res->n_points; i++) {
+            const chimera_search_params *a = &res->points[i].params, *b = &res->best;
+            if (a->n_probe == b->n_probe && a->k_fullbit == b->k_fullbit) {
+                kept = 1;
+                CHECK(fabs(res->points[i].recall - res->recall) < 1e-12);
+            }
+        }
+        CHECK(kept);
         free(res);
         free(truth);
         free(sc);

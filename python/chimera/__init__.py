@@ -635,11 +635,11 @@ class Index:
              seed=0):
         """Find the fastest search setting that reaches Recall@k >= target_recall.
 
-        Without heldout, the library's backward procedure (generous n_probe and
-        k_refine, raise k_fullbit until the target is met, then shrink k_refine, then
-        n_probe while the search does not get clearly slower); with it, on the CPU, a walk
-        along the frontier of the fewest documents that hold the target at each n_probe
-        (as ``chimera tune``; see chimera_index_tune_heldout). Recall is measured
+        On the CPU, a walk along the frontier of the fewest documents that hold the
+        target at each n_probe, in the form without a 1-bit pass (k_refine = k_fullbit),
+        chosen by a model of the search's cost (as ``chimera tune``); on a GPU, the
+        paper's backward procedure (generous n_probe and k_refine, raise k_fullbit
+        until the target is met, then shrink k_refine, then n_probe). Recall is measured
         against `truth`, the exact top-k ids [nq, >= k]; when it is not given it is
         computed by :func:`exact_search` over the corpus: ``documents`` (or tokens and
         doclens, ids), or, for an index made by :meth:`build` in this process, the corpus
