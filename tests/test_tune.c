@@ -484,6 +484,16 @@ static void test_cost_model(void)
     b = a;
     b.docs_touched *= 2;
     CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) > base);
+    /* the exact re-rank of the full-bit scored documents: about twice their full-bit
+     * scoring (d = 128), and more at a larger d */
+    b = a;
+    b.n_reranked = b.n_fullbit;
+    chimera_search_profile f2 = a;
+    f2.n_fullbit *= 2;
+    double rr = sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) - base;
+    double fb = sp_tune_cost(&f2, &p, 1, 32, 128, 80, 0) - base;
+    CHECKF(rr > 1.5 * fb && rr < 3 * fb, "re-rank %g, full-bit %g", rr, fb);
+    CHECK(sp_tune_cost(&b, &p, 1, 32, 256, 80, 0) - sp_tune_cost(&a, &p, 1, 32, 256, 80, 0) > rr);
     chimera_search_params q = p;
     q.n_probe = 16;
     CHECK(sp_tune_cost(&a, &q, 1, 32, 128, 80, 0) > base);

@@ -391,7 +391,13 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            its walks);
  *   full S   per centroid, query token and dimension, for a query whose probes were
  *            not walked (it scored every centroid): 0.031 ns (the same real corpus, two
- *            threads, batched: 2.3 ms a query of 12 tokens).
+ *            threads, batched: 2.3 ms a query of 12 tokens);
+ *   rerank   per (document token, query token) pair and dimension of the exact re-rank
+ *            (chimera_search_profile.n_reranked): 1.15-1.5 ms a query of 12 tokens at
+ *            depth 300 on a real corpus of 78-token documents, d = 128 (bench/RESULTS.md
+ *            section 5.15), 0.033-0.042 ns; about twice a full-bit pair, so a walk that
+ *            tunes with the re-rank on (a target of 0.99) prices its depth at what it
+ *            costs.
  * The last three are the same for every setting where no query walks (a small index),
  * and matter where probe=auto walks for shallow settings and scores every centroid for
  * deep ones (cpu_backend.c). Before them a walk was priced as a selection and the full
@@ -413,6 +419,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_SEED_DIM 0.05
 #define COST_SEED_PER_ROOT 16.0 /* the seed sample: 16 sqrt(K) (cpu_backend.c) */
 #define COST_FULL_S_DIM 0.031
+#define COST_RERANK_DIM 0.04
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
                     int64_t n_queries, int64_t n_query_tokens, uint32_t dim, double doc_len,
@@ -445,7 +452,9 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double score1 = (COST_PAIR1 + COST_PAIR1_DIM * d) * pairs * scored1;
     double fullbit = (COST_PAIRB + COST_PAIRB_DIM * d) * pairs * (double)prof->n_fullbit;
     double rows = COST_ROW_DIM * m * d * (double)prof->n_rows / nq;
-    return probe + seed + full_s + entries + touched + interaction + score1 + fullbit + rows;
+    double rerank = COST_RERANK_DIM * d * pairs * (double)prof->n_reranked;
+    return probe + seed + full_s + entries + touched + interaction + score1 + fullbit + rows +
+           rerank;
 }
 
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
