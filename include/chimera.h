@@ -1209,7 +1209,9 @@ typedef struct chimera_tune_result {
  * (since 0.10.0, before the depths) and then both depths, and keeps that when
  * measurably faster. Since 0.4.0, a target of 0.99 or more on an index that stores its vectors
  * (chimera_build_opts.rerank) is tuned with the exact re-rank on, every full-bit scored
- * document re-scored (rerank_depth = k_fullbit, in res->best and every point).
+ * document re-scored (rerank_depth = k_fullbit, in res->best and every point); since
+ * 0.11.1 the CPU's frontier walk re-ranks the top 4k by full-bit score instead (at most
+ * k_fullbit), and the top 2k where that keeps the target.
  * Thread-safe, as chimera_index_search (it is a series of searches).
  * @return CHIMERA_OK (see res->reached), _INVALID_ARG, or a search error (in err). */
 CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,

@@ -1280,6 +1280,7 @@ typedef struct sp_tune_ctx {
  * re-scored exactly, so the backward procedure's k_fullbit is the re-rank's depth. */
 static void tune_rerank(uint32_t k, chimera_search_params *p)
 {
+    if (p->rerank_depth) return; /* the walk's own choice (the frontier's) */
     chimera_search_params d = *p;
     chimera_search_params_default(k, &d);
     p->rerank_depth = d.k_fullbit > k ? d.k_fullbit : k;
@@ -1434,7 +1435,7 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
         check_ctx c = {index, queries, truth_ids, truth_k, k, opts, t.ids, t.scores, err, t.rerank,
                        t.impute_scale};
         s = sp_tune_frontier_heldout(tune_cost_eval, &t, point_check, &c, k, target_recall, 1.96,
-                                     v->ix.n_clusters, v->ix.n_docs, res);
+                                     v->ix.n_clusters, v->ix.n_docs, t.rerank, res);
         /* no held-out part: those fields stay zero (res->recall is on these queries) */
         res->n_heldout = 0;
         res->heldout_recall = res->heldout_low = res->heldout_high = 0;
@@ -1557,7 +1558,7 @@ static chimera_status tune_split(const chimera_index *index, const chimera_queri
                                 live, res);
         else
             s = sp_tune_frontier_heldout(tune_cost_eval, &t, check_eval, &c, k, target, 1.96,
-                                         v->ix.n_clusters, live, res);
+                                         v->ix.n_clusters, live, rerank, res);
         if (s == CHIMERA_ERR_NOMEM) cm_fail(err, s, "tune: out of memory");
         if (s == CHIMERA_OK && rerank) { /* what was measured, in the result and profile */
             tune_rerank(k, &res->best);

@@ -906,6 +906,59 @@ static chimera_status near_cap_check(void *ctx, const chimera_search_params *p, 
     return CHIMERA_OK;
 }
 
+/* A search with an exact re-rank: model_eval's recall, less 0.05 unless the re-rank
+ * reaches *(double *)ctx times k (k = 10) of the full-bit ranking, and each re-ranked
+ * document costs 30 more. */
+static chimera_status rerank_eval(void *ctx, const chimera_search_params *p, double *recall,
+                                  double *cost, double *qps)
+{
+    cost_model m = {20, 60, 0.5, 0};
+    model_eval(&m, p, recall, cost, qps);
+    if (p->rerank_depth < *(const double *)ctx * 10) *recall -= 0.05;
+    *cost += 30.0 * p->rerank_depth;
+    *qps = 1e9 / *cost;
+    return CHIMERA_OK;
+}
+
+static chimera_status rerank_check(void *ctx, const chimera_search_params *p, double *mean,
+                                   double *sd, int64_t *n, double *qps)
+{
+    double cost;
+    rerank_eval(ctx, p, mean, &cost, qps);
+    *sd = 0.01;
+    *n = 100000;
+    return CHIMERA_OK;
+}
+
+static void test_frontier_rerank(void)
+{
+    chimera_tune_result *res = malloc(sizeof *res);
+    /* the true top k within the first 2k of the full-bit ranking: the pick re-ranks 2k */
+    double need = 1.5;
+    CHECK_OK(sp_tune_frontier_heldout(rerank_eval, &need, rerank_check, &need, 10, 0.95, 1.96,
+                                      7000, 20000, 1, res),
+             NULL);
+    CHECKF(res->reached && res->best.rerank_depth == 20, "re-rank %u", res->best.rerank_depth);
+    /* every point re-ranks, at most its depth and 4k */
+    for (int i = 0; i < res->n_points; i++) {
+        const chimera_search_params *p = &res->points[i].params;
+        CHECK(p->rerank_depth >= 10 && p->rerank_depth <= p->k_fullbit && p->rerank_depth <= 40);
+    }
+    /* within 3k: 2k loses recall, the walk's 4k is kept */
+    need = 3;
+    CHECK_OK(sp_tune_frontier_heldout(rerank_eval, &need, rerank_check, &need, 10, 0.95, 1.96,
+                                      7000, 20000, 1, res),
+             NULL);
+    CHECKF(res->reached && res->best.rerank_depth == 40, "re-rank %u", res->best.rerank_depth);
+    /* no re-rank: none set */
+    cost_model m = {20, 60, 0.5, 0};
+    CHECK_OK(sp_tune_frontier_heldout(model_eval, &m, model_check, NULL, 10, 0.95, 1.96, 7000,
+                                      20000, 0, res),
+             NULL);
+    for (int i = 0; i < res->n_points; i++) CHECK(res->points[i].params.rerank_depth == 0);
+    free(res);
+}
+
 static void test_frontier(void)
 {
     cost_model dear_probe = {400, 2, 0.5, 0}, dear_fullbit = {20, 60, 0.5, 0};
@@ -915,7 +968,7 @@ static void test_frontier(void)
     for (int i = 0; i < 2; i++) {
         cost_model *m = models[i];
         CHECK_OK(sp_tune_frontier_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
-                                          20000, res),
+                                          20000, 0, res),
                  NULL);
         const chimera_search_params *b = &res->best;
         CHECK(res->reached && res->heldout_low >= 0.95 && model_recall(b) >= 0.95);
@@ -940,7 +993,7 @@ static void test_frontier(void)
         chosen[i] = *b;
         /* the same inputs, the same choice */
         CHECK_OK(sp_tune_frontier_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
-                                          20000, again),
+                                          20000, 0, again),
                  NULL);
         CHECK(memcmp(&again->best, &res->best, sizeof res->best) == 0);
     }
@@ -950,7 +1003,7 @@ static void test_frontier(void)
     /* held-out queries on which few probes lose far more: the pick that meets the tuning
      * target at few probes falls short, and what is kept meets the held-out target */
     CHECK_OK(sp_tune_frontier_heldout(model_eval, &dear_fullbit, fragile_check, &dear_fullbit, 10,
-                                      0.95, 1.96, 7000, 20000, res),
+                                      0.95, 1.96, 7000, 20000, 0, res),
              NULL);
     double mean, sd, q;
     int64_t n;
@@ -960,7 +1013,7 @@ static void test_frontier(void)
            res->best.n_probe, res->best.k_refine, res->best.k_fullbit, mean, res->tune_target);
     /* a target beyond every setting (the bits' cap): not reached, the highest recall kept */
     CHECK_OK(sp_tune_frontier_heldout(plateau_eval, &(plateau_model){{400, 2, 0.5, 0}, -1, 0},
-                                      model_check, NULL, 10, 0.99, 1.96, 7000, 20000, res),
+                                      model_check, NULL, 10, 0.99, 1.96, 7000, 20000, 0, res),
              NULL);
     CHECKF(!res->reached && res->n_points > 0 && plateau_recall(&res->best) >= 0.955 - 1e-9,
            "out of reach: reached %d, %u/%u/%u", res->reached, res->best.n_probe,
@@ -968,7 +1021,7 @@ static void test_frontier(void)
     /* near the bits' cap: the first pick's shortfall raises the tuning target past all
      * the tuning queries reach (0.955), and the walk takes that most instead of giving up */
     CHECK_OK(sp_tune_frontier_heldout(near_cap_eval, &dear_fullbit, near_cap_check, NULL, 10, 0.95,
-                                      1.96, 7000, 20000, res),
+                                      1.96, 7000, 20000, 0, res),
              NULL);
     CHECKF(res->reached && res->heldout_low >= 0.95,
            "at the cap: reached %d, %u/%u/%u held out %.4f (bound %.4f), tuning target %.4f",
@@ -977,7 +1030,7 @@ static void test_frontier(void)
     /* a corpus of fewer documents than the ladder's depths and few centroids: every
      * setting within them */
     CHECK_OK(sp_tune_frontier_heldout(model_eval, &dear_probe, model_check, NULL, 10, 0.9, 1.96,
-                                      20, 50, res),
+                                      20, 50, 0, res),
              NULL);
     for (int j = 0; j < res->n_points; j++)
         CHECK(res->points[j].params.n_probe <= 20 && res->points[j].params.k_fullbit <= 50);
@@ -998,6 +1051,7 @@ int main(void)
     test_backward_interaction();
     test_backward_covered();
     test_frontier();
+    test_frontier_rerank();
     test_pseudo_queries();
     test_calibrated();
     return check_report();

@@ -30,7 +30,8 @@
  * The exact re-rank tier is not a step of these walks: for a target of 0.99 or more on
  * an index with its vectors, the evaluation callbacks (src/chimera.c, tune_rerank)
  * re-score every full-bit scored document exactly, so k_fullbit walks as the re-rank's
- * depth. The build's calibration (target 0.95) leaves it off: a default that reads the
+ * depth (the frontier walk sets a shallower re-rank itself, sp_tune_frontier_heldout).
+ * The build's calibration (target 0.95) leaves it off: a default that reads the
  * stored vectors would make every default search pay for them. */
 #include <math.h>
 #include <string.h>
@@ -733,25 +734,37 @@ typedef struct frontier {
     uint32_t depth[FR_N_DEPTHS];   /* D's rungs: k x fr_depths, capped at the documents */
     int n_depths;                  /* distinct rungs after the cap */
     /* every setting measured: the walks at raised targets reuse them */
-    uint32_t np[FR_MAX], d[FR_MAX];
+    uint32_t k;
+    int rerank; /* the evaluation re-ranks exactly: the depth of that re-rank is a knob too */
+    uint32_t np[FR_MAX], d[FR_MAX], rd[FR_MAX];
     double r[FR_MAX], cost[FR_MAX];
     unsigned char failed[FR_MAX]; /* checked on the held-out queries: fell short */
     int n;
 } frontier;
 
-/* Recall and modelled cost of n_probe np at depth d, measured once per tune. */
-static chimera_status fr_measure(frontier *f, uint32_t np, uint32_t d, double *r, double *c)
+/* The setting measured as entry i of f. */
+static chimera_search_params fr_params(uint32_t np, uint32_t d, uint32_t rd)
+{
+    chimera_search_params p = {0};
+    p.n_probe = np;
+    p.k_refine = p.k_fullbit = d;
+    p.rerank_depth = rd;
+    p.chunks = 4; /* no 1-bit chunks run in the covered form; the library's default */
+    return p;
+}
+
+/* Recall and modelled cost of n_probe np at depth d with an exact re-rank of the top rd
+ * (0: none), measured once per tune. */
+static chimera_status fr_measure_rd(frontier *f, uint32_t np, uint32_t d, uint32_t rd, double *r,
+                                    double *c)
 {
     for (int i = 0; i < f->n; i++)
-        if (f->np[i] == np && f->d[i] == d) {
+        if (f->np[i] == np && f->d[i] == d && f->rd[i] == rd) {
             *r = f->r[i];
             *c = f->cost[i];
             return CHIMERA_OK;
         }
-    chimera_search_params p = {0};
-    p.n_probe = np;
-    p.k_refine = p.k_fullbit = d;
-    p.chunks = 4; /* no 1-bit chunks run in the covered form; the library's default */
+    chimera_search_params p = fr_params(np, d, rd);
     double qps;
     CM_TRY(f->eval(f->ctx, &p, r, c, &qps));
     chimera_tune_result *res = f->res;
@@ -764,12 +777,29 @@ static chimera_status fr_measure(frontier *f, uint32_t np, uint32_t d, double *r
     if (f->n < FR_MAX) {
         f->np[f->n] = np;
         f->d[f->n] = d;
+        f->rd[f->n] = rd;
         f->r[f->n] = *r;
         f->cost[f->n] = *c;
         f->failed[f->n] = 0;
         f->n++;
     }
     return CHIMERA_OK;
+}
+
+/* The walk's re-rank depth at depth d, where the evaluation re-ranks: the top 4k by
+ * full-bit score, which held the recall of re-ranking all d on a real corpus (the true top
+ * k sit within the first 1.5-3k of the 4-bit ranking, bench/RESULTS.md section 5.27) at a
+ * fraction of its cost. */
+static uint32_t fr_walk_rd(const frontier *f, uint32_t d)
+{
+    if (!f->rerank) return 0;
+    uint64_t r = (uint64_t)f->k * 4;
+    return r < d ? (uint32_t)r : d;
+}
+
+static chimera_status fr_measure(frontier *f, uint32_t np, uint32_t d, double *r, double *c)
+{
+    return fr_measure_rd(f, np, d, fr_walk_rd(f, d), r, c);
 }
 
 /* Whether n_probe np at depth rung j meets t. */
@@ -891,27 +921,42 @@ static chimera_status fr_walk(frontier *f, double t)
     return CHIMERA_OK;
 }
 
+/* The cheapest setting measured that meets t, after a re-rank of the top 2k instead of
+ * the walk's 4k at the cheapest one (it reads half the vectors; measured, so kept only
+ * where the tuning recall still meets t); -1 when none. */
+static chimera_status fr_pick(frontier *f, double t, int *pick)
+{
+    int i = fr_cheapest(f, t);
+    uint64_t r2 = (uint64_t)f->k * 2;
+    if (i >= 0 && f->rerank && f->rd[i] > r2) {
+        double r, c;
+        CM_TRY(fr_measure_rd(f, f->np[i], f->d[i], (uint32_t)r2, &r, &c));
+        i = fr_cheapest(f, t);
+    }
+    *pick = i;
+    return CHIMERA_OK;
+}
+
 /* The held-out check of measured setting i. */
 static chimera_status fr_check(frontier *f, int i, sp_tune_check_fn check, void *check_ctx,
                                uint32_t k, double z, double target, double t, heldout_check *h)
 {
-    chimera_search_params p = {0};
-    p.n_probe = f->np[i];
-    p.k_refine = p.k_fullbit = f->d[i];
-    p.chunks = 4;
+    chimera_search_params p = fr_params(f->np[i], f->d[i], f->rd[i]);
     return run_check(check, check_ctx, &p, k, z, target, t, h);
 }
 
 chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
                                         sp_tune_check_fn check, void *check_ctx, uint32_t k,
                                         double target, double z, uint32_t n_clusters,
-                                        int64_t n_docs, chimera_tune_result *res)
+                                        int64_t n_docs, int rerank, chimera_tune_result *res)
 {
     memset(res, 0, sizeof *res);
     frontier *f = cm_malloc(sizeof *f);
     if (!f) return CHIMERA_ERR_NOMEM;
     memset(f, 0, sizeof *f);
     f->eval = eval;
+    f->k = k;
+    f->rerank = rerank;
     f->ctx = eval_ctx;
     f->res = res;
     f->np_cap = n_clusters < 1 ? 1 : n_clusters < 128 ? n_clusters : 128;
@@ -933,8 +978,8 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
     chimera_status s = CHIMERA_OK;
     double t_checked = -1; /* the tuning target of the last check */
     for (int attempt = 0; attempt < 6 && !met && s == CHIMERA_OK; attempt++) {
-        if ((s = fr_walk(f, t)) != CHIMERA_OK) break;
-        int i = fr_cheapest(f, t);
+        int i;
+        if ((s = fr_walk(f, t)) != CHIMERA_OK || (s = fr_pick(f, t, &i)) != CHIMERA_OK) break;
         if (i < 0) {
             /* t is beyond every setting on the tuning queries (a raise by a whole
              * shortfall near the bits' cap): the most they reach, if above the last
@@ -944,8 +989,7 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
                 if (!f->failed[m] && f->r[m] > top) top = f->r[m];
             if (!(top > t_checked)) break;
             t = top;
-            i = fr_cheapest(f, t);
-            if (i < 0) break;
+            if ((s = fr_pick(f, t, &i)) != CHIMERA_OK || i < 0) break;
         }
         t_checked = t;
         if ((s = fr_check(f, i, check, check_ctx, k, z, target, t, &h)) != CHIMERA_OK) break;
@@ -967,8 +1011,8 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
     }
     for (int r = 0; s == CHIMERA_OK && met && t_short >= 0 && r < 2; r++) {
         double tm = 0.5 * (t_short + t);
-        if ((s = fr_walk(f, tm)) != CHIMERA_OK) break;
-        int i = fr_cheapest(f, tm);
+        int i;
+        if ((s = fr_walk(f, tm)) != CHIMERA_OK || (s = fr_pick(f, tm, &i)) != CHIMERA_OK) break;
         if (i < 0 || f->cost[i] >= b_cost) { /* nothing cheaper to check at this target */
             t = tm;
             continue;

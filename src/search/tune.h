@@ -84,10 +84,13 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
  * cheapest setting measured that meets the tuning target (by the modelled cost, so that
  * the choice does not move with a shared machine's noise) is checked on the held-out
  * queries, with sp_tune_heldout's raising of the tuning target and its two halvings.
- * res->points carry each setting's measured queries/s; res->best the held-out check's. */
+ * res->points carry each setting's measured queries/s; res->best the held-out check's.
+ * rerank: the evaluation re-ranks exactly (a target of 0.99 on an index with its
+ * vectors). The walk then sets rerank_depth, to the top 4k by full-bit score (at most D),
+ * and tries the top 2k at each pick; otherwise every setting's rerank_depth is 0. */
 chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
                                         sp_tune_check_fn check, void *check_ctx, uint32_t k,
                                         double target, double z, uint32_t n_clusters,
-                                        int64_t n_docs, chimera_tune_result *res);
+                                        int64_t n_docs, int rerank, chimera_tune_result *res);
 
 #endif
