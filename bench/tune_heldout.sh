@@ -8,7 +8,8 @@
 # half of them itself) and H (the last 300: never seen by any tune). Per binary and k in
 # {10, 100}: `chimera tune --target-recall 0.95` on T (exact truth computed by tune), then
 # the setting it picked searched on H against exact search's top 100: its Recall@k and
-# queries/s (the median of three rounds, the binaries alternated within each round).
+# queries/s (the median of three rounds, the picks alternated within each round, every
+# search by the first binary, so that only the settings differ).
 # Every search runs on THREADS threads (default 2). Prints one row per corpus, k and
 # binary: the pick, tune's own held-out mean and lower bound, tune's seconds, and H's
 # recall and speed.
@@ -63,8 +64,8 @@ PY
       log=$d/tune_${k}_$b.log
       t0=$(date +%s.%N)
       "${BINS[$b]}" tune "$d/idx" --queries "$d/T_flat.npy" --qlens "$d/T_lens.npy" -k $k \
-        --target-recall 0.95 --threads "$THREADS" --no-save >"$log"
-      secs[$b]=$(echo "$(date +%s.%N) - $t0" | bc)
+        --target-recall 0.95 --threads "$THREADS" --no-save >"$log" || true # no pick: below
+      secs[$b]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
       pick[$b]=$(sed -n 's/.* at \(--nprobe .*\), [0-9.]* queries\/s$/\1/p' "$log")
       held[$b]=$(sed -n 's/^held-out Recall@[0-9]* \([0-9.]*\), 95% interval \[\([0-9.]*\),.*/\1 \2/p' "$log")
       rates[$b]=""

@@ -1180,7 +1180,7 @@ typedef struct chimera_tune_result {
     double recall, qps;         /* measured at best */
     int reached;                /* 0: the target was out of reach; best is the closest */
     int n_points;
-    chimera_tune_point points[96]; /* every setting tried, in order */
+    chimera_tune_point points[96]; /* every setting tried, in order (the first 96) */
     uint64_t index_generation;  /* the generation of the index tuned (its manifest's) */
     uint64_t index_data_id;     /* the identity of its data (section checksums); profile
                                    save refuses an index whose data differs. 0: unknown,

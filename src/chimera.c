@@ -1381,18 +1381,6 @@ static int tune_on_device(const chimera_search_opts *opts)
            (be == CHIMERA_BACKEND_AUTO && backend_cuda_device_count(why, sizeof why) > 0);
 }
 
-/* check_eval on the tuning queries themselves, as a point estimate (an interval of no
- * width): chimera_index_tune's frontier walk keeps the cheapest setting whose recall on
- * them meets the target */
-static chimera_status point_check(void *vctx, const chimera_search_params *p, double *mean,
-                                  double *sd, int64_t *n, double *qps)
-{
-    CM_TRY(check_eval(vctx, p, mean, sd, n, qps));
-    *sd = 0;
-    *n = (int64_t)1 << 50;
-    return CHIMERA_OK;
-}
-
 chimera_status chimera_index_tune(const chimera_index *index, const chimera_queries *queries,
                                   const int64_t *truth_ids, uint32_t truth_k, uint32_t k,
                                   double target_recall, const chimera_search_opts *opts,
@@ -1434,8 +1422,11 @@ chimera_status chimera_index_tune(const chimera_index *index, const chimera_quer
     } else if (t.ids && t.scores) {
         check_ctx c = {index, queries, truth_ids, truth_k, k, opts, t.ids, t.scores, err, t.rerank,
                        t.impute_scale};
-        s = sp_tune_frontier_heldout(tune_cost_eval, &t, point_check, &c, k, target_recall, 1.96,
+        /* the check is these queries again with z = 0: an interval of no width, so the
+         * cheapest measured setting whose recall on them meets the target is kept */
+        s = sp_tune_frontier_heldout(tune_cost_eval, &t, check_eval, &c, k, target_recall, 0,
                                      v->ix.n_clusters, v->ix.n_docs, t.rerank, res);
+        if (s == CHIMERA_ERR_NOMEM) cm_fail(err, s, "tune: out of memory");
         /* no held-out part: those fields stay zero (res->recall is on these queries) */
         res->n_heldout = 0;
         res->heldout_recall = res->heldout_low = res->heldout_high = 0;

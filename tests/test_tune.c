@@ -186,7 +186,9 @@ static void test_calibrated(void)
         chimera_exact_opts eo = {.n_threads = 2};
         CHECK_OK(chimera_corpus_search(c, q, 10, &eo, truth, sc, &err), &err);
         chimera_tune_result *res = malloc(sizeof *res);
-        chimera_search_opts so = {.n_threads = 2};
+        /* the CPU, whose tune walks the covered form's frontier (a device would walk
+         * backwards, checked below for the covered form) */
+        chimera_search_opts so = {.n_threads = 2, .backend = CHIMERA_BACKEND_CPU};
         chimera_queries *few = NULL;
         CHECK_OK(chimera_queries_slice(q, 0, 12, &few, &err), &err);
         CHECK_STATUS(chimera_index_tune_heldout(ix, few, truth, 10, 10, 0.9, 0, 1, &so, res, &err),
@@ -221,7 +223,7 @@ static void test_calibrated(void)
         for (int i = 0; i < res->n_points; i++) CHECK(res->points[i].qps > 0);
         /* the point-estimate tune: the cheapest measured setting whose recall on these
          * queries meets the target, the held-out fields zero */
-        chimera_search_opts cpu = {.n_threads = 2, .backend = CHIMERA_BACKEND_CPU};
+        chimera_search_opts cpu = so;
         CHECK_OK(chimera_index_tune(ix, q, truth, 10, 10, 0.9, &cpu, res, &err), &err);
         CHECK(res->reached && res->recall >= 0.9 && res->n_heldout == 0 &&
               res->heldout_recall == 0 && res->tune_target == 0);
@@ -236,6 +238,14 @@ static void test_calibrated(void)
             }
         }
         CHECK(kept);
+        /* a setting exactly at the target is kept (the interval has no width): the
+         * target 1 is reached where some setting finds every true document */
+        CHECK_OK(chimera_index_tune(ix, q, truth, 10, 10, 1.0, &cpu, res, &err), &err);
+        int perfect = 0;
+        for (int i = 0; i < res->n_points; i++) perfect |= res->points[i].recall == 1.0;
+        CHECKF(res->reached == perfect && (!perfect || res->recall == 1.0),
+               "target 1: reached %d, recall %.4f, a perfect point %d", res->reached, res->recall,
+               perfect);
         free(res);
         free(truth);
         free(sc);
@@ -995,7 +1005,10 @@ static void test_frontier(void)
         CHECK_OK(sp_tune_frontier_heldout(model_eval, m, model_check, NULL, 10, 0.95, 1.96, 7000,
                                           20000, 0, again),
                  NULL);
-        CHECK(memcmp(&again->best, &res->best, sizeof res->best) == 0);
+        CHECK(again->best.n_probe == res->best.n_probe && again->best.k_refine == res->best.k_refine &&
+              again->best.k_fullbit == res->best.k_fullbit &&
+              again->best.rerank_depth == res->best.rerank_depth &&
+              again->best.chunks == res->best.chunks);
     }
     CHECKF(chosen[0].n_probe < chosen[1].n_probe && chosen[0].k_fullbit > chosen[1].k_fullbit,
            "dear probing %u/%u, dear full-bit %u/%u", chosen[0].n_probe, chosen[0].k_fullbit,
@@ -1019,7 +1032,8 @@ static void test_frontier(void)
            "out of reach: reached %d, %u/%u/%u", res->reached, res->best.n_probe,
            res->best.k_refine, res->best.k_fullbit);
     /* near the bits' cap: the first pick's shortfall raises the tuning target past all
-     * the tuning queries reach (0.955), and the walk takes that most instead of giving up */
+     * the tuning queries reach (NEAR_CAP), and the walk takes that most instead of giving
+     * up */
     CHECK_OK(sp_tune_frontier_heldout(near_cap_eval, &dear_fullbit, near_cap_check, NULL, 10, 0.95,
                                       1.96, 7000, 20000, 0, res),
              NULL);
@@ -1027,6 +1041,13 @@ static void test_frontier(void)
            "at the cap: reached %d, %u/%u/%u held out %.4f (bound %.4f), tuning target %.4f",
            res->reached, res->best.n_probe, res->best.k_refine, res->best.k_fullbit,
            res->heldout_recall, res->heldout_low, res->tune_target);
+    /* k = 1, whose first depth rungs round to the same value: the ladder goes on past
+     * them (the model needs ~60 documents) */
+    CHECK_OK(sp_tune_frontier_heldout(model_eval, &dear_fullbit, model_check, NULL, 1, 0.9, 1.96,
+                                      7000, 20000, 0, res),
+             NULL);
+    CHECKF(res->reached && res->best.k_fullbit > 2, "k = 1: reached %d at %u/%u/%u", res->reached,
+           res->best.n_probe, res->best.k_refine, res->best.k_fullbit);
     /* a corpus of fewer documents than the ladder's depths and few centroids: every
      * setting within them */
     CHECK_OK(sp_tune_frontier_heldout(model_eval, &dear_probe, model_check, NULL, 10, 0.9, 1.96,

@@ -712,13 +712,16 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
 /* Why a staircase rather than the backward walk: the backward walk shrinks one knob at a
  * time from a generous start and stops at the first step that misses, so it ends where
  * its path first met the target's edge: on a real corpus 64 / 59 / 59 or 48 / 122 / 122
- * (k = 10), where 16 / 220 / 220 met the same held-out target at 1.5-1.8x their speed
+ * (k = 10), where 16 / 220 / 220 met the same held-out target at 1.5-2x their speed
  * (bench/RESULTS.md section 5.26). The frontier of the fewest D meeting the target at
  * each n_probe holds every such point, and it is monotone (more probes never need a
  * deeper list), so one pass down the n_probe ladder, raising D only, measures it in
  * about as many trials as the two ladders have rungs. */
 
-#define FR_MAX 160 /* settings remembered across the walks of one tune */
+/* settings remembered across the walks of one tune: at most 8 walks (6 raises, 2
+ * halvings) of ~30 ladder rungs, 3 bisections of ~6 trials and a re-rank trial each, so
+ * a full memo (whose later settings could never be picked) cannot happen */
+#define FR_MAX 1024
 
 static const uint32_t fr_probes[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
 static const double fr_depths[] = {1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
@@ -733,19 +736,20 @@ typedef struct frontier {
     uint32_t np_cap;               /* n_probe's rungs stop at it (the centroids, 128) */
     uint32_t depth[FR_N_DEPTHS];   /* D's rungs: k x fr_depths, capped at the documents */
     int n_depths;                  /* distinct rungs after the cap */
-    /* every setting measured: the walks at raised targets reuse them */
     uint32_t k;
     int rerank; /* the evaluation re-ranks exactly: the depth of that re-rank is a knob too */
+    /* every setting measured: the walks at raised targets reuse them */
     uint32_t np[FR_MAX], d[FR_MAX], rd[FR_MAX];
     double r[FR_MAX], cost[FR_MAX];
     unsigned char failed[FR_MAX]; /* checked on the held-out queries: fell short */
     int n;
 } frontier;
 
-/* The setting measured as entry i of f. */
+/* The covered setting of n_probe np, depth d and re-rank depth rd (0: none). */
 static chimera_search_params fr_params(uint32_t np, uint32_t d, uint32_t rd)
 {
-    chimera_search_params p = {0};
+    chimera_search_params p;
+    memset(&p, 0, sizeof p); /* padding too: a result compares equal byte for byte */
     p.n_probe = np;
     p.k_refine = p.k_fullbit = d;
     p.rerank_depth = rd;
@@ -965,8 +969,9 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
     for (int j = 0; j < FR_N_DEPTHS; j++) {
         uint64_t d = (uint64_t)ceil(k * fr_depths[j]);
         if (d > docs) d = docs;
-        if (f->n_depths && f->depth[f->n_depths - 1] == d) break;
+        if (f->n_depths && f->depth[f->n_depths - 1] == d) continue; /* k = 1: 1.5 and 2 */
         f->depth[f->n_depths++] = (uint32_t)d;
+        if (d == docs) break;
     }
     /* Held-out loop as sp_tune_heldout's: a pick whose held-out bound falls short raises
      * the tuning target by the shortfall; then two halvings between the first target that
@@ -1027,8 +1032,9 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
             t_short = tm;
         }
     }
-    /* Out of reach even on the tuning queries: the setting of the highest tuning recall,
-     * checked, as the closest */
+    /* No check ran (every recall NaN; an out-of-reach target is checked above at the
+     * most the tuning queries reach): the setting of the highest tuning recall, checked,
+     * as the closest */
     if (s == CHIMERA_OK && !have && f->n > 0) {
         int hi = 0;
         for (int i = 1; i < f->n; i++)

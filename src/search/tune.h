@@ -79,8 +79,9 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
  * staircase walks that frontier: at n_probe 64, D up a ladder of k x {1, 1.5, 2, 3, 4, 6,
  * ...} until the tuning target holds; then n_probe down its ladder {..., 8, 12, 16, 24,
  * 32, 48}, D raised where the target no longer holds, until D is out of room or the
- * frontier's cost has risen well past its cheapest point; one step above 64 where D can
- * fall; then a step between ladder rungs on each knob at the cheapest point. The
+ * frontier's cost has risen well past its cheapest point; up from 64 a rung at a time
+ * while D can fall a rung and the cost falls; then a geometric bisection of D (a few
+ * trials) at the cheapest point and at the n_probe halfway to each neighbouring rung. The
  * cheapest setting measured that meets the tuning target (by the modelled cost, so that
  * the choice does not move with a shared machine's noise) is checked on the held-out
  * queries, with sp_tune_heldout's raising of the tuning target and its two halvings.
