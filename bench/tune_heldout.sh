@@ -22,15 +22,7 @@ BINS=("$@")
 THREADS=${THREADS:-2}
 only=${REGEX:-.}
 mkdir -p "$W"
-corpora=(
-  "d64-short-flat    --dim 64  --docs 20000 --min-len 8   --max-len 40  --topic-weight -1  --seed 11"
-  "d96-clustered     --dim 96  --docs 20000                               --topic-weight 1.5 --topics 50 --seed 12"
-  "d128-long         --dim 128 --docs 6000  --min-len 100 --max-len 600                       --seed 13"
-  "d200-clustered    --dim 200 --docs 10000 --min-len 8   --max-len 120 --topic-weight 1.0 --topics 80 --seed 14"
-  "d256-flat         --dim 256 --docs 8000                                --topic-weight -1  --seed 15 --query-noise 0.5"
-  "d96-clust-short   --dim 96  --docs 20000 --min-len 8   --max-len 60  --topic-weight 1.5 --topics 30 --query-len 16 --seed 16"
-  "d80-clust-small   --dim 80  --docs 2500  --min-len 8   --max-len 60  --topic-weight 1.5 --topics 30 --query-len 16 --seed 21"
-)
+source bench/corpora.sh
 C=${BINS[0]}
 recall() { "$C" eval --run "$1" --truth "$2" -k "$3" | awk -v k="Recall@$3" '$1 == k { print $2 }'; }
 printf "%-16s %4s %-4s %-24s %-16s %6s | %-8s %9s\n" corpus k bin "pick" "tune held-out" "tune s" \
