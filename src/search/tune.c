@@ -458,6 +458,82 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
            rerank;
 }
 
+/* ---- the settings a walk has measured --------------------------------------------------- */
+
+/* The grow walk and the frontier walk both choose among every setting they measured, by
+ * modelled cost, and a setting that fell short on the held-out queries is never chosen
+ * again. A setting is measured once per tune: the walks at raised targets and the
+ * n_probe doubling meet settings already measured, and the counts a search reports are
+ * the same on every run, so the stored recall and cost stand for a new trial. At most 8
+ * walks (6 raises, 2 halvings) of ~30 ladder rungs, 3 bisections of ~6 trials and a
+ * re-rank trial each, or the grow walk's 8 rounds of a few steps: the memo cannot fill,
+ * so no later setting is ever dropped from the choice. */
+#define MEMO_MAX 1024
+
+typedef struct tune_memo {
+    sp_tune_cost_fn eval;
+    void *ctx;
+    chimera_tune_result *res; /* its points: each setting as first measured */
+    /* the points carry the modelled rate, 1e9 / cost, not the measured one: the build's
+     * calibration, whose choice (and report) must not follow a shared machine's noise */
+    int modelled_rate;
+    chimera_search_params p[MEMO_MAX];
+    double r[MEMO_MAX], cost[MEMO_MAX];
+    unsigned char failed[MEMO_MAX]; /* checked on the held-out queries: fell short */
+    int n;
+} tune_memo;
+
+static int same_setting(const chimera_search_params *a, const chimera_search_params *b)
+{
+    return a->n_probe == b->n_probe && a->k_refine == b->k_refine &&
+           a->k_fullbit == b->k_fullbit && a->chunks == b->chunks && a->impute == b->impute &&
+           a->probe == b->probe && a->rerank_depth == b->rerank_depth &&
+           a->k_interaction == b->k_interaction && a->impute_scale == b->impute_scale &&
+           a->recall == b->recall && a->chosen == b->chosen;
+}
+
+/* p's tuning recall and modelled cost, measured at its first use; *at (may be NULL): its
+ * place in the memo, -1 in the impossible case of a full one. */
+static chimera_status memo_measure(tune_memo *m, const chimera_search_params *p, double *r,
+                                   double *c, int *at)
+{
+    for (int i = 0; i < m->n; i++)
+        if (same_setting(&m->p[i], p)) {
+            *r = m->r[i];
+            *c = m->cost[i];
+            if (at) *at = i;
+            return CHIMERA_OK;
+        }
+    double qps;
+    CM_TRY(m->eval(m->ctx, p, r, c, &qps));
+    chimera_tune_result *res = m->res;
+    if (res->n_points < MAX_POINTS) {
+        chimera_tune_point *pt = &res->points[res->n_points++];
+        pt->params = *p;
+        pt->recall = *r;
+        pt->qps = !m->modelled_rate ? qps : *c > 0 ? 1e9 / *c : 0;
+    }
+    if (at) *at = m->n < MEMO_MAX ? m->n : -1;
+    if (m->n < MEMO_MAX) {
+        m->p[m->n] = *p;
+        m->r[m->n] = *r;
+        m->cost[m->n] = *c;
+        m->failed[m->n] = 0;
+        m->n++;
+    }
+    return CHIMERA_OK;
+}
+
+/* The cheapest setting measured whose tuning recall meets t and that has not fallen
+ * short on the held-out queries; -1 when none. */
+static int memo_cheapest(const tune_memo *m, double t)
+{
+    int best = -1;
+    for (int i = 0; i < m->n; i++)
+        if (!m->failed[i] && m->r[i] >= t && (best < 0 || m->cost[i] < m->cost[best])) best = i;
+    return best;
+}
+
 /* ---- growing from a cheap setting (the build's calibration) ----------------------------- */
 
 /* The walk's choice between its two knobs, and the final choice among the settings it
@@ -470,14 +546,7 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
  * choice is the same on every run of the same build. */
 
 typedef struct grow_walk {
-    sp_tune_cost_fn eval;
-    void *ctx;
-    chimera_tune_result *res;
-    /* every setting measured on the tuning queries: the candidates of the final choice */
-    chimera_search_params p[MAX_POINTS];
-    double r[MAX_POINTS], cost[MAX_POINTS];
-    unsigned char failed[MAX_POINTS]; /* checked on the held-out queries: fell short */
-    int n;
+    tune_memo memo; /* every setting measured: the candidates of the final choice */
     double ratio[3]; /* per knob (1: n_probe, 2: k_fullbit): the last gain per cost */
     /* k_refine and k_interaction (0: off) per k_fullbit, the start's: a step of
      * k_fullbit raises them in proportion */
@@ -491,23 +560,7 @@ typedef struct grow_walk {
 static chimera_status grow_trial(grow_walk *g, const chimera_search_params *p, double *r,
                                  double *cost)
 {
-    double qps;
-    CM_TRY(g->eval(g->ctx, p, r, cost, &qps));
-    chimera_tune_result *res = g->res;
-    if (res->n_points < MAX_POINTS) {
-        chimera_tune_point *pt = &res->points[res->n_points++];
-        pt->params = *p;
-        pt->recall = *r;
-        pt->qps = *cost > 0 ? 1e9 / *cost : 0;
-    }
-    if (g->n < MAX_POINTS) {
-        g->p[g->n] = *p;
-        g->r[g->n] = *r;
-        g->cost[g->n] = *cost;
-        g->failed[g->n] = 0;
-        g->n++;
-    }
-    return CHIMERA_OK;
+    return memo_measure(&g->memo, p, r, cost, NULL);
 }
 
 /* One step up: n_probe or k_fullbit (with k_refine and k_interaction kept at least the
@@ -580,16 +633,6 @@ static int grow_step(grow_walk *g, chimera_search_params *p, double *r, double *
     return 1;
 }
 
-/* The cheapest setting measured whose tuning recall meets t and that has not already
- * fallen short on the held-out queries; -1 when none. */
-static int grow_cheapest(const grow_walk *g, double t)
-{
-    int best = -1;
-    for (int i = 0; i < g->n; i++)
-        if (!g->failed[i] && g->r[i] >= t && (best < 0 || g->cost[i] < g->cost[best])) best = i;
-    return best;
-}
-
 chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tune_check_fn check,
                                     void *check_ctx, uint32_t k, double target, double z,
                                     uint32_t n_clusters, int64_t n_docs,
@@ -600,9 +643,10 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
     grow_walk *g = cm_malloc(sizeof *g);
     if (!g) return CHIMERA_ERR_NOMEM;
     memset(g, 0, sizeof *g);
-    g->eval = eval;
-    g->ctx = eval_ctx;
-    g->res = res;
+    g->memo.eval = eval;
+    g->memo.ctx = eval_ctx;
+    g->memo.res = res;
+    g->memo.modelled_rate = 1;
     uint32_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint32_t)(n_docs > 0 ? n_docs : 1);
     uint32_t cap_np = n_clusters < 128 ? n_clusters : 128;
     uint64_t ckf = (uint64_t)k * 64;
@@ -633,7 +677,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
          * ceiling 0.978, nine more trials at 0.948-0.956, bench/RESULTS.md sections 5.22, 5.24),
          * and the steps that gain nothing only make the setting dearer. */
         int cheapest;
-        while ((cheapest = grow_cheapest(g, t)) < 0 && flat < 2) {
+        while ((cheapest = memo_cheapest(&g->memo, t)) < 0 && flat < 2) {
             double before = r;
             if (!(room = grow_step(g, &p, &r, &c, cap_np, cap_kf, cap_kr, &last, &s))) break;
             int near = ceiling <= 0 || r >= ceiling - 0.01;
@@ -646,8 +690,8 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
         if (flat >= 2) room = 0;
         /* the cheapest setting that meets the tuning target; when none does (the
          * ceiling, the plateau, the caps), the walk's own last one */
-        chimera_search_params q = cheapest >= 0 ? g->p[cheapest] : p;
-        double q_cost = cheapest >= 0 ? g->cost[cheapest] : c;
+        chimera_search_params q = cheapest >= 0 ? g->memo.p[cheapest] : p;
+        double q_cost = cheapest >= 0 ? g->memo.cost[cheapest] : c;
         heldout_check h;
         if ((s = run_check(check, check_ctx, &q, k, z, target, t, &h)) != CHIMERA_OK) break;
         double mean = h.mean, low = h.low;
@@ -661,7 +705,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
         met = low >= target;
         if (met) break;
         mean_met = mean_met || mean >= target;
-        if (cheapest >= 0) g->failed[cheapest] = 1;
+        if (cheapest >= 0) g->memo.failed[cheapest] = 1;
         if (!room || t >= 1) break;
         /* the held-out bound fell short: hold the tuning queries to more, by the
          * shortfall, and keep growing from here. Beyond what a generous search reaches on
@@ -676,7 +720,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
             if (mean < target && target < ceiling - 0.003) {
                 next = t + target - mean + 0.002; /* the mean's shortfall alone */
                 if (next > ceiling - 0.003) next = ceiling - 0.003;
-            } else if (grow_cheapest(g, next > 1 ? 1 : next) < 0) {
+            } else if (memo_cheapest(&g->memo, next > 1 ? 1 : next) < 0) {
                 break;
             }
         }
@@ -718,11 +762,6 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
  * deeper list), so one pass down the n_probe ladder, raising D only, measures it in
  * about as many trials as the two ladders have rungs. */
 
-/* settings remembered across the walks of one tune: at most 8 walks (6 raises, 2
- * halvings) of ~30 ladder rungs, 3 bisections of ~6 trials and a re-rank trial each, so
- * a full memo (whose later settings could never be picked) cannot happen */
-#define FR_MAX 1024
-
 static const uint32_t fr_probes[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
 static const double fr_depths[] = {1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
 #define FR_N_PROBES ((int)(sizeof fr_probes / sizeof fr_probes[0]))
@@ -730,26 +769,19 @@ static const double fr_depths[] = {1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64
 #define FR_START_PROBES 64
 
 typedef struct frontier {
-    sp_tune_cost_fn eval;
-    void *ctx;
-    chimera_tune_result *res;
+    tune_memo memo; /* every setting measured: the walks at raised targets reuse them */
     uint32_t np_cap;               /* n_probe's rungs stop at it (the centroids, 128) */
     uint32_t depth[FR_N_DEPTHS];   /* D's rungs: k x fr_depths, capped at the documents */
     int n_depths;                  /* distinct rungs after the cap */
     uint32_t k;
     int rerank; /* the evaluation re-ranks exactly: the depth of that re-rank is a knob too */
-    /* every setting measured: the walks at raised targets reuse them */
-    uint32_t np[FR_MAX], d[FR_MAX], rd[FR_MAX];
-    double r[FR_MAX], cost[FR_MAX];
-    unsigned char failed[FR_MAX]; /* checked on the held-out queries: fell short */
-    int n;
 } frontier;
 
 /* The covered setting of n_probe np, depth d and re-rank depth rd (0: none). */
 static chimera_search_params fr_params(uint32_t np, uint32_t d, uint32_t rd)
 {
     chimera_search_params p;
-    memset(&p, 0, sizeof p); /* padding too: a result compares equal byte for byte */
+    memset(&p, 0, sizeof p); /* padding too: the points a tune reports are whole bytes */
     p.n_probe = np;
     p.k_refine = p.k_fullbit = d;
     p.rerank_depth = rd;
@@ -762,32 +794,8 @@ static chimera_search_params fr_params(uint32_t np, uint32_t d, uint32_t rd)
 static chimera_status fr_measure_rd(frontier *f, uint32_t np, uint32_t d, uint32_t rd, double *r,
                                     double *c)
 {
-    for (int i = 0; i < f->n; i++)
-        if (f->np[i] == np && f->d[i] == d && f->rd[i] == rd) {
-            *r = f->r[i];
-            *c = f->cost[i];
-            return CHIMERA_OK;
-        }
     chimera_search_params p = fr_params(np, d, rd);
-    double qps;
-    CM_TRY(f->eval(f->ctx, &p, r, c, &qps));
-    chimera_tune_result *res = f->res;
-    if (res->n_points < MAX_POINTS) {
-        chimera_tune_point *pt = &res->points[res->n_points++];
-        pt->params = p;
-        pt->recall = *r;
-        pt->qps = qps;
-    }
-    if (f->n < FR_MAX) {
-        f->np[f->n] = np;
-        f->d[f->n] = d;
-        f->rd[f->n] = rd;
-        f->r[f->n] = *r;
-        f->cost[f->n] = *c;
-        f->failed[f->n] = 0;
-        f->n++;
-    }
-    return CHIMERA_OK;
+    return memo_measure(&f->memo, &p, r, c, NULL);
 }
 
 /* The walk's re-rank depth at depth d, where the evaluation re-ranks: the top 4k by
@@ -813,16 +821,6 @@ static chimera_status fr_meets(frontier *f, uint32_t np, int j, double t, int *o
     CM_TRY(fr_measure(f, np, f->depth[j], &r, cost));
     *ok = r >= t;
     return CHIMERA_OK;
-}
-
-/* The cheapest setting measured that meets t and has not fallen short on the held-out
- * queries; -1 when none. */
-static int fr_cheapest(const frontier *f, double t)
-{
-    int best = -1;
-    for (int i = 0; i < f->n; i++)
-        if (!f->failed[i] && f->r[i] >= t && (best < 0 || f->cost[i] < f->cost[best])) best = i;
-    return best;
 }
 
 /* The fewest-D search at n_probe np between depths lo (missing t, or assumed to by the
@@ -930,12 +928,13 @@ static chimera_status fr_walk(frontier *f, double t)
  * where the tuning recall still meets t); -1 when none. */
 static chimera_status fr_pick(frontier *f, double t, int *pick)
 {
-    int i = fr_cheapest(f, t);
+    int i = memo_cheapest(&f->memo, t);
     uint64_t r2 = (uint64_t)f->k * 2;
-    if (i >= 0 && f->rerank && f->rd[i] > r2) {
+    if (i >= 0 && f->rerank && f->memo.p[i].rerank_depth > r2) {
         double r, c;
-        CM_TRY(fr_measure_rd(f, f->np[i], f->d[i], (uint32_t)r2, &r, &c));
-        i = fr_cheapest(f, t);
+        const chimera_search_params *p = &f->memo.p[i];
+        CM_TRY(fr_measure_rd(f, p->n_probe, p->k_fullbit, (uint32_t)r2, &r, &c));
+        i = memo_cheapest(&f->memo, t);
     }
     *pick = i;
     return CHIMERA_OK;
@@ -945,8 +944,7 @@ static chimera_status fr_pick(frontier *f, double t, int *pick)
 static chimera_status fr_check(frontier *f, int i, sp_tune_check_fn check, void *check_ctx,
                                uint32_t k, double z, double target, double t, heldout_check *h)
 {
-    chimera_search_params p = fr_params(f->np[i], f->d[i], f->rd[i]);
-    return run_check(check, check_ctx, &p, k, z, target, t, h);
+    return run_check(check, check_ctx, &f->memo.p[i], k, z, target, t, h);
 }
 
 chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
@@ -958,11 +956,12 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
     frontier *f = cm_malloc(sizeof *f);
     if (!f) return CHIMERA_ERR_NOMEM;
     memset(f, 0, sizeof *f);
-    f->eval = eval;
+    tune_memo *mo = &f->memo;
+    mo->eval = eval;
+    mo->ctx = eval_ctx;
+    mo->res = res;
     f->k = k;
     f->rerank = rerank;
-    f->ctx = eval_ctx;
-    f->res = res;
     f->np_cap = n_clusters < 1 ? 1 : n_clusters < 128 ? n_clusters : 128;
     uint64_t docs = n_docs > (1 << 24) ? (1u << 24) : (uint64_t)(n_docs > 0 ? n_docs : 1);
     if (docs < k) docs = k;
@@ -990,8 +989,8 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
              * shortfall near the bits' cap): the most they reach, if above the last
              * target checked, is the last target worth a check */
             double top = -1;
-            for (int m = 0; m < f->n; m++)
-                if (!f->failed[m] && f->r[m] > top) top = f->r[m];
+            for (int m = 0; m < mo->n; m++)
+                if (!mo->failed[m] && mo->r[m] > top) top = mo->r[m];
             if (!(top > t_checked)) break;
             t = top;
             if ((s = fr_pick(f, t, &i)) != CHIMERA_OK || i < 0) break;
@@ -1001,14 +1000,14 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
         if (h.low >= target || h.low > best_low) {
             best_low = h.low;
             b = h;
-            b_cost = f->cost[i];
+            b_cost = mo->cost[i];
             have = 1;
         }
         if (h.low >= target) {
             met = 1;
             break;
         }
-        f->failed[i] = 1;
+        mo->failed[i] = 1;
         if (t >= 1) break;
         if (t_short < 0) t_short = t;
         t += target - h.low + 0.002;
@@ -1018,7 +1017,7 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
         double tm = 0.5 * (t_short + t);
         int i;
         if ((s = fr_walk(f, tm)) != CHIMERA_OK || (s = fr_pick(f, tm, &i)) != CHIMERA_OK) break;
-        if (i < 0 || f->cost[i] >= b_cost) { /* nothing cheaper to check at this target */
+        if (i < 0 || mo->cost[i] >= b_cost) { /* nothing cheaper to check at this target */
             t = tm;
             continue;
         }
@@ -1026,19 +1025,20 @@ chimera_status sp_tune_frontier_heldout(sp_tune_cost_fn eval, void *eval_ctx,
         if (h.low >= target) {
             t = tm;
             b = h;
-            b_cost = f->cost[i];
+            b_cost = mo->cost[i];
         } else {
-            f->failed[i] = 1;
+            mo->failed[i] = 1;
             t_short = tm;
         }
     }
     /* No check ran (every recall NaN; an out-of-reach target is checked above at the
      * most the tuning queries reach): the setting of the highest tuning recall, checked,
      * as the closest */
-    if (s == CHIMERA_OK && !have && f->n > 0) {
+    if (s == CHIMERA_OK && !have && mo->n > 0) {
         int hi = 0;
-        for (int i = 1; i < f->n; i++)
-            if (f->r[i] > f->r[hi] || (f->r[i] == f->r[hi] && f->cost[i] < f->cost[hi])) hi = i;
+        for (int i = 1; i < mo->n; i++)
+            if (mo->r[i] > mo->r[hi] || (mo->r[i] == mo->r[hi] && mo->cost[i] < mo->cost[hi]))
+                hi = i;
         if ((s = fr_check(f, hi, check, check_ctx, k, z, target, t, &b)) == CHIMERA_OK) have = 1;
     }
     cm_free(f);
