@@ -160,9 +160,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 11
-#define CHIMERA_VERSION_PATCH 1
-#define CHIMERA_VERSION_STRING "0.11.1"
+#define CHIMERA_VERSION_MINOR 12
+#define CHIMERA_VERSION_PATCH 0
+#define CHIMERA_VERSION_STRING "0.12.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -1135,7 +1135,11 @@ CHIMERA_API chimera_status chimera_index_params_resolve(const chimera_index *ind
 
 /* Searches every query: ids[i*k + r], scores[i*k + r] = query i's r-th result (user id,
  * full-bit estimated Chamfer score; the exact score with params->rerank_depth), best
- * first, padded with -1 / -INFINITY. params and opts may be NULL (defaults:
+ * first, padded with -1 / -INFINITY. Since 0.12.0 an estimate's centroid term <q, c>
+ * comes from the centroids held at 8 bits a coordinate on every backend and probe (it
+ * moves by about a fifth of the 4-bit estimator's error), so a document's score is the
+ * same on every backend; the probe itself still picks by float scores. params and opts
+ * may be NULL (defaults:
  * chimera_index_params_default); profile may be NULL.
  * @return CHIMERA_OK, _INVALID_ARG (also: rerank_depth on an index that stores no
  *         vectors, or whose vectors an older library left incomplete), _DIM (query dimension differs from the index's),

@@ -34,7 +34,7 @@
 #include "quant/quant_math.h"
 #include "quant/rotation.h"
 
-#define BE_API_VERSION 4
+#define BE_API_VERSION 5
 
 /* One segment of the index (index/index.h: ix_segment): documents doc_base ..
  * doc_base + n_docs - 1 and their tokens. Numbers inside are local to the segment
@@ -197,14 +197,6 @@ struct cm_backend_i {
      * returns CHIMERA_OK; anything else (r does not extend it) means the engine is made
      * anew. No query runs during the call. */
     chimera_status (*refresh)(void *ctx, const be_resident *r, chimera_error *err);
-    /* (optional; default NULL) Announces the worker's next n queries (qs[i]: ms[i] x dim
-     * tokens, host memory, valid until they have run): the backend may do their shared
-     * work at once (the CPU: one sgemm for all their centroid scores). *taken: how many
-     * of them, a prefix, it took (possibly 0); query_begin for those, in order and with
-     * the same pointers, then finds the work done. Any other query_begin just runs. */
-    chimera_status (*query_batch)(void *ctx, int worker, const float *const *qs,
-                                  const uint32_t *ms, uint32_t n, uint32_t *taken,
-                                  chimera_error *err);
     /* scores[i] = sum_j max over the tokens t of docs[i] of S[cid_t][j], the query's
      * centroid scores standing for its tokens' estimates (-inf for an empty document);
      * n at most max_refine. After a refine of the same query; a CPU backend computes the

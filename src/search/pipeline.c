@@ -19,19 +19,20 @@
  * query back and forth (bench/RESULTS.md section 5.18). Scratch for both is allocated
  * at engine creation for the configured maxima.
  *
- * Full-bit scores need <q_j, c> for each token's centroid. When the backend computed the
- * centroid scores on the host anyway (the CPU backend) they are reused; otherwise (a GPU
- * keeps them on the device) the host computes the rows its documents need, once a query
- * per centroid and 64 centroids an sgemm (sp_worker.S_lazy). */
+ * Full-bit scores need <q_j, c> for each token's centroid, from the 8-bit centroids
+ * (quant/centroids8.h) on every backend, so that all give the same scores. When the
+ * backend computed the centroid scores on the host anyway (the CPU backend) they are
+ * reused; otherwise (a GPU keeps its own on the device) the host computes the rows its
+ * documents need, once a query per centroid, SP_LAZY_ROWS at a time (sp_worker.S_lazy). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "core/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/topk.h"
+#include "quant/centroids8.h"
 #include "quant/kernels.h"
 #include "quant/rabitq.h"
 #include "search/pipeline.h"
@@ -39,7 +40,7 @@
 #include "core/alloc.h"
 
 #define SP_MAX_CHUNKS 64
-#define SP_LAZY_ROWS 64 /* centroid rows a block of the host's own S (sp_worker.S_lazy) */
+#define SP_LAZY_ROWS 128 /* centroid rows a block of the host's own S (sp_worker.S_lazy) */
 
 typedef struct sp_worker {
     struct sp_engine *e;
@@ -52,14 +53,12 @@ typedef struct sp_worker {
     quant_qset qs;
     /* When the backend keeps the centroid scores S on the device (host_centroid_scores
      * NULL), the host computes the rows its full-bit stage needs, once a query, in blocks
-     * of SP_LAZY_ROWS through one sgemm (a gemv per document token cost 3-4x the whole
-     * full-bit stage, bench/RESULTS.md section 6.1). Host thread only, but reset by the
-     * worker while that thread is idle. */
+     * of SP_LAZY_ROWS from the 8-bit centroids (a gemv per document token cost 3-4x the
+     * whole full-bit stage, bench/RESULTS.md section 6.1). Host thread only, but reset by
+     * the worker while that thread is idle. */
     float *S_lazy;       /* [K x m]: row k valid for this query when bit k of S_have is set */
     uint64_t *S_have;    /* [K bits] */
     uint32_t *lz_id;     /* [SP_LAZY_ROWS] centroids of the next block */
-    float *lz_c;         /* [SP_LAZY_ROWS x dim] their vectors, gathered */
-    float *lz_s;         /* [SP_LAZY_ROWS x max_m] their scores */
     uint64_t rows_lazy;  /* rows lazy_flush computed, a running count (sp_stats.n_rows) */
     uint8_t *scored;     /* [max_refine] full-bit done */
     float *sel_s, *fin_s;
@@ -100,6 +99,7 @@ struct sp_engine {
     int overlap;      /* a host thread a worker (see Threads above) */
     sp_worker *w;
     const quant_kernels *kt;
+    quant_c8_table *c8; /* the host's centroid rows, where the backend keeps S (S_lazy) */
 };
 
 /* ---- host stage -------------------------------------------------------------------- */
@@ -133,6 +133,9 @@ static int fB_usable(const quant_fB *f)
 static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const quant_qset *qs,
                            const float *S, uint32_t m, uint32_t doc)
 {
+#ifdef FIXDOC
+    doc = FIXDOC;
+#endif
     const ix_segment *sg = ix_doc_segment(ix, doc);
     int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
     if (n == 0) return -INFINITY;
@@ -141,7 +144,12 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
     size_t cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
     float mx[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) mx[j] = -INFINITY;
+#ifdef ZEROCID
+    static const uint32_t zc[4096];
+    const uint32_t *cid = zc;
+#else
     const uint32_t *cid = sg->tok_cid + t0;
+#endif
     quant_estB_doc_max(kt, qs, ix->bits, sg->dB_codes + (size_t)t0 * cB, sg->dB_fact + t0,
                        (size_t)n, cid, S, m, mx);
     float s = 0.0f;
@@ -165,18 +173,12 @@ static void prefetch_doc_head(const ix_index *ix, uint32_t doc)
 
 /* ---- the host's own centroid scores (a backend that keeps S on the device) --------- */
 
-/* Rows lz_id[0..nb) of w->S_lazy. */
+/* Rows lz_id[0..nb) of w->S_lazy (w->qs holds the query). */
 static void lazy_flush(sp_worker *w, uint32_t nb)
 {
-    const ix_index *ix = w->e->ix;
-    size_t d = ix->dim;
-    for (uint32_t i = 0; i < nb; i++)
-        memcpy(w->lz_c + i * d, ix->centroids + (size_t)w->lz_id[i] * d, d * sizeof(float));
-    cm_sgemm_nt((int)nb, (int)w->m, (int)d, 1.0f, w->lz_c, (int)d, w->q, (int)d, 0.0f, w->lz_s,
-                (int)w->m);
-    for (uint32_t i = 0; i < nb; i++)
-        memcpy(w->S_lazy + (size_t)w->lz_id[i] * w->m, w->lz_s + (size_t)i * w->m,
-               w->m * sizeof(float));
+    const quant_c8_table *t = w->e->c8;
+    quant_c8_scores(w->e->kt, &w->qs, t->codes, t->scale, t->sum, w->lz_id, nb, w->S_lazy,
+                    w->m);
     w->rows_lazy += nb;
 }
 
@@ -369,8 +371,6 @@ void sp_engine_free(sp_engine *e)
             cm_free(w->S_lazy);
             cm_free(w->S_have);
             cm_free(w->lz_id);
-            cm_free(w->lz_c);
-            cm_free(w->lz_s);
             cm_free(w->scored);
             cm_free(w->sel_s);
             cm_free(w->sel_i);
@@ -383,6 +383,7 @@ void sp_engine_free(sp_engine *e)
             cm_free(w->rr_i);
         }
     cm_free(e->w);
+    quant_c8_table_release(e->c8);
     backend_free(&e->be);
     cm_free(e->segs);
     cm_free(e);
@@ -418,6 +419,11 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
                      .max_probe = max->n_probe, .max_refine = max->k_refine};
     s = e->be.iface->upload(e->be.ctx, &e->res, &cfg, err);
     if (s != CHIMERA_OK) goto fail;
+    if (!e->be.iface->host_centroid_scores) {
+        s = quant_c8_table_get(ix->shared_key, &ix->rot, ix->centroids, ix->n_clusters, &e->c8,
+                               err);
+        if (s != CHIMERA_OK) goto fail;
+    }
     /* the CPU backend's 1-bit scoring runs on the worker's own core (or its pool's) */
     e->overlap = strcmp(e->be.name, "cpu") != 0 || (e->n_workers == 1 && n_threads > 1);
     e->w = cm_calloc((size_t)e->n_workers, sizeof *e->w);
@@ -443,9 +449,7 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
             w->S_lazy = cm_malloc(s_bytes);
             w->S_have = cm_malloc((K + 63) / 64 * sizeof(uint64_t));
             w->lz_id = cm_malloc(SP_LAZY_ROWS * sizeof(uint32_t));
-            w->lz_c = cm_malloc((size_t)SP_LAZY_ROWS * ix->dim * sizeof(float));
-            w->lz_s = cm_malloc((size_t)SP_LAZY_ROWS * max_m * sizeof(float));
-            if (!w->S_lazy || !w->S_have || !w->lz_id || !w->lz_c || !w->lz_s) goto nomem;
+            if (!w->S_lazy || !w->S_have || !w->lz_id) goto nomem;
         }
         w->scored = cm_malloc(kr);
         w->sel_s = cm_malloc((size_t)(kf + 1) * sizeof(float));
@@ -485,22 +489,6 @@ fail:
 }
 
 /* ---- one query --------------------------------------------------------------------- */
-
-chimera_status sp_prefetch(sp_engine *e, int worker, const float *const *qs, const uint32_t *ms,
-                           uint32_t n, uint32_t *taken, sp_stats *st, chimera_error *err)
-{
-    *taken = 0;
-    const struct cm_backend_i *be = e->be.iface;
-    if (!be->query_batch || n < 2) return CHIMERA_OK;
-    double t0 = cm_now();
-    CM_TRY(be->query_batch(e->be.ctx, worker, qs, ms, n, taken, err));
-    if (st) {
-        double dt = cm_now() - t0;
-        st->t_generate += dt;
-        st->t_total += dt;
-    }
-    return CHIMERA_OK;
-}
 
 /* The direct path (see sp_search in pipeline.h): every allowed document scored by its
  * full 1-bit Chamfer estimate, batch by batch (a backend scores at most max k_refine
@@ -880,15 +868,21 @@ chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, fl
     quant_qset qs;
     CM_TRY(quant_qset_init(&qs, ix->dim_pad, m, err));
     qs.luts = 0; /* full-bit codes only */
+    quant_c8_table *c8 = NULL;
     float *S = cm_malloc((size_t)ix->n_clusters * m * sizeof(float));
-    if (!S) {
+    chimera_status st = S ? quant_c8_table_get(ix->shared_key, &ix->rot, ix->centroids,
+                                               ix->n_clusters, &c8, err)
+                          : cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
+    if (st != CHIMERA_OK) {
+        cm_free(S);
         quant_qset_free(&qs);
-        return cm_fail(err, CHIMERA_ERR_NOMEM, "search: out of memory");
+        return st;
     }
     quant_qset_set(&qs, &ix->rot, q, m);
-    cm_sgemm_nt((int)ix->n_clusters, (int)m, (int)ix->dim, 1.0f, ix->centroids, (int)ix->dim, q,
-                (int)ix->dim, 0.0f, S, (int)m);
     const quant_kernels *kt = quant_kernels_active();
+    /* the centroid scores every backend's full-bit stage uses */
+    quant_c8_scores(kt, &qs, c8->codes, c8->scale, c8->sum, NULL, ix->n_clusters, S, m);
+    quant_c8_table_release(c8);
     for (int64_t d = 0; d < ix->n_docs; d++)
         scores[d] = ix_is_deleted(ix, d) ? -INFINITY
                                          : fullbit_score(ix, kt, &qs, S, m, (uint32_t)d);

@@ -129,17 +129,10 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
                          const sp_params *p, int64_t *ids, float *scores, sp_stats *st,
                          chimera_error *err);
 
-/* Announces the next n queries of `worker` (qs[i]: ms[i] x dim tokens, valid until they
- * have been searched) so the backend can share work between them (the CPU backend: one
- * sgemm for all their centroid scores). *taken: how many of them, a prefix, it took; the
- * caller then searches those first, in order, with the same pointers. Its time counts
- * as the generate stage of st. A backend without batching takes 0. */
-chimera_status sp_prefetch(sp_engine *e, int worker, const float *const *qs, const uint32_t *ms,
-                           uint32_t n, uint32_t *taken, sp_stats *st, chimera_error *err);
-
 /* The exhaustive reference: full-bit estimated Chamfer score of every document for one
- * query, brute force over all tokens (for tests: with every cluster probed and
- * k_refine = k_fullbit = n_docs the pipeline must equal this top-k). */
+ * query, brute force over all tokens, with the centroid scores of every backend's
+ * full-bit stage (from the 8-bit centroids, quant/centroids8.h) (for tests: with every
+ * cluster probed and k_refine = k_fullbit = n_docs the pipeline must equal this top-k). */
 chimera_status sp_fullbit_all(const ix_index *ix, const float *q, uint32_t m, float *scores,
                               chimera_error *err);
 

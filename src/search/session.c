@@ -3,8 +3,7 @@
  *
  * Scheduling. In throughput mode the queries are cut into blocks of at most
  * SEARCH_BLOCK, small enough that every worker gets several (uneven queries balance);
- * workers take blocks from the pool's counter and announce each block to the backend
- * first (sp_prefetch), which may share work between its queries. In latency mode there
+ * workers take blocks from the pool's counter. In latency mode there
  * is one worker and blocks of one query, and the backend gets all the threads. Neither
  * depends on which session runs the call, so results are the same whichever session,
  * and however many other searches, run at the same time.
@@ -21,8 +20,8 @@
 #include "search/session.h"
 #include "core/alloc.h"
 
-/* Queries per task in throughput mode: the backend may compute shared work for the
- * queries of one task at once (sp_prefetch). */
+/* Queries per task in throughput mode, at most: tasks few enough that taking one costs
+ * nothing beside its queries. */
 #define SEARCH_BLOCK 16
 
 typedef struct sp_session {
@@ -212,26 +211,14 @@ static void search_task(void *ctx, int64_t t, int w)
     search_job *j = ctx;
     const data_queries *q = j->q;
     int64_t i0 = t * j->block, i1 = i0 + j->block < q->n ? i0 + j->block : q->n;
-    for (int64_t i = i0; i < i1 && j->status[w] == CHIMERA_OK;) {
-        const float *qs[SEARCH_BLOCK];
-        uint32_t ms[SEARCH_BLOCK], taken = 0;
-        uint32_t nb = (uint32_t)(i1 - i);
-        for (uint32_t b = 0; b < nb; b++) {
-            qs[b] = q->tokens + q->off[i + b] * q->dim;
-            ms[b] = (uint32_t)(q->off[i + b + 1] - q->off[i + b]);
-        }
+    for (int64_t i = i0; i < i1 && j->status[w] == CHIMERA_OK; i++) {
+        sp_params pq = *j->p;
+        if (j->filters) pq.filter = j->filters[i];
         double t0 = cm_now();
-        j->status[w] = sp_prefetch(j->engine, w, qs, ms, nb, &taken, &j->stats[w], &j->errs[w]);
-        if (taken == 0) taken = 1;
-        for (uint32_t b = 0; b < taken && j->status[w] == CHIMERA_OK; b++, i++) {
-            sp_params pq = *j->p;
-            if (j->filters) pq.filter = j->filters[i];
-            j->status[w] = sp_search(j->engine, w, qs[b], ms[b], &pq, j->ids + i * j->p->k,
-                                     j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
-            /* the first query of a batch waited for the whole batch's shared work */
-            if (j->latency) j->latency[i] = cm_now() - t0;
-            t0 = cm_now();
-        }
+        j->status[w] = sp_search(j->engine, w, q->tokens + q->off[i] * q->dim,
+                                 (uint32_t)(q->off[i + 1] - q->off[i]), &pq, j->ids + i * j->p->k,
+                                 j->scores + i * j->p->k, &j->stats[w], &j->errs[w]);
+        if (j->latency) j->latency[i] = cm_now() - t0;
     }
 }
 

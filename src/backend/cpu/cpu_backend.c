@@ -1,23 +1,23 @@
 /* The CPU backend: the reference implementation of the device interface (backend.h),
  * with the quant/ SIMD kernels.
  *
- * Centroid scores S = C Q^T [K x m]. A brute probe computes S in full (one sgemm, or one
- * pass over C for the whole batch announced by query_batch, done when the batch's first
- * brute-probed query needs it) and selects the top n_probe per token from it. A graph
- * probe (BE_PROBE_GRAPH; probe=auto from CPU_GRAPH_AUTO_K centroids up) never computes
- * the full S: each token's walk starts from its best centroids among a fixed sample of
- * ~16 sqrt(K), scored from their 8-bit rows, and the rows of S that document scoring reads
- * (<q_j, c> for the centroid of every token of every refined document) are computed
- * afterwards, once per centroid and query -- or in full when those documents hold more
- * tokens than there are centroids. At K ~ 5e4 this cuts the generate stage ~4x at equal
- * recall; at K ~ 1e4 the full sgemm is cheaper (bench/RESULTS.md section 5.8,
- * docs/algorithms.md §2.6). Those rows are random reads of the K x dim centroid matrix
- * (~24k rows a query at K = 10^5, k_refine 800), far larger than the caches, and
- * reading them as floats cost more than refinement itself; they are read from an 8-bit
- * copy instead (quant_c8_scores: a quarter of the bytes and integer dot products
- * against the 8-bit query; a score moves by a fifth of the 4-bit estimator's error),
- * made at upload (c8_make) when probe=auto walks the graph for the engine's deepest
- * setting, else on the first walk (bench/RESULTS.md section 5.11).
+ * Centroid scores S = C Q^T [K x m], the centroid term of every estimate, come from an
+ * 8-bit copy of the centroids made at upload (c8_make; quant_c8_scores: a quarter of
+ * the bytes of the float centroids and integer dot products against the 8-bit query; a
+ * score moves by a fifth of the 4-bit estimator's error, bench/RESULTS.md section
+ * 5.11). A brute probe computes S in full, one pass over the 8-bit rows, and takes each
+ * token's best n_probe + n_probe / 4 + 16 by them; those are scored again in float and
+ * the n_probe best kept, so that the probe's choice and scores are the float ones (the
+ * 8-bit error would have to move a centroid past n_probe / 4 + 16 others, at most 16 on
+ * a real corpus: CPU_PROBE_SPARE). With the full float sgemm this replaced, a brute
+ * probe took 1.5x as long on a real corpus (K = 47,488, bench/RESULTS.md section 5.28).
+ * A graph probe (BE_PROBE_GRAPH; probe=auto from CPU_GRAPH_AUTO_K
+ * centroids up) never computes the full S: each token's walk starts from its best
+ * centroids among a fixed sample of ~16 sqrt(K), scored from their 8-bit rows, and the
+ * rows of S that document scoring reads (<q_j, c> for the centroid of every token of
+ * every refined document) are computed afterwards, once per centroid and query, from
+ * the same 8-bit rows -- or in full when those documents hold more tokens than there
+ * are centroids (bench/RESULTS.md section 5.8, docs/algorithms.md §2.6).
  *
  * Refinement follows docs/design.md §2.3: for each query token, its probed posting
  * lists are estimated with the 1-bit list kernel (popcount form; the LUT form is exact in
@@ -31,7 +31,7 @@
  * cpu_refine.
  *
  * Threads: in throughput mode every worker runs its own queries single-threaded; in
- * latency mode (one worker, n_threads > 1) the sgemm, the graph walks of the query tokens
+ * latency mode (one worker, n_threads > 1) the full S, the graph walks of the query tokens
  * and the document scoring of a chunk are split over a pool. Scratch is allocated at
  * upload for the configured maxima; refinement's entry buffers (21 bytes a posting entry
  * the query probes: ~4 MB at 32 tokens x 64 probes of ~100 entries) grow on demand to
@@ -42,26 +42,29 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
-#include "core/blas.h"
 #include "core/error.h"
 #include "core/pool.h"
 #include "core/topk.h"
 #include "graph/graph.h"
+#include "quant/centroids8.h"
 #include "quant/kernels.h"
 #include "quant/rabitq.h"
 #include "core/alloc.h"
 
-/* Batched centroid scores: at most this many queries, and a score buffer of at most
- * CPU_BATCH_BYTES per worker (at K = 10^5 that is 167 columns: 5 queries of 32 tokens,
- * 13 of 12); below two queries' worth of columns batching is off. */
-#define CPU_BATCH_MAX 64
-#define CPU_BATCH_COLS 256
-#define CPU_BATCH_BYTES ((size_t)64 << 20)
-#define CPU_BATCH_ROWS 256 /* centroids per sgemm block: 256 KiB of scores at 256 columns */
+/* A brute probe's candidates per query token by the 8-bit scores, scored again in
+ * float: n_probe + n_probe / CPU_PROBE_SPARE + CPU_PROBE_EXTRA. On a real corpus (K =
+ * 47,488, 6,031 query tokens) the float n_probe best sat at most 5-8 places past
+ * n_probe by the 8-bit scores at n_probe 32 (8 tokens), 9-16 at 64 (5 tokens), 3-4 at 8
+ * (6 tokens); everywhere else closer (bench/RESULTS.md section 5.28). */
+#define CPU_PROBE_SPARE 4
+#define CPU_PROBE_EXTRA 16
+/* Centroid rows a pool task scores when S is computed in full in latency mode. */
+#define CPU_S_TASK_ROWS 2048
 
 /* Centroid rows per kernel call when S is computed row by row (CPU_S_LAZY). */
 #define CPU_LAZY_ROWS 128
 #define CPU_DOCS_AHEAD 4    /* documents between prefetches of their centroid ids and use */
+#define CPU_ROWS_AHEAD 4    /* float centroid rows between prefetch and use (a brute probe) */
 #define CPU_LISTS_AHEAD 2   /* posting lists between prefetches of their heads and use */
 #define CPU_RADIX_BITS 11 /* document-id bits per pass of refinement's radix sort */
 #define CPU_ENTRIES_MIN 4096 /* refinement's entry buffers at upload (they grow on demand) */
@@ -78,23 +81,19 @@ _Static_assert(QUANT_QTOK_MAX <= 256, "refinement keeps an entry's query token i
 #define CPU_SAMPLE_PER_ROOT 16
 
 /* probe=auto walks the graph (and computes S lazily) from this many centroids up, when
- * the query's k_refine documents hold fewer tokens (on average) than the lazy-row
- * budget, in throughput mode CPU_GRAPH_AUTO_SHARE of it; below it, or with more tokens
- * to score, the full (batched) sgemm and the brute selection over S are cheaper
- * (bench/RESULTS.md section 5.8). Measured again since the walk got faster (section
- * 5.25, two threads): at K = 10,048 the brute probe is 1.1-1.3x faster, at K = 15,744
- * either wins by up to 1.25x depending on n_probe, at K = 24,896 the walk is 1.4-1.5x
- * faster at k = 10, and at K = 47,488 (a real corpus, below the former 49,152) 2x. */
+ * the query's k_refine documents hold fewer tokens (on average) than
+ * CPU_GRAPH_AUTO_SHARE of the centroids; below it, or with more tokens to score, the full
+ * S and the brute selection over it are cheaper (bench/RESULTS.md section 5.8).
+ * Measured again with S from the 8-bit centroids (section 5.28, two threads, k = 10 at
+ * 8-16 probes, k = 100 at 16 / 300): at K = 15,744 the brute probe is 1.0-1.2x faster,
+ * at K = 24,896 the walk 1.02-1.13x at k = 10 and even at k = 100, at K = 47,488 (a real
+ * corpus) the walk 1.13-1.24x at k = 10. */
 #define CPU_GRAPH_AUTO_K 24576
-/* The same real corpus at k = 100, n_probe 32, throughput mode: documents holding 0.5 K
- * tokens were searched 1.3x faster by the walk, 0.75 K and 1.0 K 1.1x slower. */
+/* At K = 99,328, k = 100, n_probe 24 (section 5.28, two threads): documents holding
+ * 0.25 K tokens were searched 1.2-1.4x faster by the walk, 0.5 K about even, and 1.0 K
+ * even in throughput mode and 1.24x slower in latency mode (there the full S is split
+ * over the pool). The real corpus at k = 100, n_probe 32: 0.5 K even. */
 #define CPU_GRAPH_AUTO_SHARE 0.6
-
-/* In latency mode the full S is one query's own sgemm, shared with no batch: the lazy
- * rows stay cheaper up to about twice as many tokens as centroids (K = 99,328, k = 100,
- * n_probe 24, two threads: k_refine 1,200, ~1.2 K tokens, 105 queries/s lazy against 88
- * brute; 3,000 about even; 6,000 44 against 50; bench/RESULTS.md section 5.12). */
-#define CPU_LAZY_LATENCY_FACTOR 2
 
 /* What w->S holds for the current query. */
 enum {
@@ -105,19 +104,8 @@ enum {
 
 typedef struct cpu_worker {
     quant_qset qs;
-    const float *S;      /* [K x m] centroid scores of the current query (S_own or Sb) */
-    float *S_own;        /* [K x max_m]: S of a query computed on its own */
-    /* query_batch: the centroid scores of the next b_n queries, computed together */
-    float *Sb;           /* query i's [K x b_m[i]] at Sb + K * b_off[i] */
-    float *bq;           /* [b_cols x dim] their tokens, side by side */
-    float *blk;          /* [CPU_BATCH_ROWS x b_cols] one row block of the batch's sgemm */
-    uint32_t b_cols;     /* columns of Sb (0: batching off) */
-    uint32_t b_n, b_next;
-    uint32_t b_cur;      /* the current query's place in the batch (>= b_n: none) */
-    uint32_t b_cols_used;
-    int b_done;          /* the batch's scores are computed */
-    const float *b_q[CPU_BATCH_MAX];
-    uint32_t b_m[CPU_BATCH_MAX], b_off[CPU_BATCH_MAX];
+    const float *S;      /* [K x m] centroid scores of the current query (S_own) */
+    float *S_own;        /* [K x max_m] */
     uint32_t m;
     const float *q;      /* current query tokens (caller's, valid during the query) */
     int S_state;         /* CPU_S_* */
@@ -142,10 +130,12 @@ typedef struct cpu_worker {
     size_t cap_ent;
     float *keep_s;                  /* [2 max_refine] refinement's selection buffer (cm_topsel) */
     int64_t *keep_i;
-    float *sel_s;                   /* selection heaps [max_m][max(max_probe, CPU_SEEDS)] */
+    float *sel_s;                   /* selection heaps [max_m][room] (cpu_upload) */
     int64_t *sel_i;
     cm_topk *sel;                   /* [max_m], one per query token */
     float *sel_thr;                 /* [max_m], each heap's entry threshold */
+    float *cand_s;                  /* [room] a brute probe's candidates scored in float */
+    int64_t *cand_i;
 } cpu_worker;
 
 typedef struct cpu_ctx {
@@ -159,134 +149,23 @@ typedef struct cpu_ctx {
                              most this (0: never; CPU_GRAPH_AUTO_K) */
     uint32_t n_sample;   /* seed sample: centroids smp_id; their 8-bit rows (c8 codes, */
     uint32_t *smp_id;    /* scale, sum, side by side: smp8) made with the searcher */
-    struct c8_table *smp8;
+    quant_c8_table *smp8;
     graph_searcher *gs;  /* built on first graph probe request, under gs_mu: the workers
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
-    struct c8_table *c8; /* the lazy rows' 8-bit centroids (c8_make) */
+    quant_c8_table *c8; /* the 8-bit centroids S is computed from (c8_make) */
     pthread_mutex_t gs_mu;
     uint64_t lazy_tokens; /* refined documents' tokens up to which S stays lazy */
 } cpu_ctx;
 
 /* ---- upload ------------------------------------------------------------------------ */
 
-/* The 8-bit centroids of the lazy rows of S (quant_c8_encode): ~1 us a centroid, mostly
- * the rotation, ~0.1 s at K = 10^5. A session makes its engine anew when a query
- * outgrows it (a longer query, a deeper k), and an index update makes new engines over
- * the same centroids, so the tables are shared by every engine of one set of centroids
- * (the resident's shared_key: checksums of rotation, centroids and graph), counted, and
- * the last one released is kept until another is made: an engine made right after its
- * predecessor was freed finds it. A resident without a key (0) gets its own. */
-typedef struct c8_table {
-    uint64_t key;
-    uint32_t n, dim_pad;
-    int8_t *codes;
-    float *scale;
-    int32_t *sum;
-    int refs;
-    struct c8_table *next;
-} c8_table;
-
-static pthread_mutex_t c8_mu = PTHREAD_MUTEX_INITIALIZER;
-static c8_table *c8_tables; /* under c8_mu */
-
-static void c8_table_free(c8_table *t)
-{
-    if (!t) return;
-    cm_free(t->codes);
-    cm_free(t->scale);
-    cm_free(t->sum);
-    cm_free(t);
-}
-
-/* An empty table of n rows (codes, scale and sum allocated, one reference); NULL when
- * out of memory. */
-static c8_table *c8_table_new(uint64_t key, uint32_t n, uint32_t dim_pad)
-{
-    c8_table *t = cm_calloc(1, sizeof *t);
-    if (!t) return NULL;
-    *t = (c8_table){.key = key, .n = n, .dim_pad = dim_pad, .refs = 1};
-    t->codes = cm_malloc((size_t)n * dim_pad + 1);
-    t->scale = cm_malloc((size_t)n * sizeof(float) + 1);
-    t->sum = cm_malloc((size_t)n * sizeof(int32_t) + 1);
-    if (!t->codes || !t->scale || !t->sum) {
-        c8_table_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-/* Unlinks and frees every unreferenced table but `keep`; under c8_mu. */
-static void c8_prune(const c8_table *keep)
-{
-    for (c8_table **pp = &c8_tables; *pp;) {
-        c8_table *t = *pp;
-        if (t != keep && t->refs == 0) {
-            *pp = t->next;
-            c8_table_free(t);
-        } else {
-            pp = &t->next;
-        }
-    }
-}
-
-static void c8_release(c8_table *t)
-{
-    if (!t) return;
-    if (!t->key) {
-        c8_table_free(t);
-        return;
-    }
-    pthread_mutex_lock(&c8_mu);
-    if (--t->refs == 0) c8_prune(t);
-    pthread_mutex_unlock(&c8_mu);
-}
-
-static c8_table *c8_find(uint64_t key, uint32_t n, uint32_t dim_pad)
-{
-    for (c8_table *t = c8_tables; t; t = t->next)
-        if (t->key == key && t->n == n && t->dim_pad == dim_pad) return t;
-    return NULL;
-}
-
+/* The 8-bit centroids S is computed from (shared by every engine over the same
+ * centroids, quant/centroids8.h). */
 static chimera_status c8_make(cpu_ctx *c, chimera_error *err)
 {
-    uint64_t key = c->r.shared_key;
-    uint32_t K = c->r.n_clusters, dp = c->r.dim_pad;
-    if (key) {
-        pthread_mutex_lock(&c8_mu);
-        c8_table *t = c8_find(key, K, dp);
-        if (t) t->refs++;
-        pthread_mutex_unlock(&c8_mu);
-        if (t) {
-            c->c8 = t;
-            return CHIMERA_OK;
-        }
-    }
-    c8_table *t = c8_table_new(key, K, dp);
-    if (!t)
-        return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the 8-bit "
-                       "centroids");
-    /* encoded outside the lock: another engine's lookup never waits for it */
-    quant_c8_encode(c->r.rot, c->r.centroids, K, t->codes, t->scale, t->sum);
-    if (key) {
-        pthread_mutex_lock(&c8_mu);
-        c8_table *o = c8_find(key, K, dp); /* made meanwhile by another engine */
-        if (o) {
-            o->refs++;
-        } else {
-            t->next = c8_tables;
-            c8_tables = t;
-            c8_prune(t);
-        }
-        pthread_mutex_unlock(&c8_mu);
-        if (o) {
-            c8_table_free(t);
-            t = o;
-        }
-    }
-    c->c8 = t;
-    return CHIMERA_OK;
+    return quant_c8_table_get(c->r.shared_key, c->r.rot, c->r.centroids, c->r.n_clusters,
+                              &c->c8, err);
 }
 
 static void cpu_free(void *vctx)
@@ -303,9 +182,6 @@ static void cpu_free(void *vctx)
             cm_free(w->smp_s);
             cm_free(w->seed_id);
             cm_free(w->seed_n);
-            cm_free(w->Sb);
-            cm_free(w->bq);
-            cm_free(w->blk);
             cm_free(w->probe_cid);
             cm_free(w->probe_qc);
             cm_free(w->ent_est);
@@ -318,12 +194,14 @@ static void cpu_free(void *vctx)
             cm_free(w->sel_i);
             cm_free(w->sel);
             cm_free(w->sel_thr);
+            cm_free(w->cand_s);
+            cm_free(w->cand_i);
         }
     cm_free(c->w);
     cm_free(c->smp_id);
-    c8_table_free(c->smp8);
+    quant_c8_table_release(c->smp8);
     graph_searcher_free(c->gs);
-    c8_release(c->c8);
+    quant_c8_table_release(c->c8);
     pthread_mutex_destroy(&c->gs_mu);
     cm_pool_free(c->pool);
     cm_free(c);
@@ -338,28 +216,29 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
     c->kt = quant_kernels_active();
     int latency = c->cfg.n_workers == 1 && c->cfg.n_threads > 1; /* the pool, below */
-    c->lazy_tokens = (uint64_t)r->n_clusters * (latency ? CPU_LAZY_LATENCY_FACTOR : 1);
+    c->lazy_tokens = r->n_clusters;
     /* The choice is made per query, by its own k_refine (cpu_probe), not once by the
      * engine's largest: an engine sized for a deep search (a tune's first, generous
      * trial; a server after one deep request) would otherwise probe every shallow query
      * by brute force, slower than a search of that depth alone (bench/RESULTS.md 5.26). */
     double per_doc = (double)r->n_tokens / (double)(r->n_docs > 0 ? r->n_docs : 1);
-    double refine = (latency ? 1.0 : CPU_GRAPH_AUTO_SHARE) * (double)c->lazy_tokens /
+    double refine = CPU_GRAPH_AUTO_SHARE * (double)c->lazy_tokens /
                     (per_doc > 0 ? per_doc : 1);
     uint32_t from_k = cfg->graph_auto_k ? cfg->graph_auto_k : CPU_GRAPH_AUTO_K;
     int graph_ok = r->n_clusters >= from_k && r->degree > 0;
     c->auto_refine = !graph_ok ? 0 : refine < UINT32_MAX ? (uint32_t)refine : UINT32_MAX;
     c->g = (graph){.n = r->n_clusters, .degree = r->degree, .adj = (uint32_t *)r->graph_adj,
                    .n_entry = r->n_entry, .entry = (uint32_t *)r->graph_entry};
-    /* made now where the deepest search walks the graph, else on the first walk */
-    if (cfg->max_refine <= c->auto_refine) CM_TRY(c8_make(c, err));
+    CM_TRY(c8_make(c, err));
     if (latency) {
         c->pool = cm_pool_new(c->cfg.n_threads);
         if (!c->pool) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: cannot start threads");
     }
     int nw = c->cfg.n_workers;
     uint32_t mm = cfg->max_m, mp = cfg->max_probe ? cfg->max_probe : 1;
-    uint32_t ms = mp > CPU_SEEDS ? mp : CPU_SEEDS; /* a selection heap's room */
+    /* a selection heap's room: a brute probe's candidates, or a graph probe's seeds */
+    uint32_t ms = mp + mp / CPU_PROBE_SPARE + CPU_PROBE_EXTRA;
+    if (ms < CPU_SEEDS) ms = CPU_SEEDS;
     /* the seed sample: every (K / n_sample)-th centroid */
     double ns = ceil(CPU_SAMPLE_PER_ROOT * sqrt((double)r->n_clusters));
     c->n_sample = ns < (double)r->n_clusters ? (uint32_t)ns : r->n_clusters;
@@ -377,16 +256,6 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         /* the LUTs serve only the LUT form of the 1-bit doc shape (quant_est1_doc_max) */
         w->qs.luts = !c->kt->doc1_q8_default;
         w->S_own = cm_aligned_alloc(64, (size_t)r->n_clusters * mm * sizeof(float));
-        size_t cols = CPU_BATCH_BYTES / ((size_t)r->n_clusters * sizeof(float) + 1);
-        if (cols > CPU_BATCH_COLS) cols = CPU_BATCH_COLS;
-        if (!c->pool && cols >= 2 * (size_t)mm) { /* throughput mode only */
-            w->b_cols = (uint32_t)cols;
-            w->Sb = cm_aligned_alloc(64, (size_t)r->n_clusters * cols * sizeof(float));
-            w->bq = cm_malloc(cols * r->dim * sizeof(float));
-            w->blk = cm_aligned_alloc(64, (size_t)CPU_BATCH_ROWS * cols * sizeof(float));
-            if (!w->Sb || !w->bq || !w->blk)
-                return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for batches");
-        }
         w->S_have = cm_calloc(((size_t)r->n_clusters + 63) / 64 + 1, sizeof(uint64_t));
         w->lz_id = cm_malloc(CPU_LAZY_ROWS * sizeof(uint32_t));
         w->smp_s = cm_malloc((size_t)c->n_sample * mm * sizeof(float));
@@ -408,9 +277,11 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
         w->sel_i = cm_malloc((size_t)mm * ms * sizeof(int64_t));
         w->sel = cm_malloc((size_t)mm * sizeof(cm_topk));
         w->sel_thr = cm_malloc((size_t)mm * sizeof(float));
+        w->cand_s = cm_malloc((size_t)ms * sizeof(float));
+        w->cand_i = cm_malloc((size_t)ms * sizeof(int64_t));
         if (!w->S_own || !w->probe_cid || !w->probe_qc || !w->ent_est || !w->ent_tok ||
             !w->ent_key || !w->ent_tmp || !w->keep_s || !w->keep_i || !w->sel_s ||
-            !w->sel_i || !w->sel || !w->sel_thr)
+            !w->sel_i || !w->sel || !w->sel_thr || !w->cand_s || !w->cand_i)
             return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for worker scratch");
     }
     return CHIMERA_OK;
@@ -420,49 +291,32 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
 
 typedef struct s_job {
     const cpu_ctx *c;
-    const float *q; /* cols x dim */
-    uint32_t cols;
-    float *S;       /* [K x cols] */
-    int64_t rows_per_task;
+    cpu_worker *w;
 } s_job;
 
 static void s_task(void *ctx, int64_t t, int wi)
 {
     (void)wi;
     const s_job *j = ctx;
-    int64_t r0 = t * j->rows_per_task, n = (int64_t)j->c->r.n_clusters - r0;
-    if (n > j->rows_per_task) n = j->rows_per_task;
-    uint32_t d = j->c->r.dim;
-    cm_sgemm_nt((int)n, (int)j->cols, (int)d, 1.0f, j->c->r.centroids + r0 * d, (int)d, j->q,
-                (int)d, 0.0f, j->S + r0 * j->cols, (int)j->cols);
+    const quant_c8_table *t8 = j->c->c8;
+    size_t r0 = (size_t)t * CPU_S_TASK_ROWS, n = j->c->r.n_clusters - r0, dp = t8->dim_pad;
+    if (n > CPU_S_TASK_ROWS) n = CPU_S_TASK_ROWS;
+    quant_c8_scores(j->c->kt, &j->w->qs, t8->codes + r0 * dp, t8->scale + r0, t8->sum + r0,
+                    NULL, n, j->w->S_own + r0 * j->w->m, j->w->m);
 }
 
-/* S = C Q^T for cols query tokens, over the pool in latency mode. */
-static void centroid_scores(const cpu_ctx *c, const float *q, uint32_t cols, float *S)
+/* All K rows of S_own from the 8-bit centroids: one pass in order (the hardware
+ * prefetcher follows), split over the pool in latency mode. */
+static void full_scores(const cpu_ctx *c, cpu_worker *w)
 {
-    s_job j = {c, q, cols, S, 2048};
-    int64_t n_tasks = (c->r.n_clusters + j.rows_per_task - 1) / j.rows_per_task;
-    cm_pool_run(c->pool, n_tasks, s_task, &j);
-}
-
-/* The centroid scores of every query of the batch (cpu_query_batch), in one pass over C
- * by blocks of CPU_BATCH_ROWS centroids. */
-static void batch_compute(const cpu_ctx *c, cpu_worker *w)
-{
-    size_t K = c->r.n_clusters;
-    uint32_t cols = w->b_cols_used, d = c->r.dim;
-    for (size_t r0 = 0; r0 < K; r0 += CPU_BATCH_ROWS) {
-        size_t nr = K - r0 < CPU_BATCH_ROWS ? K - r0 : CPU_BATCH_ROWS;
-        cm_sgemm_nt((int)nr, (int)cols, (int)d, 1.0f, c->r.centroids + r0 * d, (int)d, w->bq,
-                    (int)d, 0.0f, w->blk, (int)cols);
-        for (uint32_t b = 0; b < w->b_n; b++) {
-            float *dst = w->Sb + K * w->b_off[b] + r0 * w->b_m[b];
-            const float *src = w->blk + w->b_off[b];
-            for (size_t r = 0; r < nr; r++)
-                memcpy(dst + r * w->b_m[b], src + r * cols, w->b_m[b] * sizeof(float));
-        }
+    s_job j = {c, w};
+    int64_t n_tasks = ((int64_t)c->r.n_clusters + CPU_S_TASK_ROWS - 1) / CPU_S_TASK_ROWS;
+    if (c->pool) {
+        cm_pool_run(c->pool, n_tasks, s_task, &j);
+    } else {
+        for (int64_t t = 0; t < n_tasks; t++) s_task(&j, t, 0);
     }
-    w->b_done = 1;
+    w->S = w->S_own;
 }
 
 /* The rows of S_own for this query's first nb gathered centroids (w->lz_id). */
@@ -514,7 +368,7 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
 {
     const be_resident *r = &c->r;
     if (w->S_state == CPU_S_LAZY) {
-        /* past lazy_tokens the full (or batched) sgemm is cheaper than gathering rows
+        /* past lazy_tokens one pass over every row is cheaper than gathering rows
          * (bench/RESULTS.md section 5.8); rows computed so far are recomputed */
         uint64_t n_tok = 0;
         for (uint32_t i = 0; i < n && n_tok <= c->lazy_tokens; i++) {
@@ -528,13 +382,7 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
         }
     }
     if (w->S_state == CPU_S_PENDING) {
-        if (w->b_cur < w->b_n) { /* a query of the batch: all the batch's scores at once */
-            if (!w->b_done) batch_compute(c, w);
-            w->S = w->Sb + (size_t)c->r.n_clusters * w->b_off[w->b_cur];
-        } else {
-            centroid_scores(c, w->q, w->m, w->S_own);
-            w->S = w->S_own;
-        }
+        full_scores(c, w);
         w->S_state = CPU_S_FULL;
     }
     if (w->S_state != CPU_S_LAZY) return;
@@ -562,44 +410,6 @@ static void ensure_scores(const cpu_ctx *c, cpu_worker *w, const uint32_t *docs,
     if (nb) lazy_flush(c, w, nb);
 }
 
-/* Takes the longest prefix of the n queries whose tokens fit the batch buffer; their
- * centroid scores are computed together (batch_compute), when the first of them needs
- * its full S (a brute probe), so that graph-probed queries never pay for them. One pass
- * over C serves them all: at a handful of columns per query
- * the sgemm is bound by reading (and packing) C, K x dim floats, so one pass for many
- * queries costs little more than one for a single query. The pass goes by blocks of
- * CPU_BATCH_ROWS centroids, each block's [rows x cols] result scattered while it is in
- * cache into every query's own contiguous [K x m] matrix: probing then reads its S
- * sequentially, as for a query computed alone (read in place with the batch's row
- * stride, the probe selection cost as much as the sgemm saved). */
-static chimera_status cpu_query_batch(void *vctx, int worker, const float *const *qs,
-                                      const uint32_t *ms, uint32_t n, uint32_t *taken,
-                                      chimera_error *err)
-{
-    (void)err;
-    cpu_ctx *c = vctx;
-    cpu_worker *w = &c->w[worker];
-    uint32_t cols = 0, nb = 0, d = c->r.dim;
-    w->b_n = w->b_next = 0;
-    w->b_done = 0;
-    while (nb < n && nb < CPU_BATCH_MAX && ms[nb] <= c->cfg.max_m && cols + ms[nb] <= w->b_cols) {
-        w->b_q[nb] = qs[nb];
-        w->b_m[nb] = ms[nb];
-        w->b_off[nb] = cols;
-        memcpy(w->bq + (size_t)cols * d, qs[nb], (size_t)ms[nb] * d * sizeof(float));
-        cols += ms[nb];
-        nb++;
-    }
-    if (nb < 2) { /* nothing to share: query_begin computes its own */
-        *taken = 0;
-        return CHIMERA_OK;
-    }
-    *taken = nb;
-    w->b_n = nb;
-    w->b_cols_used = cols;
-    return CHIMERA_OK;
-}
-
 static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, uint32_t m,
                                       chimera_error *err)
 {
@@ -611,13 +421,6 @@ static chimera_status cpu_query_begin(void *vctx, int worker, const float *q, ui
     w->m = m;
     w->q = q;
     quant_qset_set(&w->qs, c->r.rot, q, m);
-    if (w->b_next < w->b_n && w->b_q[w->b_next] == q && w->b_m[w->b_next] == m) {
-        w->b_cur = w->b_next++;
-        w->S = w->S_own;
-        w->S_state = CPU_S_PENDING; /* the batch's sgemm runs when a query needs it */
-        return CHIMERA_OK;
-    }
-    w->b_n = w->b_next = w->b_cur = 0; /* a query outside the batch ends it */
     /* S waits for the probe: a graph probe computes only the rows scoring needs */
     w->S = w->S_own;
     w->S_state = CPU_S_PENDING;
@@ -636,7 +439,7 @@ static chimera_status sample_make(cpu_ctx *c, chimera_error *err)
 {
     if (c->smp8) return CHIMERA_OK;
     uint32_t n = c->n_sample, dp = c->r.dim_pad;
-    c8_table *t = c8_table_new(0, n, dp);
+    quant_c8_table *t = quant_c8_table_new(n, dp);
     if (!t) return cm_fail(err, CHIMERA_ERR_NOMEM, "cpu backend: out of memory for the seed sample");
     for (uint32_t i = 0; i < n; i++) {
         uint32_t k = c->smp_id[i];
@@ -693,6 +496,45 @@ static void select_columns(const quant_kernels *kt, cpu_worker *w, const float *
     for (uint32_t j = 0; j < m; j++) cm_topk_sort(&w->sel[j]);
 }
 
+/* <a, b> over d floats, in 16 float lanes (vectorised by the compiler), within the
+ * float rounding of the sgemm it stands for (tests/test_cuda.c checks the probe against
+ * a double reference). */
+static float dot_f32(const float *a, const float *b, uint32_t d)
+{
+    float acc[16] = {0};
+    uint32_t i = 0;
+    for (; i + 16 <= d; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i < d; i++) acc[i % 16] += a[i] * b[i];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+/* Token j's n_probe best centroids into *h, sorted best first: its candidates by the
+ * 8-bit scores (w->sel[j], after select_columns) scored again in float; ties rank the
+ * smaller id first (cm_topk). */
+static void float_best(const cpu_ctx *c, cpu_worker *w, uint32_t j, uint32_t n_probe,
+                       cm_topk *h)
+{
+    const cm_topk *cand = &w->sel[j];
+    const float *qj = w->q + (size_t)j * c->r.dim;
+    cm_topk_init(h, n_probe, w->cand_s, w->cand_i);
+    size_t row = (size_t)c->r.dim * sizeof(float);
+    for (uint32_t a = 0; a < cand->n; a++) {
+        /* the candidates' rows lie at random in the float centroids, which outgrow the
+         * caches: fetched a few rows ahead (the loads stalled 80% of this loop) */
+        if (a + CPU_ROWS_AHEAD < cand->n) {
+            const char *f = (const char *)(c->r.centroids + (size_t)cand->id[a + CPU_ROWS_AHEAD] * c->r.dim);
+            for (size_t o = 0; o < row; o += 64) __builtin_prefetch(f + o);
+        }
+        uint32_t k = (uint32_t)cand->id[a];
+        float s = dot_f32(c->r.centroids + (size_t)k * c->r.dim, qj, c->r.dim);
+        if (s > -INFINITY) cm_topk_push(h, s, k);
+    }
+    cm_topk_sort(h);
+}
+
 static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, uint32_t k_refine,
                                 be_probe_mode mode, uint32_t *cids, float *qc, chimera_error *err)
 {
@@ -715,7 +557,6 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, uint32
             graph_search_params gp = {.itopk = c->cfg.graph_list};
             s = graph_searcher_new(&c->g, c->r.centroids, c->r.dim, &gp, c->cfg.max_probe, nw,
                                    &c->gs, err);
-            if (s == CHIMERA_OK && !c->c8) s = c8_make(c, err);
             if (s == CHIMERA_OK) s = sample_make(c, err);
             if (s != CHIMERA_OK) {
                 graph_searcher_free(c->gs);
@@ -748,16 +589,18 @@ static chimera_status cpu_probe(void *vctx, int worker, uint32_t n_probe, uint32
         }
     } else {
         ensure_scores(c, w, NULL, 0);
-        select_columns(c->kt, w, w->S, K, m, n_probe);
+        uint64_t nc = (uint64_t)n_probe + n_probe / CPU_PROBE_SPARE + CPU_PROBE_EXTRA;
+        select_columns(c->kt, w, w->S, K, m, nc < K ? (uint32_t)nc : K);
         for (uint32_t j = 0; j < m; j++) {
-            const cm_topk *h = &w->sel[j];
             /* Only scores above -inf enter the heap, so it holds fewer than n_probe when
              * centroid scores are -inf or NaN (centroids of huge magnitude overflow the
              * dot product). The slots past h->n were never written: pad them as the
              * graph search does, with ids refinement skips. */
+            cm_topk h;
+            float_best(c, w, j, n_probe, &h);
             for (uint32_t p = 0; p < n_probe; p++) {
-                w->probe_cid[(size_t)j * n_probe + p] = p < h->n ? (uint32_t)h->id[p] : UINT32_MAX;
-                w->probe_qc[(size_t)j * n_probe + p] = p < h->n ? h->score[p] : -INFINITY;
+                w->probe_cid[(size_t)j * n_probe + p] = p < h.n ? (uint32_t)h.id[p] : UINT32_MAX;
+                w->probe_qc[(size_t)j * n_probe + p] = p < h.n ? h.score[p] : -INFINITY;
             }
         }
     }
@@ -1089,7 +932,7 @@ static uint64_t cpu_probes_walked(void *vctx, int worker)
 #define CPU_IFACE_ENTRIES                                                                  \
     .api_version = BE_API_VERSION, .upload = cpu_upload, .query_begin = cpu_query_begin,  \
     .probe = cpu_probe, .refine = cpu_refine, .score1 = cpu_score1, .release = cpu_free,  \
-    .query_batch = cpu_query_batch, .score_ci = cpu_score_ci,                            \
+    .score_ci = cpu_score_ci,                                                             \
     .rows_computed = cpu_rows_computed, .probes_walked = cpu_probes_walked
 
 static const struct cm_backend_i cpu_iface = {

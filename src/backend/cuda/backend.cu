@@ -899,7 +899,6 @@ static const struct cm_backend_i cu_iface = {
     nullptr, // host_centroid_scores: S stays on the device
     cu_release,
     cu_refresh,
-    nullptr, // query_batch: each query's S is one cuBLAS call on its own stream
     cu_score_ci,
     nullptr, // rows_computed: S is computed in full on the device
     cu_probes_walked,
