@@ -133,9 +133,6 @@ static int fB_usable(const quant_fB *f)
 static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const quant_qset *qs,
                            const float *S, uint32_t m, uint32_t doc)
 {
-#ifdef FIXDOC
-    doc = FIXDOC;
-#endif
     const ix_segment *sg = ix_doc_segment(ix, doc);
     int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
     if (n == 0) return -INFINITY;
@@ -144,12 +141,7 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
     size_t cB = qm_codeB_bytes(ix->dim_pad, ix->bits);
     float mx[QUANT_QTOK_MAX];
     for (uint32_t j = 0; j < m; j++) mx[j] = -INFINITY;
-#ifdef ZEROCID
-    static const uint32_t zc[4096];
-    const uint32_t *cid = zc;
-#else
     const uint32_t *cid = sg->tok_cid + t0;
-#endif
     quant_estB_doc_max(kt, qs, ix->bits, sg->dB_codes + (size_t)t0 * cB, sg->dB_fact + t0,
                        (size_t)n, cid, S, m, mx);
     float s = 0.0f;
