@@ -360,10 +360,14 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  * fixed part and a part per dimension. Only their ratios matter to a choice between
  * settings, and those hold across machines better than the times do:
  *   probe    per query token and probe selected from the scores of every centroid
- *            (the top-n_probe selection grows with the probes it must return; those
- *            scores are full S, below), every round of a probing that widened
- *            (chimera_search_profile.n_probed, less n_walked): 430 ns at d = 64,
- *            490 at 256;
+ *            (the top-n_probe selection grows with the probes it must return, and
+ *            since 0.12.0 each 1.25 candidates a probe are scored again in float from
+ *            their rows: those scores are full S, below), every round of a probing
+ *            that widened (chimera_search_profile.n_probed, less n_walked): 430 ns at
+ *            d = 64, 490 at 256 before the float candidates, 810 at d = 128 with
+ *            them (a real corpus, two threads: bench/RESULTS.md section 5.28); their
+ *            part, a dot product and a row read, taken as proportional to d (one d
+ *            measured);
  *   entry    per posting entry given a 1-bit estimate (computing it, grouping it by
  *            document): 12 ns at d = 64, 18 at 256;
  *   touched  per document seen in refinement (its slot, the k_refine selection);
@@ -391,8 +395,9 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            corpus, 0.041 on the generated one (what the generate stage took beyond
  *            its walks);
  *   full S   per centroid, query token and dimension, for a query whose probes were
- *            not walked (it scored every centroid): 0.031 ns (the same real corpus, two
- *            threads, batched: 2.3 ms a query of 12 tokens);
+ *            not walked (it scored every centroid, from the 8-bit centroids since
+ *            0.12.0): 0.013 ns (the same real corpus, two threads: 0.96 ms a query of
+ *            12 tokens; the float sgemm before it, batched, 2.3 ms: 0.031);
  *   rerank   per (document token, query token) pair and dimension of the exact re-rank
  *            (chimera_search_profile.n_reranked): 1.15-1.5 ms a query of 12 tokens at
  *            depth 300 on a real corpus of 78-token documents, d = 128 (bench/RESULTS.md
@@ -403,10 +408,10 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  * and matter where probe=auto walks for shallow settings and scores every centroid for
  * deep ones (cpu_backend.c). Before them a walk was priced as a selection and the full
  * scores as nothing, so deep settings looked cheap next to shallow ones; the K rows a
- * walk that switched to the full S counts (row, above) still price that switch at 3x
- * the full S's batched cost. */
+ * walk that switched to the full S counts (row, above) still price that switch at 7x
+ * the full S's cost. */
 #define COST_PROBE 409.0
-#define COST_PROBE_DIM 0.33
+#define COST_PROBE_DIM 3.1
 #define COST_ENTRY 10.6
 #define COST_ENTRY_DIM 0.028
 #define COST_TOUCHED 8.0
@@ -419,7 +424,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_WALK 1300.0
 #define COST_SEED_DIM 0.05
 #define COST_SEED_PER_ROOT 16.0 /* the seed sample: 16 sqrt(K) (cpu_backend.c) */
-#define COST_FULL_S_DIM 0.031
+#define COST_FULL_S_DIM 0.013
 #define COST_RERANK_DIM 0.04
 
 double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_params *p,
@@ -492,16 +497,14 @@ static int same_setting(const chimera_search_params *a, const chimera_search_par
            a->recall == b->recall && a->chosen == b->chosen;
 }
 
-/* p's tuning recall and modelled cost, measured at its first use; *at (may be NULL): its
- * place in the memo, -1 in the impossible case of a full one. */
+/* p's tuning recall and modelled cost, measured at its first use. */
 static chimera_status memo_measure(tune_memo *m, const chimera_search_params *p, double *r,
-                                   double *c, int *at)
+                                   double *c)
 {
     for (int i = 0; i < m->n; i++)
         if (same_setting(&m->p[i], p)) {
             *r = m->r[i];
             *c = m->cost[i];
-            if (at) *at = i;
             return CHIMERA_OK;
         }
     double qps;
@@ -513,7 +516,6 @@ static chimera_status memo_measure(tune_memo *m, const chimera_search_params *p,
         pt->recall = *r;
         pt->qps = !m->modelled_rate ? qps : *c > 0 ? 1e9 / *c : 0;
     }
-    if (at) *at = m->n < MEMO_MAX ? m->n : -1;
     if (m->n < MEMO_MAX) {
         m->p[m->n] = *p;
         m->r[m->n] = *r;
@@ -560,7 +562,7 @@ typedef struct grow_walk {
 static chimera_status grow_trial(grow_walk *g, const chimera_search_params *p, double *r,
                                  double *cost)
 {
-    return memo_measure(&g->memo, p, r, cost, NULL);
+    return memo_measure(&g->memo, p, r, cost);
 }
 
 /* One step up: n_probe or k_fullbit (with k_refine and k_interaction kept at least the
@@ -795,7 +797,7 @@ static chimera_status fr_measure_rd(frontier *f, uint32_t np, uint32_t d, uint32
                                     double *c)
 {
     chimera_search_params p = fr_params(np, d, rd);
-    return memo_measure(&f->memo, &p, r, c, NULL);
+    return memo_measure(&f->memo, &p, r, c);
 }
 
 /* The walk's re-rank depth at depth d, where the evaluation re-ranks: the top 4k by
