@@ -1138,7 +1138,8 @@ CHIMERA_API chimera_status chimera_index_params_resolve(const chimera_index *ind
  * first, padded with -1 / -INFINITY. Since 0.12.0 an estimate's centroid term <q, c>
  * comes from the centroids held at 8 bits a coordinate on every backend and probe (it
  * moves by about a fifth of the 4-bit estimator's error), so a document's score is the
- * same on every backend; the probe itself still picks by float scores. params and opts
+ * same on every backend; a brute probe still picks by float scores (among the best by
+ * 8-bit ones, bench/RESULTS.md 5.28). params and opts
  * may be NULL (defaults:
  * chimera_index_params_default); profile may be NULL.
  * @return CHIMERA_OK, _INVALID_ARG (also: rerank_depth on an index that stores no

@@ -7,9 +7,10 @@
  * 128 with and without padding), every 7th document marked deleted in the uploaded
  * bitmap. For each query, on two workers, with output buffers poisoned on the device
  * (CHIMERA_CUDA_POISON) and on the host:
- *   probe (brute)  ids identical to the CPU's, scores within PROBE_TOL (cuBLAS and BLAS
- *                  sum in different orders); a differing id is accepted only at a tie
- *                  (both scores within PROBE_TOL);
+ *   probe (brute)  ids identical to the CPU's, scores within PROBE_TOL (cuBLAS and the
+ *                  CPU's float rescoring of its 8-bit candidates sum in different
+ *                  orders); a differing id is accepted only at a tie (both scores
+ *                  within PROBE_TOL);
  *   probe (graph)  recall of the brute-force probe ids >= GRAPH_RECALL;
  *   refine         for each imputation mode: against a host reference that uses the
  *                  GPU's probes and the same LUT arithmetic (quant_math.h): same

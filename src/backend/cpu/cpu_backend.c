@@ -7,9 +7,11 @@
  * score moves by a fifth of the 4-bit estimator's error, bench/RESULTS.md section
  * 5.11). A brute probe computes S in full, one pass over the 8-bit rows, and takes each
  * token's best n_probe + n_probe / 4 + 16 by them; those are scored again in float and
- * the n_probe best kept, so that the probe's choice and scores are the float ones (the
- * 8-bit error would have to move a centroid past n_probe / 4 + 16 others, at most 16 on
- * a real corpus: CPU_PROBE_SPARE). With the full float sgemm this replaced, a brute
+ * the n_probe best kept, so that the probe's choice and scores are the float ones unless
+ * the 8-bit error moves one of them past n_probe / 4 + 16 others (on a real corpus none
+ * came within 16 places of that: CPU_PROBE_SPARE; the worst-case error bound, which
+ * could prove it, proved it for only 37-60% of the tokens at n_probe 32-64, so it is not
+ * checked). With the full float sgemm this replaced, a brute
  * probe took 1.5x as long on a real corpus (K = 47,488, bench/RESULTS.md section 5.28).
  * A graph probe (BE_PROBE_GRAPH; probe=auto from CPU_GRAPH_AUTO_K
  * centroids up) never computes the full S: each token's walk starts from its best
