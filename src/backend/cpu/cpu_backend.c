@@ -527,7 +527,8 @@ static void float_best(const cpu_ctx *c, cpu_worker *w, uint32_t j, uint32_t n_p
         /* the candidates' rows lie at random in the float centroids, which outgrow the
          * caches: fetched a few rows ahead (the loads stalled 80% of this loop) */
         if (a + CPU_ROWS_AHEAD < cand->n) {
-            const char *f = (const char *)(c->r.centroids + (size_t)cand->id[a + CPU_ROWS_AHEAD] * c->r.dim);
+            size_t next = (size_t)cand->id[a + CPU_ROWS_AHEAD];
+            const char *f = (const char *)(c->r.centroids + next * c->r.dim);
             for (size_t o = 0; o < row; o += 64) __builtin_prefetch(f + o);
         }
         uint32_t k = (uint32_t)cand->id[a];
