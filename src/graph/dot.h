@@ -1,6 +1,7 @@
 /* Inner-product kernels for graph search: one scalar reference and AVX2 / AVX-512
  * variants, picked once through core/cpu.h (docs/architecture.md, "Conventions").
- * Private to src/graph. */
+ * Used by src/graph and by the CPU backend's brute probe, which scores its candidates
+ * as the walk does. */
 #ifndef CHIMERA_GRAPH_DOT_H
 #define CHIMERA_GRAPH_DOT_H
 

@@ -47,6 +47,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "core/topk.h"
+#include "graph/dot.h"
 #include "graph/graph.h"
 #include "quant/centroids8.h"
 #include "quant/kernels.h"
@@ -156,6 +157,7 @@ typedef struct cpu_ctx {
                             of one engine probe concurrently, and the first two graph
                             probes would otherwise both build it (one leaked) */
     quant_c8_table *c8; /* the 8-bit centroids S is computed from (c8_make) */
+    graph_dot_fn dot;    /* the float scores of a brute probe's candidates */
     pthread_mutex_t gs_mu;
     uint64_t lazy_tokens; /* refined documents' tokens up to which S stays lazy */
 } cpu_ctx;
@@ -217,6 +219,7 @@ static chimera_status cpu_upload(void *vctx, const be_resident *r, const be_conf
     c->cfg = *cfg;
     if (c->cfg.n_workers < 1) c->cfg.n_workers = 1;
     c->kt = quant_kernels_active();
+    c->dot = graph_dot_get();
     int latency = c->cfg.n_workers == 1 && c->cfg.n_threads > 1; /* the pool, below */
     c->lazy_tokens = r->n_clusters;
     /* The choice is made per query, by its own k_refine (cpu_probe), not once by the
@@ -498,24 +501,10 @@ static void select_columns(const quant_kernels *kt, cpu_worker *w, const float *
     for (uint32_t j = 0; j < m; j++) cm_topk_sort(&w->sel[j]);
 }
 
-/* <a, b> over d floats, in 16 float lanes (vectorised by the compiler), within the
- * float rounding of the sgemm it stands for (tests/test_cuda.c checks the probe against
- * a double reference). */
-static float dot_f32(const float *a, const float *b, uint32_t d)
-{
-    float acc[16] = {0};
-    uint32_t i = 0;
-    for (; i + 16 <= d; i += 16)
-        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
-    for (; i < d; i++) acc[i % 16] += a[i] * b[i];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
-}
-
 /* Token j's n_probe best centroids into *h, sorted best first: its candidates by the
- * 8-bit scores (w->sel[j], after select_columns) scored again in float; ties rank the
- * smaller id first (cm_topk). */
+ * 8-bit scores (w->sel[j], after select_columns) scored again in float with the graph
+ * walk's inner product, so a centroid both probes find gets the same score; ties rank
+ * the smaller id first (cm_topk). */
 static void float_best(const cpu_ctx *c, cpu_worker *w, uint32_t j, uint32_t n_probe,
                        cm_topk *h)
 {
@@ -532,7 +521,7 @@ static void float_best(const cpu_ctx *c, cpu_worker *w, uint32_t j, uint32_t n_p
             for (size_t o = 0; o < row; o += 64) __builtin_prefetch(f + o);
         }
         uint32_t k = (uint32_t)cand->id[a];
-        float s = dot_f32(c->r.centroids + (size_t)k * c->r.dim, qj, c->r.dim);
+        float s = c->dot(c->r.centroids + (size_t)k * c->r.dim, qj, c->r.dim);
         if (s > -INFINITY) cm_topk_push(h, s, k);
     }
     cm_topk_sort(h);
