@@ -149,18 +149,27 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
     return s;
 }
 
-/* The first lines of the token data fullbit_score reads for `doc`: the candidates lie at
- * random in the token arrays, and the first loads of each stalled the kernel on memory
- * (the hardware prefetcher follows a document's further lines). */
-static void prefetch_doc_head(const ix_index *ix, uint32_t doc)
+/* Prefetching for documents scored in turn, which lie at random in the token arrays.
+ * Finding a document's tokens is itself a random read (its doc_off entry), and a
+ * prefetch of its data must wait for it: when that read missed the caches, the scoring
+ * behind it stalled too (7% of a k = 100 query's samples on the real corpus,
+ * bench/RESULTS.md 5.29). So two stages: the entry IX_DOC_OFF_AHEAD documents ahead,
+ * then all of the next document's data, whose entry is in the cache by then. */
+#define SP_DOC_PREFETCH_MAX (8 << 10) /* bytes of codes; the hardware prefetcher follows */
+
+/* The token data fullbit_score reads for `doc`: its codes (up to SP_DOC_PREFETCH_MAX
+ * bytes), factors and centroid ids. */
+static void prefetch_doc_data(const ix_index *ix, uint32_t doc)
 {
     const ix_segment *sg = ix_doc_segment(ix, doc);
-    int64_t t0 = sg->doc_off[doc - sg->doc_base];
-    size_t cb = qm_codeB_bytes(ix->dim_pad, ix->bits);
+    int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
+    size_t cb = qm_codeB_bytes(ix->dim_pad, ix->bits), nc = (size_t)n * cb;
     const char *a = (const char *)(sg->dB_codes + (size_t)t0 * cb);
-    for (int i = 0; i < 4; i++) __builtin_prefetch(a + 64 * i);
-    __builtin_prefetch(sg->dB_fact + t0);
-    __builtin_prefetch(sg->tok_cid + t0);
+    const char *f = (const char *)(sg->dB_fact + t0), *k = (const char *)(sg->tok_cid + t0);
+    if (nc > SP_DOC_PREFETCH_MAX) nc = SP_DOC_PREFETCH_MAX;
+    for (size_t o = 0; o < nc; o += 64) __builtin_prefetch(a + o);
+    for (size_t o = 0; o < (size_t)n * sizeof *sg->dB_fact; o += 64) __builtin_prefetch(f + o);
+    for (size_t o = 0; o < (size_t)n * sizeof *sg->tok_cid; o += 64) __builtin_prefetch(k + o);
 }
 
 /* ---- the host's own centroid scores (a backend that keeps S on the device) --------- */
@@ -261,10 +270,14 @@ static void host_step(sp_worker *w, uint32_t i)
     cm_topk_init(&sel, (uint32_t)target, w->sel_s, w->sel_i);
     for (uint32_t c = 0; c < seen; c++) cm_topk_push(&sel, w->s1[c], c);
     host_scores_for(w, sel.id, sel.n);
+    for (uint32_t r = 0; r < IX_DOC_OFF_AHEAD && r < sel.n; r++)
+        ix_doc_prefetch_off(e->ix, w->cand[sel.id[r]]);
     for (uint32_t r = 0; r < sel.n; r++) {
         uint32_t c = (uint32_t)sel.id[r];
+        if (r + IX_DOC_OFF_AHEAD < sel.n)
+            ix_doc_prefetch_off(e->ix, w->cand[sel.id[r + IX_DOC_OFF_AHEAD]]);
         if (w->scored[c]) continue;
-        if (r + 1 < sel.n) prefetch_doc_head(e->ix, w->cand[sel.id[r + 1]]);
+        if (r + 1 < sel.n) prefetch_doc_data(e->ix, w->cand[sel.id[r + 1]]);
         rescore(w, c);
     }
 }
@@ -750,8 +763,12 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
         quant_qset_set(&w->qs, &e->ix->rot, q, m);
         host_scores_for(w, NULL, n_cand);
+        for (uint32_t c = 0; c < IX_DOC_OFF_AHEAD && c < n_cand; c++)
+            ix_doc_prefetch_off(e->ix, w->cand[c]);
         for (uint32_t c = 0; c < n_cand; c++) {
-            if (c + 1 < n_cand) prefetch_doc_head(e->ix, w->cand[c + 1]);
+            if (c + IX_DOC_OFF_AHEAD < n_cand)
+                ix_doc_prefetch_off(e->ix, w->cand[c + IX_DOC_OFF_AHEAD]);
+            if (c + 1 < n_cand) prefetch_doc_data(e->ix, w->cand[c + 1]);
             rescore(w, c);
         }
         t3 = t4 = cm_now();

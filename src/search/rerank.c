@@ -131,7 +131,9 @@ void sp_rerank_score(const ix_index *ix, const uint32_t *docs, uint32_t n, const
     const int bf16_dot = bf16 && cm_bf16_dot_in_use();
     sp_rerank_transpose(q, m, d, bf16, s->qt);
     if (bf16_dot) sp_bf16_pairs(s->qt, d, mp, s->qp); /* the rounded query: exact */
+    for (uint32_t k = 0; k < IX_DOC_OFF_AHEAD && k < n; k++) ix_doc_prefetch_off(ix, docs[k]);
     for (uint32_t k = 0; k < n; k++) {
+        if (k + IX_DOC_OFF_AHEAD < n) ix_doc_prefetch_off(ix, docs[k + IX_DOC_OFF_AHEAD]);
         const ix_segment *sg = ix_doc_segment(ix, docs[k]);
         int64_t ld = docs[k] - sg->doc_base, t0 = sg->doc_off[ld];
         int64_t len = sg->doc_off[ld + 1] - t0;
