@@ -1623,28 +1623,42 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
 /* The calibration (chimera_index_build's note; ix_build_opts.calibrate).
  *
  * Cost. The truth is the exact top-k among each query's candidates from one generous
- * search (CAL_POOL per k of them, at n_probe 64 and a deep refinement), not a pass of
- * exact search over the corpus: that pass costs n_query_tokens x n_tokens x dim and
- * would cost as much as the build itself on a large corpus, while the candidates of a
- * generous search hold the exact top-k but for a rare document (bench/RESULTS.md
- * section 5.6: the same top-10 on every corpus measured, 97% of the top-100 on a flat
- * one of short documents, where that search's probing misses some). The queries are as
- * many as CAL_TOKENS_PER_QUERY tokens of corpus pay for, between CAL_MIN_QUERIES and
- * CAL_MAX_QUERIES: every trial is a search of a third of them, so the cost grows with
- * the query count, while the build's grows with the tokens.
+ * search (n_probe 64, a deep refinement), not a pass of exact search over the corpus:
+ * that pass costs n_query_tokens x n_tokens x dim and would cost as much as the build
+ * itself on a large corpus, while the candidates of a generous search hold the exact
+ * top-k but for a rare document. The queries are as many as CAL_TOKENS_PER_QUERY tokens
+ * of corpus pay for, between CAL_MIN_QUERIES and CAL_MAX_QUERIES: every trial is a
+ * search of a third of them, so the cost grows with the query count, while the build's
+ * grows with the tokens.
  *
  * k = 100 uses half of them (the first half: a sixth tunes, a third checks). A query's
  * Recall@100 averages 100 hits, so it varies far less from query to query than its
  * Recall@10 (held-out 95% intervals of +-0.006 on 64 queries against +-0.015), and half
  * the queries still certify; while each of its searches costs about three times one at
- * k = 10. The truth of every query is still CAL_POOL x 100 deep: a shallower pool costs
- * as much (the generous search's cost is its probing) and misses true top-10 documents
- * that the deeper settings being measured then find and are counted wrong for. */
+ * k = 10.
+ *
+ * How deep the generous search. A true top-k document missing from its candidates is
+ * counted wrong for every setting that finds it, and the deeper a setting, the more of
+ * them it finds. On the real corpus (bench/RESULTS.md 5.29) the candidates of 64 probes,
+ * k_refine 1,200 and k_fullbit 300 held 98.2% of the exact top 100 (the rest refinement
+ * had cut, none the full-bit ranking), so Recall@100 against them fell from 0.954 to
+ * 0.938 as settings deepened (against exact truth it rose from 0.953 to 0.975), the walk
+ * climbed a plateau that was not there and reported the bits short of 0.95. So for the
+ * k = 100 queries the search refines a share of the corpus, 1 / CAL_DEEP_SHARE of its
+ * documents (at least the others' 1,200, at most CAL_DEEP_MAX), and full-bit scores a
+ * quarter of them: on the real corpus 4,000 and 1,000, whose best 300 hold 99.7% of the
+ * exact top 100, for 2.3x the search's time on half the queries. A fixed 4,000 cost
+ * 2.7-7x the search on corpora of 6,000-20,000 documents, whose 1,200 are already as
+ * large a share. The pool stays CAL_POOL x 100 for every query: a shallower one costs
+ * about as much (the generous search's cost is its probing) and misses true top-10
+ * documents that the deeper settings being measured then find and are counted wrong for. */
 #define CAL_TARGET 0.95
 #define CAL_MIN_QUERIES 96
 #define CAL_MAX_QUERIES 192
 #define CAL_TOKENS_PER_QUERY 20000
 #define CAL_POOL 3
+#define CAL_DEEP_SHARE 15
+#define CAL_DEEP_MAX 4000
 #define CAL_SEED 0xca11b
 
 /* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for the
@@ -1710,7 +1724,7 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     int64_t u = nq / 6;
     nq = 6 * u;
     chimera_index *ix = NULL;
-    chimera_queries *q = cm_calloc(1, sizeof *q);
+    chimera_queries *q = cm_calloc(1, sizeof *q), *qpart = NULL;
     int64_t *cand = cm_malloc((size_t)nq * pool * sizeof *cand);
     int64_t *cand_ids = cm_malloc((size_t)nq * pool * sizeof *cand_ids);
     float *csc = cm_malloc((size_t)nq * pool * sizeof *csc);
@@ -1728,13 +1742,25 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     if ((s = data_queries_sample(&q->q, c, nq, 0, cc->seed ^ CAL_SEED, err)) != CHIMERA_OK) goto done;
     if ((s = chimera_index_open(dir, NULL, &ix, err)) != CHIMERA_OK) goto done;
     chimera_search_opts so = {.n_threads = cc->n_threads};
-    /* the candidates: a generous search, pool deep */
-    chimera_search_params gp = {0};
-    gp.n_probe = 64;
-    gp.k_fullbit = pool;
-    gp.k_refine = pool * 4 > 1000 ? pool * 4 : 1000;
-    if ((s = chimera_index_search(ix, q, pool, &gp, &so, cand, csc, NULL, err)) != CHIMERA_OK)
-        goto done;
+    /* the candidates: a generous search, pool deep, refining deeper for the k = 100
+     * queries (the first 3u with a second k) */
+    uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
+    int64_t share = live / CAL_DEEP_SHARE;
+    if (share > deep) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
+    for (int64_t part = 0, n_deep = nk == 2 ? 3 * u : 0; part < 2; part++) {
+        int64_t q0 = part ? n_deep : 0, qn = part ? nq - n_deep : n_deep;
+        if (qn == 0) continue;
+        if ((s = chimera_queries_slice(q, q0, qn, &qpart, err)) != CHIMERA_OK) goto done;
+        chimera_search_params gp = {0};
+        gp.n_probe = 64;
+        gp.k_refine = part ? refine : deep;
+        gp.k_fullbit = part || deep / 4 < pool ? pool : deep / 4;
+        s = chimera_index_search(ix, qpart, pool, &gp, &so, cand + (size_t)q0 * pool, csc, NULL,
+                                 err);
+        chimera_queries_free(qpart);
+        qpart = NULL;
+        if (s != CHIMERA_OK) goto done;
+    }
     memcpy(cand_ids, cand, (size_t)nq * pool * sizeof *cand);
     /* user ids -> corpus rows: the index was built from c in its order */
     if (c->ids) {
@@ -1829,6 +1855,7 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
 done:
     chimera_index_close(ix);
     chimera_queries_free(q);
+    chimera_queries_free(qpart);
     for (int i = 0; i < 2; i++) {
         chimera_queries_free(tq[i]);
         chimera_queries_free(hq[i]);
