@@ -164,7 +164,8 @@ static inline const ix_segment *ix_doc_segment(const ix_index *ix, int64_t doc)
 
 /* Fetches doc's doc_off entry into the cache. Finding a document's tokens is a random
  * read of its own, and a loop over documents at random that prefetches each one's data
- * stalls on that read first: prefetch it IX_DOC_OFF_AHEAD documents before the data. */
+ * stalls on that read first: prefetch the entry IX_DOC_OFF_AHEAD documents before the
+ * document is used (a few before its data is prefetched). */
 #define IX_DOC_OFF_AHEAD 4
 static inline void ix_doc_prefetch_off(const ix_index *ix, int64_t doc)
 {

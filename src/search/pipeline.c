@@ -26,6 +26,7 @@
  * documents need, once a query per centroid, SP_LAZY_ROWS at a time (sp_worker.S_lazy). */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -155,21 +156,27 @@ static float fullbit_score(const ix_index *ix, const quant_kernels *kt, const qu
  * behind it stalled too (7% of a k = 100 query's samples on the real corpus,
  * bench/RESULTS.md 5.29). So two stages: the entry IX_DOC_OFF_AHEAD documents ahead,
  * then all of the next document's data, whose entry is in the cache by then. */
-#define SP_DOC_PREFETCH_MAX (8 << 10) /* bytes of codes; the hardware prefetcher follows */
+#define SP_DOC_PREFETCH_MAX (8 << 10) /* bytes of codes (the hardware prefetcher follows) */
 
-/* The token data fullbit_score reads for `doc`: its codes (up to SP_DOC_PREFETCH_MAX
- * bytes), factors and centroid ids. */
+/* Every cache line of [a, a + bytes). */
+static void prefetch_lines(const void *a, size_t bytes)
+{
+    if (bytes == 0) return;
+    uintptr_t p = (uintptr_t)a & ~(uintptr_t)63, end = (uintptr_t)a + bytes;
+    for (; p < end; p += 64) __builtin_prefetch((const void *)p);
+}
+
+/* The token data fullbit_score reads for `doc`: its codes, factors and centroid ids, of
+ * its first SP_DOC_PREFETCH_MAX bytes of codes' tokens. */
 static void prefetch_doc_data(const ix_index *ix, uint32_t doc)
 {
     const ix_segment *sg = ix_doc_segment(ix, doc);
     int64_t ld = doc - sg->doc_base, t0 = sg->doc_off[ld], n = sg->doc_off[ld + 1] - t0;
-    size_t cb = qm_codeB_bytes(ix->dim_pad, ix->bits), nc = (size_t)n * cb;
-    const char *a = (const char *)(sg->dB_codes + (size_t)t0 * cb);
-    const char *f = (const char *)(sg->dB_fact + t0), *k = (const char *)(sg->tok_cid + t0);
-    if (nc > SP_DOC_PREFETCH_MAX) nc = SP_DOC_PREFETCH_MAX;
-    for (size_t o = 0; o < nc; o += 64) __builtin_prefetch(a + o);
-    for (size_t o = 0; o < (size_t)n * sizeof *sg->dB_fact; o += 64) __builtin_prefetch(f + o);
-    for (size_t o = 0; o < (size_t)n * sizeof *sg->tok_cid; o += 64) __builtin_prefetch(k + o);
+    size_t cb = qm_codeB_bytes(ix->dim_pad, ix->bits), nt = (size_t)n;
+    if (nt > SP_DOC_PREFETCH_MAX / cb) nt = SP_DOC_PREFETCH_MAX / cb;
+    prefetch_lines(sg->dB_codes + (size_t)t0 * cb, nt * cb);
+    prefetch_lines(sg->dB_fact + t0, nt * sizeof *sg->dB_fact);
+    prefetch_lines(sg->tok_cid + t0, nt * sizeof *sg->tok_cid);
 }
 
 /* ---- the host's own centroid scores (a backend that keeps S on the device) --------- */
@@ -274,10 +281,12 @@ static void host_step(sp_worker *w, uint32_t i)
         ix_doc_prefetch_off(e->ix, w->cand[sel.id[r]]);
     for (uint32_t r = 0; r < sel.n; r++) {
         uint32_t c = (uint32_t)sel.id[r];
-        if (r + IX_DOC_OFF_AHEAD < sel.n)
+        /* later chunks find most of sel scored already: fetch only for those not */
+        if (r + IX_DOC_OFF_AHEAD < sel.n && !w->scored[sel.id[r + IX_DOC_OFF_AHEAD]])
             ix_doc_prefetch_off(e->ix, w->cand[sel.id[r + IX_DOC_OFF_AHEAD]]);
         if (w->scored[c]) continue;
-        if (r + 1 < sel.n) prefetch_doc_data(e->ix, w->cand[sel.id[r + 1]]);
+        if (r + 1 < sel.n && !w->scored[sel.id[r + 1]])
+            prefetch_doc_data(e->ix, w->cand[sel.id[r + 1]]);
         rescore(w, c);
     }
 }
