@@ -1640,18 +1640,21 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
  * How deep the generous search. A true top-k document missing from its candidates is
  * counted wrong for every setting that finds it, and the deeper a setting, the more of
  * them it finds. On the real corpus (bench/RESULTS.md 5.29) the candidates of 64 probes,
- * k_refine 1,200 and k_fullbit 300 held 98.2% of the exact top 100 (the rest refinement
- * had cut, none the full-bit ranking), so Recall@100 against them fell from 0.954 to
- * 0.938 as settings deepened (against exact truth it rose from 0.953 to 0.975), the walk
- * climbed a plateau that was not there and reported the bits short of 0.95. So for the
- * k = 100 queries the search refines a share of the corpus, 1 / CAL_DEEP_SHARE of its
- * documents (at least the others' 1,200, at most CAL_DEEP_MAX), and full-bit scores a
- * quarter of them: on the real corpus 4,000 and 1,000, whose best 300 hold 99.7% of the
- * exact top 100, for 2.3x the search's time on half the queries. A fixed 4,000 cost
- * 2.7-7x the search on corpora of 6,000-20,000 documents, whose 1,200 are already as
- * large a share. The pool stays CAL_POOL x 100 for every query: a shallower one costs
- * about as much (the generous search's cost is its probing) and misses true top-10
- * documents that the deeper settings being measured then find and are counted wrong for. */
+ * k_refine 1,200 and k_fullbit 300 held 98.2% of the exact top 100 (the rest cut by
+ * refinement or by the 1-bit pass, none by the pool's depth of 300), so the k = 100
+ * walk's tuning recall fell from 0.977 to 0.959 as its settings deepened and its held-out
+ * checks stayed at 0.938 (against exact truth: 0.953 rising to 0.975); it climbed a
+ * plateau that was not there and reported the bits short of 0.95. So for the first half
+ * of the queries (the k = 100 ones, which k = 10 uses too) the search refines
+ * 1 / CAL_DEEP_SHARE of the documents (at least the others' 1,200, at most CAL_DEEP_MAX)
+ * and full-bit scores a quarter of them: on the real corpus 4,000 and 1,000, whose best
+ * 300 hold 99.7% of the exact top 100, for about twice the search's time on half the
+ * queries. A fixed 4,000 cost 2-7x the search on corpora of 2,500-20,000 documents,
+ * where 1,200 are already 6-48% of them. Corpora of very short documents still need
+ * more (4-12 tokens: 92% held, RESULTS 5.29). The pool stays CAL_POOL x kmax for every
+ * query: a shallower one costs about as much (the generous search's cost is its
+ * probing) and misses true top-10 documents that the deeper settings being measured
+ * then find and are counted wrong for. */
 #define CAL_TARGET 0.95
 #define CAL_MIN_QUERIES 96
 #define CAL_MAX_QUERIES 192
@@ -1743,20 +1746,21 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     if ((s = chimera_index_open(dir, NULL, &ix, err)) != CHIMERA_OK) goto done;
     chimera_search_opts so = {.n_threads = cc->n_threads};
     /* the candidates: a generous search, pool deep, refining deeper for the k = 100
-     * queries (the first 3u with a second k) */
+     * queries (the first 3u with a second k; k = 10 uses them too) */
     uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
     int64_t share = live / CAL_DEEP_SHARE;
     if (share > deep) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
     for (int64_t part = 0, n_deep = nk == 2 ? 3 * u : 0; part < 2; part++) {
         int64_t q0 = part ? n_deep : 0, qn = part ? nq - n_deep : n_deep;
         if (qn == 0) continue;
-        if ((s = chimera_queries_slice(q, q0, qn, &qpart, err)) != CHIMERA_OK) goto done;
+        if (qn < nq && (s = chimera_queries_slice(q, q0, qn, &qpart, err)) != CHIMERA_OK)
+            goto done;
         chimera_search_params gp = {0};
         gp.n_probe = 64;
         gp.k_refine = part ? refine : deep;
         gp.k_fullbit = part || deep / 4 < pool ? pool : deep / 4;
-        s = chimera_index_search(ix, qpart, pool, &gp, &so, cand + (size_t)q0 * pool, csc, NULL,
-                                 err);
+        s = chimera_index_search(ix, qpart ? qpart : q, pool, &gp, &so, cand + (size_t)q0 * pool,
+                                 csc, NULL, err);
         chimera_queries_free(qpart);
         qpart = NULL;
         if (s != CHIMERA_OK) goto done;
