@@ -43,6 +43,8 @@ static const config configs[] = {
     {10, {.probe = 1, .chunks = 1}, {.n_threads = 2, .latency_mode = 1}},
     {10, {.probe = 2, .impute = 2, .n_probe = 12}, {.n_threads = 2}},
     {50, {.k_fullbit = 60, .k_refine = 300, .chunks = 8}, {.n_threads = 1, .latency_mode = 1}},
+    /* the covered form in latency mode: full-bit scoring split over a pool */
+    {100, {.k_fullbit = 240, .k_refine = 240}, {.n_threads = 2, .latency_mode = 1}},
 };
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

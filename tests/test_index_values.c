@@ -331,8 +331,9 @@ static void test_pipeline_checks(const fixture *f)
     quant_f1 *c1 = cm_malloc(N * sizeof *c1), *d1 = cm_malloc(N * sizeof *d1);
     quant_fB *dB = cm_malloc(N * sizeof *dB);
     /* kind 4: kind 3 with k_refine = k_fullbit, where the host re-scores every candidate
-     * without a 1-bit pass (pipeline.h) */
-    for (int kind = 0; kind < 5; kind = kind ? kind + 1 : 3) {
+     * without a 1-bit pass (pipeline.h); kind 5: that with 200 of them in latency mode
+     * with two threads, where the re-scoring is split over a pool */
+    for (int kind = 0; kind < 6; kind = kind ? kind + 1 : 3) {
         memcpy(c1, ix.segs[0].c1_fact, N * sizeof *c1);
         memcpy(d1, ix.segs[0].d1_fact, N * sizeof *d1);
         memcpy(dB, ix.segs[0].dB_fact, N * sizeof *dB);
@@ -356,8 +357,9 @@ static void test_pipeline_checks(const fixture *f)
         sp_params p = {.k = K, .n_probe = d.n_probe, .k_refine = d.k_refine,
                        .k_fullbit = d.k_fullbit, .chunks = d.chunks};
         if (kind == 4) p.k_refine = p.k_fullbit;
+        if (kind == 5) p.k_refine = p.k_fullbit = 200;
         sp_engine *e;
-        CHECK_OK(sp_engine_new(&v, "cpu", 1, 1, &p, 64, &e, &err), &err);
+        CHECK_OK(sp_engine_new(&v, "cpu", 1, kind == 5 ? 2 : 1, &p, 64, &e, &err), &err);
         if (!e) continue;
         int failed = 0, named = 0;
         for (int64_t i = 0; i < NQ; i++) {

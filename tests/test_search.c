@@ -617,6 +617,35 @@ static void test_determinism(const bench *b)
     memset(c, 0, n * sizeof *c);
     run_all(&b->ix, &b->q, p, 2, c, cs, NULL);
     CHECK(memcmp(a, c, n * sizeof *a) == 0 && memcmp(as, cs, n * sizeof *as) == 0);
+    /* The covered form (every candidate full-bit scored) in latency mode splits the
+     * full-bit stage over a pool, in parts with heaps of their own: the same documents and
+     * scores bit for bit as one thread, as many re-scored, at k = 10 and 50 with two and
+     * three threads (uneven parts). The candidates must be enough to be split (64). */
+    cm_free(c);
+    cm_free(cs);
+    c = cm_malloc((size_t)b->q.n * 50 * sizeof *c);
+    cs = cm_malloc((size_t)b->q.n * 50 * sizeof *cs);
+    int64_t *c1 = cm_malloc((size_t)b->q.n * 50 * sizeof *c1);
+    float *cs1 = cm_malloc((size_t)b->q.n * 50 * sizeof *cs1);
+    for (uint32_t k = 10; k <= 50; k += 40)
+        for (int threads = 2; threads <= 3; threads++) {
+            sp_params cov = *p;
+            cov.k = k;
+            cov.k_refine = cov.k_fullbit = 240;
+            sp_stats st1 = {0}, stn = {0};
+            size_t nk = (size_t)b->q.n * k;
+            run_all(&b->ix, &b->q, &cov, 1, c1, cs1, &st1);
+            run_all(&b->ix, &b->q, &cov, threads, c, cs, &stn);
+            CHECKF(memcmp(c1, c, nk * sizeof *c) == 0 && memcmp(cs1, cs, nk * sizeof *cs) == 0,
+                   "covered form, k = %u, %d threads in latency mode: results differ from one "
+                   "thread's", k, threads);
+            CHECKF(st1.n_fullbit == stn.n_fullbit && st1.n_fullbit >= 64 * (uint64_t)b->q.n,
+                   "covered form, k = %u: %llu documents re-scored by one thread, %llu by %d "
+                   "(at least %llu expected)", k, (unsigned long long)st1.n_fullbit,
+                   (unsigned long long)stn.n_fullbit, threads, 64 * (unsigned long long)b->q.n);
+        }
+    cm_free(c1);
+    cm_free(cs1);
 done:
     cm_free(a);
     cm_free(c);

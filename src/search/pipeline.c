@@ -16,8 +16,10 @@
  * thread a worker: throughput mode, where every core already runs a worker of its
  * own), the worker rescores each chunk itself right after scoring it: the same steps
  * in the same order, so the same results, without two threads a core handing every
- * query back and forth (bench/RESULTS.md section 5.18). Scratch for both is allocated
- * at engine creation for the configured maxima.
+ * query back and forth (bench/RESULTS.md section 5.18). In latency mode the covered
+ * form's full-bit stage (every candidate full-bit scored, no chunks) is split over a
+ * pool of the query's threads (covered_split), with the same results. Scratch for all
+ * of these is allocated at engine creation for the configured maxima.
  *
  * Full-bit scores need <q_j, c> for each token's centroid, from the 8-bit centroids
  * (quant/centroids8.h) on every backend, so that all give the same scores. When the
@@ -32,6 +34,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/pool.h"
 #include "core/topk.h"
 #include "quant/centroids8.h"
 #include "quant/kernels.h"
@@ -42,6 +45,20 @@
 
 #define SP_MAX_CHUNKS 64
 #define SP_LAZY_ROWS 128 /* centroid rows a block of the host's own S (sp_worker.S_lazy) */
+/* Latency mode's split full-bit stage (covered_split): parts a thread (documents differ
+ * in length, so a few parts a thread balance), and the fewest candidates split (waking
+ * the pool costs tens of microseconds, a document a few). */
+#define SP_PARTS_PER_THREAD 4
+#define SP_SPLIT_MIN 64
+
+/* One part of a split full-bit stage: its best documents and its first bad one. */
+typedef struct sp_part {
+    float *fin_s; /* [max(k, max rerank_depth) + 1] */
+    int64_t *fin_i;
+    cm_topk fin;
+    int64_t bad_c; /* the first candidate whose score is unusable (rescore), or -1 */
+    float bad_score;
+} sp_part;
 
 typedef struct sp_worker {
     struct sp_engine *e;
@@ -101,6 +118,11 @@ struct sp_engine {
     sp_worker *w;
     const quant_kernels *kt;
     quant_c8_table *c8; /* the host's centroid rows, where the backend keeps S (S_lazy) */
+    /* latency mode (one worker, several threads): the covered form's full-bit scoring
+     * split over host_pool (see covered_split) */
+    cm_pool *host_pool;
+    sp_part *parts; /* [n_parts] */
+    uint32_t n_parts;
 };
 
 /* ---- host stage -------------------------------------------------------------------- */
@@ -245,6 +267,16 @@ static void host_scores_for(sp_worker *w, const int64_t *cs, uint32_t n)
     if (nb) lazy_flush(w, nb);
 }
 
+/* Whether doc's full-bit score s can be ranked: finite, or -inf for an empty document
+ * (never pushed NaN, topk.h; a query with an unusable score fails). */
+static int score_usable(const ix_index *ix, uint32_t doc, float s)
+{
+    if (isfinite(s)) return 1;
+    const ix_segment *sg = ix_doc_segment(ix, doc);
+    int64_t ld = doc - sg->doc_base;
+    return !isnan(s) && sg->doc_off[ld + 1] == sg->doc_off[ld];
+}
+
 /* Candidate c's full-bit score into w->fin. */
 static void rescore(sp_worker *w, uint32_t c)
 {
@@ -252,16 +284,68 @@ static void rescore(sp_worker *w, uint32_t c)
     w->scored[c] = 1;
     float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->m, w->cand[c]);
     w->n_fullbit++;
-    const ix_segment *sg = ix_doc_segment(e->ix, w->cand[c]);
-    int64_t ld = w->cand[c] - sg->doc_base;
-    if (!isfinite(s) && (isnan(s) || sg->doc_off[ld + 1] > sg->doc_off[ld])) {
-        if (w->bad_doc < 0) {
-            w->bad_doc = w->cand[c];
-            w->bad_score = s;
-        }
-        return; /* never push NaN (topk.h); the query fails */
+    if (score_usable(e->ix, w->cand[c], s)) {
+        cm_topk_push(&w->fin, s, w->cand[c]);
+    } else if (w->bad_doc < 0) {
+        w->bad_doc = w->cand[c];
+        w->bad_score = s;
     }
-    cm_topk_push(&w->fin, s, w->cand[c]);
+}
+
+/* The covered form's full-bit stage in latency mode: candidates [0, n) cut into
+ * e->n_parts contiguous parts scored on the host pool's threads, each part into a heap
+ * of its own, then every part's heap pushed into w->fin. Each document's score is the
+ * one the worker alone computes, and the top of the union of the parts' tops is the top
+ * of all (ties by id, topk.h), so the results are the serial loop's. Reads only what the
+ * query has set up (w->qs, w->S, w->cand), read-only; writes only its own part. */
+typedef struct split_job {
+    sp_engine *e;
+    sp_worker *w;
+    uint32_t n;
+} split_job;
+
+static void split_task(void *ctx, int64_t part, int thread)
+{
+    (void)thread;
+    const split_job *j = ctx;
+    const sp_engine *e = j->e;
+    const sp_worker *w = j->w;
+    sp_part *pt = &e->parts[part];
+    uint32_t c0 = (uint32_t)((uint64_t)j->n * (uint64_t)part / e->n_parts);
+    uint32_t c1 = (uint32_t)((uint64_t)j->n * (uint64_t)(part + 1) / e->n_parts);
+    cm_topk_init(&pt->fin, w->fin.k, pt->fin_s, pt->fin_i);
+    pt->bad_c = -1;
+    for (uint32_t c = c0; c < c0 + IX_DOC_OFF_AHEAD && c < c1; c++)
+        ix_doc_prefetch_off(e->ix, w->cand[c]);
+    for (uint32_t c = c0; c < c1; c++) {
+        if (c + IX_DOC_OFF_AHEAD < c1) ix_doc_prefetch_off(e->ix, w->cand[c + IX_DOC_OFF_AHEAD]);
+        if (c + 1 < c1) prefetch_doc_data(e->ix, w->cand[c + 1]);
+        float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->m, w->cand[c]);
+        if (score_usable(e->ix, w->cand[c], s)) {
+            cm_topk_push(&pt->fin, s, w->cand[c]);
+        } else if (pt->bad_c < 0) {
+            pt->bad_c = c;
+            pt->bad_score = s;
+        }
+    }
+}
+
+static void covered_split(sp_engine *e, sp_worker *w, uint32_t n)
+{
+    split_job j = {e, w, n};
+    cm_pool_run(e->host_pool, e->n_parts, split_task, &j);
+    int64_t bad = -1;
+    for (uint32_t p = 0; p < e->n_parts; p++) {
+        const sp_part *pt = &e->parts[p];
+        for (uint32_t r = 0; r < pt->fin.n; r++)
+            cm_topk_push(&w->fin, pt->fin.score[r], pt->fin.id[r]);
+        if (pt->bad_c >= 0 && (bad < 0 || pt->bad_c < bad)) {
+            bad = pt->bad_c;
+            w->bad_score = pt->bad_score;
+        }
+    }
+    w->n_fullbit = n;
+    if (bad >= 0) w->bad_doc = w->cand[bad];
 }
 
 /* Rescoring after chunk i (0-based) of n_chunks; the first chunk_end[i+1] candidates
@@ -397,6 +481,12 @@ void sp_engine_free(sp_engine *e)
             cm_free(w->rr_i);
         }
     cm_free(e->w);
+    cm_pool_free(e->host_pool);
+    for (uint32_t p = 0; e->parts && p < e->n_parts; p++) {
+        cm_free(e->parts[p].fin_s);
+        cm_free(e->parts[p].fin_i);
+    }
+    cm_free(e->parts);
     quant_c8_table_release(e->c8);
     backend_free(&e->be);
     cm_free(e->segs);
@@ -492,6 +582,18 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
             goto fail;
         }
         w->thread_started = 1;
+    }
+    if (e->n_workers == 1 && n_threads > 1) {
+        uint32_t kfin = max->rerank_depth > max->k ? max->rerank_depth : max->k;
+        e->host_pool = cm_pool_new(n_threads);
+        e->n_parts = (uint32_t)n_threads * SP_PARTS_PER_THREAD;
+        e->parts = cm_calloc(e->n_parts, sizeof *e->parts);
+        if (!e->host_pool || !e->parts) goto nomem;
+        for (uint32_t p = 0; p < e->n_parts; p++) {
+            e->parts[p].fin_s = cm_malloc((size_t)(kfin + 1) * sizeof(float));
+            e->parts[p].fin_i = cm_malloc((size_t)(kfin + 1) * sizeof(int64_t));
+            if (!e->parts[p].fin_s || !e->parts[p].fin_i) goto nomem;
+        }
     }
     *out = e;
     return CHIMERA_OK;
@@ -772,13 +874,17 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         cm_topk_init(&w->fin, p->rerank_depth > p->k ? p->rerank_depth : p->k, w->fin_s, w->fin_i);
         quant_qset_set(&w->qs, &e->ix->rot, q, m);
         host_scores_for(w, NULL, n_cand);
-        for (uint32_t c = 0; c < IX_DOC_OFF_AHEAD && c < n_cand; c++)
-            ix_doc_prefetch_off(e->ix, w->cand[c]);
-        for (uint32_t c = 0; c < n_cand; c++) {
-            if (c + IX_DOC_OFF_AHEAD < n_cand)
-                ix_doc_prefetch_off(e->ix, w->cand[c + IX_DOC_OFF_AHEAD]);
-            if (c + 1 < n_cand) prefetch_doc_data(e->ix, w->cand[c + 1]);
-            rescore(w, c);
+        if (e->host_pool && n_cand >= SP_SPLIT_MIN) {
+            covered_split(e, w, n_cand);
+        } else {
+            for (uint32_t c = 0; c < IX_DOC_OFF_AHEAD && c < n_cand; c++)
+                ix_doc_prefetch_off(e->ix, w->cand[c]);
+            for (uint32_t c = 0; c < n_cand; c++) {
+                if (c + IX_DOC_OFF_AHEAD < n_cand)
+                    ix_doc_prefetch_off(e->ix, w->cand[c + IX_DOC_OFF_AHEAD]);
+                if (c + 1 < n_cand) prefetch_doc_data(e->ix, w->cand[c + 1]);
+                rescore(w, c);
+            }
         }
         t3 = t4 = cm_now();
         w->t_fullbit = t_inline = t3 - t2b;
