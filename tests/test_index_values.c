@@ -331,8 +331,10 @@ static void test_pipeline_checks(const fixture *f)
     quant_f1 *c1 = cm_malloc(N * sizeof *c1), *d1 = cm_malloc(N * sizeof *d1);
     quant_fB *dB = cm_malloc(N * sizeof *dB);
     /* kind 4: kind 3 with k_refine = k_fullbit, where the host re-scores every candidate
-     * without a 1-bit pass (pipeline.h); kind 5: that with 200 of them in latency mode
-     * with two threads, where the re-scoring is split over a pool */
+     * without a 1-bit pass (pipeline.h); kind 5: that with 200 of them and NaN factors in
+     * every other document, in latency mode with two threads, where the re-scoring is
+     * split over a pool: the query must name the document one thread names (the first
+     * bad candidate, whichever part holds it) */
     for (int kind = 0; kind < 6; kind = kind ? kind + 1 : 3) {
         memcpy(c1, ix.segs[0].c1_fact, N * sizeof *c1);
         memcpy(d1, ix.segs[0].d1_fact, N * sizeof *d1);
@@ -341,8 +343,11 @@ static void test_pipeline_checks(const fixture *f)
         for (size_t t = 0; t < N; t++) {
             if (kind == 1) c1[t].kappa = 0x7c00u; /* +inf */
             if (kind == 2) d1[t].kappa = 0x7c00u;
-            if (kind >= 3) dB[t].kappa = NAN;
+            if (kind == 3 || kind == 4) dB[t].kappa = NAN;
         }
+        for (int64_t d = 1; kind == 5 && d < ix.segs[0].n_docs; d += 2)
+            for (int64_t t = ix.segs[0].doc_off[d]; t < ix.segs[0].doc_off[d + 1]; t++)
+                dB[t].kappa = NAN;
         if (kind == 1) needle = "c1_fact";
         if (kind == 2) needle = "d1_fact";
         if (kind >= 3) needle = "dB_fact";
@@ -358,16 +363,20 @@ static void test_pipeline_checks(const fixture *f)
                        .k_fullbit = d.k_fullbit, .chunks = d.chunks};
         if (kind == 4) p.k_refine = p.k_fullbit;
         if (kind == 5) p.k_refine = p.k_fullbit = 200;
-        sp_engine *e;
+        sp_engine *e, *e1 = NULL;
         CHECK_OK(sp_engine_new(&v, "cpu", 1, kind == 5 ? 2 : 1, &p, 64, &e, &err), &err);
+        if (kind == 5) CHECK_OK(sp_engine_new(&v, "cpu", 1, 1, &p, 64, &e1, &err), &err);
         if (!e) continue;
-        int failed = 0, named = 0;
+        int failed = 0, named = 0, same = 0;
         for (int64_t i = 0; i < NQ; i++) {
             int64_t ids[K];
             float sc[K];
+            const float *qi = f->s.queries + (size_t)i * f->s.query_len * f->s.dim;
+            chimera_error err1 = {0};
+            if (e1) sp_search(e1, 0, qi, f->s.query_len, &p, ids, sc, NULL, &err1);
             memset(&err, 0, sizeof err);
-            chimera_status s = sp_search(e, 0, f->s.queries + (size_t)i * f->s.query_len * f->s.dim,
-                                         f->s.query_len, &p, ids, sc, NULL, &err);
+            chimera_status s = sp_search(e, 0, qi, f->s.query_len, &p, ids, sc, NULL, &err);
+            same += e1 && strcmp(err.msg, err1.msg) == 0;
             if (kind == 0) {
                 CHECK_OK(s, &err);
                 CHECK(memcmp(ids, f->ids + i * K, sizeof ids) == 0);
@@ -379,7 +388,11 @@ static void test_pipeline_checks(const fixture *f)
         if (kind > 0)
             CHECKF(failed == NQ && named == NQ, "%s: %d of %d queries failed, %d named it",
                    needle, failed, NQ, named);
+        if (kind == 5)
+            CHECKF(same == NQ, "split re-scoring: %d of %d queries named the document one "
+                   "thread names", same, NQ);
         sp_engine_free(e);
+        sp_engine_free(e1);
     }
     cm_free(c1);
     cm_free(d1);

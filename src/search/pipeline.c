@@ -46,10 +46,12 @@
 #define SP_MAX_CHUNKS 64
 #define SP_LAZY_ROWS 128 /* centroid rows a block of the host's own S (sp_worker.S_lazy) */
 /* Latency mode's split full-bit stage (covered_split): parts a thread (documents differ
- * in length, so a few parts a thread balance), and the fewest candidates split (waking
- * the pool costs tens of microseconds, a document a few). */
+ * in length, so a few parts a thread balance), the fewest candidates split (waking the
+ * pool costs tens of microseconds, a document a few) and the fewest a part (so that a
+ * query of few candidates wakes few threads of a large pool). */
 #define SP_PARTS_PER_THREAD 4
 #define SP_SPLIT_MIN 64
+#define SP_PART_MIN 16
 
 /* One part of a split full-bit stage: its best documents and its first bad one. */
 typedef struct sp_part {
@@ -94,9 +96,10 @@ typedef struct sp_worker {
     uint32_t m;
     const float *S;
     uint64_t n_fullbit;
+    int split;           /* this query's full-bit stage ran split over the host pool */
     double t_fullbit;
     cm_topk fin;
-    int64_t bad_doc;     /* first document with a non-finite full-bit score, or -1 */
+    int64_t bad_doc;     /* first document whose full-bit score is unusable (score_usable) */
     float bad_score;
     /* the exact re-rank (worker thread, after the host stage) */
     sp_rerank_scratch rr;
@@ -118,8 +121,8 @@ struct sp_engine {
     sp_worker *w;
     const quant_kernels *kt;
     quant_c8_table *c8; /* the host's centroid rows, where the backend keeps S (S_lazy) */
-    /* latency mode (one worker, several threads): the covered form's full-bit scoring
-     * split over host_pool (see covered_split) */
+    /* latency mode (one worker, several threads; any backend): the covered form's
+     * full-bit scoring split over host_pool (see covered_split) */
     cm_pool *host_pool;
     sp_part *parts; /* [n_parts] */
     uint32_t n_parts;
@@ -296,12 +299,14 @@ static void rescore(sp_worker *w, uint32_t c)
  * e->n_parts contiguous parts scored on the host pool's threads, each part into a heap
  * of its own, then every part's heap pushed into w->fin. Each document's score is the
  * one the worker alone computes, and the top of the union of the parts' tops is the top
- * of all (ties by id, topk.h), so the results are the serial loop's. Reads only what the
- * query has set up (w->qs, w->S, w->cand), read-only; writes only its own part. */
+ * of all (ties by id, topk.h), so the results are the serial loop's; the parts are
+ * contiguous, so the first unusable score of the first part that has one is the serial
+ * loop's first. Reads only what the query has set up (w->qs, w->S, w->m, w->cand,
+ * w->fin.k); writes only its own part. */
 typedef struct split_job {
     sp_engine *e;
     sp_worker *w;
-    uint32_t n;
+    uint32_t n, n_parts; /* candidates, and the parts they are cut into */
 } split_job;
 
 static void split_task(void *ctx, int64_t part, int thread)
@@ -311,8 +316,8 @@ static void split_task(void *ctx, int64_t part, int thread)
     const sp_engine *e = j->e;
     const sp_worker *w = j->w;
     sp_part *pt = &e->parts[part];
-    uint32_t c0 = (uint32_t)((uint64_t)j->n * (uint64_t)part / e->n_parts);
-    uint32_t c1 = (uint32_t)((uint64_t)j->n * (uint64_t)(part + 1) / e->n_parts);
+    uint32_t c0 = (uint32_t)((uint64_t)j->n * (uint64_t)part / j->n_parts);
+    uint32_t c1 = (uint32_t)((uint64_t)j->n * (uint64_t)(part + 1) / j->n_parts);
     cm_topk_init(&pt->fin, w->fin.k, pt->fin_s, pt->fin_i);
     pt->bad_c = -1;
     for (uint32_t c = c0; c < c0 + IX_DOC_OFF_AHEAD && c < c1; c++)
@@ -332,10 +337,11 @@ static void split_task(void *ctx, int64_t part, int thread)
 
 static void covered_split(sp_engine *e, sp_worker *w, uint32_t n)
 {
-    split_job j = {e, w, n};
-    cm_pool_run(e->host_pool, e->n_parts, split_task, &j);
+    uint32_t parts = n / SP_PART_MIN < e->n_parts ? n / SP_PART_MIN : e->n_parts;
+    split_job j = {e, w, n, parts ? parts : 1};
+    cm_pool_run(e->host_pool, j.n_parts, split_task, &j);
     int64_t bad = -1;
-    for (uint32_t p = 0; p < e->n_parts; p++) {
+    for (uint32_t p = 0; p < j.n_parts; p++) {
         const sp_part *pt = &e->parts[p];
         for (uint32_t r = 0; r < pt->fin.n; r++)
             cm_topk_push(&w->fin, pt->fin.score[r], pt->fin.id[r]);
@@ -345,6 +351,7 @@ static void covered_split(sp_engine *e, sp_worker *w, uint32_t n)
         }
     }
     w->n_fullbit = n;
+    w->split = 1;
     if (bad >= 0) w->bad_doc = w->cand[bad];
 }
 
@@ -588,7 +595,11 @@ chimera_status sp_engine_new(const ix_index *ix, const char *backend, int n_work
         e->host_pool = cm_pool_new(n_threads);
         e->n_parts = (uint32_t)n_threads * SP_PARTS_PER_THREAD;
         e->parts = cm_calloc(e->n_parts, sizeof *e->parts);
-        if (!e->host_pool || !e->parts) goto nomem;
+        if (!e->host_pool) {
+            s = cm_fail(err, CHIMERA_ERR_NOMEM, "search: cannot start threads");
+            goto fail;
+        }
+        if (!e->parts) goto nomem;
         for (uint32_t p = 0; p < e->n_parts; p++) {
             e->parts[p].fin_s = cm_malloc((size_t)(kfin + 1) * sizeof(float));
             e->parts[p].fin_i = cm_malloc((size_t)(kfin + 1) * sizeof(int64_t));
@@ -767,6 +778,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
     const struct cm_backend_i *be = e->be.iface;
     void *ctx = e->be.ctx;
     sp_worker *w = &e->w[worker];
+    w->split = 0;
     if (m == 0 || m > e->max_m || p->k > e->max.k || p->n_probe > e->max.n_probe ||
         p->n_probe_room > e->max.n_probe ||
         p->k_refine > e->max.k_refine || p->k_fullbit > e->max.k_fullbit || p->chunks == 0 ||
@@ -971,6 +983,7 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         st->n_refined += n_refined;
         st->n_scored1 += scored1 ? n_cand : 0;
         st->n_fullbit += w->n_fullbit;
+        st->n_split += (uint64_t)w->split;
         st->n_rows += rows_so_far(e, w, worker) - rows0;
         /* the backend counts tokens x probes; the profile, probes per token as n_probed */
         if (be->probes_walked && m)

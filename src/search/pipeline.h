@@ -70,6 +70,7 @@ typedef struct sp_stats {
     uint64_t n_rows;               /* centroid-score rows computed one by one */
     uint64_t n_probed;             /* clusters probed per query token, every round */
     uint64_t n_walked;             /* of those, found by a graph walk (per token) */
+    uint64_t n_split;              /* queries whose full-bit stage was split over a pool */
     uint64_t bytes_up, bytes_down; /* across the device interface */
 } sp_stats;
 
