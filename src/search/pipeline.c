@@ -309,17 +309,12 @@ typedef struct split_job {
     uint32_t n, n_parts; /* candidates, and the parts they are cut into */
 } split_job;
 
-static void split_task(void *ctx, int64_t part, int thread)
+/* The covered form's run: the full-bit scores of candidates [c0, c1), in order, into
+ * *fin; *bad_c the first whose score is unusable (score_usable), or -1. */
+static void score_run(const sp_engine *e, const sp_worker *w, uint32_t c0, uint32_t c1,
+                      cm_topk *fin, int64_t *bad_c, float *bad_score)
 {
-    (void)thread;
-    const split_job *j = ctx;
-    const sp_engine *e = j->e;
-    const sp_worker *w = j->w;
-    sp_part *pt = &e->parts[part];
-    uint32_t c0 = (uint32_t)((uint64_t)j->n * (uint64_t)part / j->n_parts);
-    uint32_t c1 = (uint32_t)((uint64_t)j->n * (uint64_t)(part + 1) / j->n_parts);
-    cm_topk_init(&pt->fin, w->fin.k, pt->fin_s, pt->fin_i);
-    pt->bad_c = -1;
+    *bad_c = -1;
     for (uint32_t c = c0; c < c0 + IX_DOC_OFF_AHEAD && c < c1; c++)
         ix_doc_prefetch_off(e->ix, w->cand[c]);
     for (uint32_t c = c0; c < c1; c++) {
@@ -327,12 +322,23 @@ static void split_task(void *ctx, int64_t part, int thread)
         if (c + 1 < c1) prefetch_doc_data(e->ix, w->cand[c + 1]);
         float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->m, w->cand[c]);
         if (score_usable(e->ix, w->cand[c], s)) {
-            cm_topk_push(&pt->fin, s, w->cand[c]);
-        } else if (pt->bad_c < 0) {
-            pt->bad_c = c;
-            pt->bad_score = s;
+            cm_topk_push(fin, s, w->cand[c]);
+        } else if (*bad_c < 0) {
+            *bad_c = c;
+            *bad_score = s;
         }
     }
+}
+
+static void split_task(void *ctx, int64_t part, int thread)
+{
+    (void)thread;
+    const split_job *j = ctx;
+    sp_part *pt = &j->e->parts[part];
+    uint32_t c0 = (uint32_t)((uint64_t)j->n * (uint64_t)part / j->n_parts);
+    uint32_t c1 = (uint32_t)((uint64_t)j->n * (uint64_t)(part + 1) / j->n_parts);
+    cm_topk_init(&pt->fin, j->w->fin.k, pt->fin_s, pt->fin_i);
+    score_run(j->e, j->w, c0, c1, &pt->fin, &pt->bad_c, &pt->bad_score);
 }
 
 static void covered_split(sp_engine *e, sp_worker *w, uint32_t n)
@@ -889,14 +895,10 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         if (e->host_pool && n_cand >= SP_SPLIT_MIN) {
             covered_split(e, w, n_cand);
         } else {
-            for (uint32_t c = 0; c < IX_DOC_OFF_AHEAD && c < n_cand; c++)
-                ix_doc_prefetch_off(e->ix, w->cand[c]);
-            for (uint32_t c = 0; c < n_cand; c++) {
-                if (c + IX_DOC_OFF_AHEAD < n_cand)
-                    ix_doc_prefetch_off(e->ix, w->cand[c + IX_DOC_OFF_AHEAD]);
-                if (c + 1 < n_cand) prefetch_doc_data(e->ix, w->cand[c + 1]);
-                rescore(w, c);
-            }
+            int64_t bad_c;
+            score_run(e, w, 0, n_cand, &w->fin, &bad_c, &w->bad_score);
+            w->n_fullbit = n_cand;
+            if (bad_c >= 0) w->bad_doc = w->cand[bad_c];
         }
         t3 = t4 = cm_now();
         w->t_fullbit = t_inline = t3 - t2b;
