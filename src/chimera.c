@@ -1650,11 +1650,25 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
  * and full-bit scores a quarter of them: on the real corpus 4,000 and 1,000, whose best
  * 300 hold 99.7% of the exact top 100, for about twice the search's time on half the
  * queries. A fixed 4,000 cost 2-7x the search on corpora of 2,500-20,000 documents,
- * where 1,200 are already 6-48% of them. Corpora of very short documents still need
- * more (4-12 tokens: 92% held, RESULTS 5.29). The pool stays CAL_POOL x kmax for every
+ * where 1,200 are already 6-48% of them. The pool stays CAL_POOL x kmax for every
  * query: a shallower one costs about as much (the generous search's cost is its
  * probing) and misses true top-10 documents that the deeper settings being measured
- * then find and are counted wrong for. */
+ * then find and are counted wrong for.
+ *
+ * Small corpora: exact truth. Corpora of very short documents need a deeper search
+ * still (4-12 tokens, 19,000 documents: the candidates held 92.8% of the exact top 100,
+ * the k = 100 walk ended at its caps, 128 / 5164 / 5164, reporting 0.916 where fresh
+ * queries get 0.951-0.956), and that depth is the full-bit stage's, which widens probing
+ * (and costs 4x) on clustered corpora whose candidates miss nothing. But where the corpus is
+ * small, an exact pass over it costs about what the generous search does: at most
+ * CAL_EXACT_MACS multiply-adds (query tokens x corpus tokens x dim), 0.2-0.35 s on two
+ * cores, against 0.17-0.25 s for the generous search of 96 queries. There the pass is
+ * the truth, and the generous search runs only on the tuning queries, for the ceiling.
+ * The ceiling stays its Recall@k against its own candidates' exact top k: what the bits
+ * allow once a search finds the true documents. Against exact truth it would be what
+ * the generous search's depth allows, which deeper settings pass. On that corpus of 4-12 tokens the k = 100 default becomes 26 / 6400 / 6400,
+ * reporting 0.9500 where fresh queries get 0.9503, at 1.8x the queries/s
+ * (bench/RESULTS.md 5.30). */
 #define CAL_TARGET 0.95
 #define CAL_MIN_QUERIES 96
 #define CAL_MAX_QUERIES 192
@@ -1662,6 +1676,7 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
 #define CAL_POOL 3
 #define CAL_DEEP_SHARE 15
 #define CAL_DEEP_MAX 4000
+#define CAL_EXACT_MACS 1.7e10
 #define CAL_SEED 0xca11b
 
 /* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for the
@@ -1732,26 +1747,38 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     int64_t *cand_ids = cm_malloc((size_t)nq * pool * sizeof *cand_ids);
     float *csc = cm_malloc((size_t)nq * pool * sizeof *csc);
     int64_t *truth = cm_malloc((size_t)nq * kmax * sizeof *truth);
+    int64_t *cand_truth = cm_malloc((size_t)nq * kmax * sizeof *cand_truth);
     float *tsc = cm_malloc((size_t)nq * kmax * sizeof *tsc);
     int64_t *order = NULL;
     chimera_queries *tq[2] = {NULL, NULL}, *hq[2] = {NULL, NULL};
     int64_t *tt[2] = {NULL, NULL}, *ht[2] = {NULL, NULL}, *perm = NULL;
     chimera_tune_result *res = cm_malloc(sizeof *res);
     chimera_status s = CHIMERA_OK;
-    if (!q || !cand || !cand_ids || !csc || !truth || !tsc || !res) {
+    if (!q || !cand || !cand_ids || !csc || !truth || !cand_truth || !tsc || !res) {
         s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
     if ((s = data_queries_sample(&q->q, c, nq, 0, cc->seed ^ CAL_SEED, err)) != CHIMERA_OK) goto done;
     if ((s = chimera_index_open(dir, NULL, &ix, err)) != CHIMERA_OK) goto done;
     chimera_search_opts so = {.n_threads = cc->n_threads};
-    /* the candidates: a generous search, pool deep, refining deeper for the k = 100
-     * queries (the first 3u with a second k; k = 10 uses them too) */
+    /* The truth: where an exact pass over the corpus costs at most CAL_EXACT_MACS, that
+     * pass, and the generous search serves only the ceiling, on the tuning queries
+     * ([0, u) and [3u, 4u)). Elsewhere the exact top-k among a generous search's
+     * candidates, the search refining deeper for the k = 100 queries (the first 3u with
+     * a second k; k = 10 uses them too). */
+    int exact = (double)c->n_tokens * (double)q->q.off[nq] * c->dim <= CAL_EXACT_MACS;
     uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
     int64_t share = live / CAL_DEEP_SHARE;
-    if (share > deep) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
-    for (int64_t part = 0, n_deep = nk == 2 ? 3 * u : 0; part < 2; part++) {
-        int64_t q0 = part ? n_deep : 0, qn = part ? nq - n_deep : n_deep;
+    if (share > deep && !exact) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
+    int64_t n_deep = nk == 2 ? 3 * u : 0;
+    int64_t part_q0[2] = {0, n_deep}, part_n[2] = {n_deep, nq - n_deep};
+    if (exact) {
+        part_q0[1] = 3 * u;
+        part_n[0] = part_n[1] = u;
+    }
+    for (int64_t i = 0; i < nq * pool; i++) cand[i] = -1; /* no candidates: not searched */
+    for (int part = 0; part < 2; part++) {
+        int64_t q0 = part_q0[part], qn = part_n[part];
         if (qn == 0) continue;
         if (qn < nq && (s = chimera_queries_slice(q, q0, qn, &qpart, err)) != CHIMERA_OK)
             goto done;
@@ -1787,8 +1814,13 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
             cand[i] = c->ids[order[lo]] == cand[i] ? order[lo] : -1;
         }
     }
-    if ((s = sp_exact_rescore(c, &q->q, cand, pool, kmax, cc->n_threads, truth, tsc, err)) !=
-        CHIMERA_OK)
+    if ((s = sp_exact_rescore(c, &q->q, cand, pool, kmax, cc->n_threads, cand_truth, tsc,
+                              err)) != CHIMERA_OK)
+        goto done;
+    if (!exact)
+        memcpy(truth, cand_truth, (size_t)nq * kmax * sizeof *truth);
+    else if ((s = sp_exact_search(c, &q->q, kmax, cc->n_threads, NULL, NULL, truth, tsc, err)) !=
+             CHIMERA_OK)
         goto done;
 
     /* The sampled queries are independent draws: a third tunes, the rest checks.
@@ -1840,7 +1872,7 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
         double ceiling = 0;
         for (int64_t j = 0; j < nt; j++)
             ceiling += sp_eval_recall_ids(cand_ids + (size_t)perm[j] * pool, pool,
-                                          truth + (size_t)perm[j] * kmax, kmax, 1, kv[i]);
+                                          cand_truth + (size_t)perm[j] * kmax, kmax, 1, kv[i]);
         ceiling /= (double)nt;
         if ((s = tune_split(ix, tq[i], tt[i], hq[i], ht[i], kmax, kv[i], CAL_TARGET, &start,
                             ceiling, scale, &so, res, err)) != CHIMERA_OK)
@@ -1871,6 +1903,7 @@ done:
     cm_free(cand_ids);
     cm_free(csc);
     cm_free(truth);
+    cm_free(cand_truth);
     cm_free(tsc);
     cm_free(order);
     cm_free(res);
