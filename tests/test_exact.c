@@ -375,15 +375,23 @@ static void test_rescore(void)
     }
 }
 
-/* A corpus opened without its value check, one document holding infinity and one NaN:
- * exact search returns every other document, in the naive order, and never those two. */
+/* A corpus opened without its value check, documents holding infinity or NaN in their
+ * first token or in their last: exact search returns every other document, in the naive
+ * order, and never those (a running maximum over the rows passes over a NaN product). */
 static void test_nonfinite(void)
 {
     fixture f = random_fixture(61, 20, 16, 5, 6, 0);
-    int64_t off = 0, bad_doc[2] = {3, 11};
+    enum { N_BAD = 4 };
+    int64_t off = 0, bad_doc[N_BAD] = {3, 11, -1, -1};
+    for (int64_t d = 12, b = 2; d < f.n_docs && b < N_BAD; d++) /* two of several tokens */
+        if (f.lens[d] >= 2) bad_doc[b++] = d;
+    CHECKF(bad_doc[3] >= 0, "no documents of several tokens");
     for (int64_t d = 0; d < f.n_docs; d++) {
+        int64_t last = off + f.lens[d] - 1;
         if (d == bad_doc[0]) f.tok[(size_t)off * f.dim + 2] = INFINITY;
         if (d == bad_doc[1]) f.tok[(size_t)off * f.dim + 5] = NAN;
+        if (d == bad_doc[2]) f.tok[(size_t)last * f.dim + 1] = NAN;
+        if (d == bad_doc[3]) f.tok[(size_t)last * f.dim + 3] = -INFINITY;
         off += f.lens[d];
     }
     chimera_corpus_opts skip = {.skip_value_check = 1};
@@ -403,11 +411,13 @@ static void test_nonfinite(void)
     for (int64_t i = 0; i < q.n; i++) {
         for (uint32_t r = 0; r < k; r++) {
             int64_t id = ids[i * k + r];
-            if (r >= k - 2) { /* the two non-finite documents leave padding */
+            if (r >= k - N_BAD) { /* the non-finite documents leave padding */
                 bad += id != -1 || sc[i * k + r] != -INFINITY;
                 continue;
             }
-            if (id < 0 || id == bad_doc[0] || id == bad_doc[1]) {
+            int listed = id < 0;
+            for (int b = 0; b < N_BAD; b++) listed |= id == bad_doc[b];
+            if (listed) {
                 bad++;
                 continue;
             }

@@ -173,7 +173,8 @@ static chimera_status finish_open(data_corpus *c, const char *tokens_name, const
         return cm_fail(err, CHIMERA_ERR_EMPTY, "%s: no documents", lens_name);
     CM_TRY(build_offsets(c, lens, lens_name, opts, err));
     if (c->ids) CM_TRY(check_ids(c->ids, c->n_docs, ids_name, err));
-    if (!(opts && opts->skip_value_check)) {
+    c->unchecked = opts && opts->skip_value_check;
+    if (!c->unchecked) {
         int64_t bad = find_nonfinite(c->tokens, c->dtype, c->n_tokens * (int64_t)c->dim);
         if (bad >= 0) {
             int64_t row = bad / c->dim;
@@ -277,6 +278,7 @@ chimera_status data_corpus_slice(data_corpus *out, const data_corpus *c, int64_t
     out->n_tokens = r1 - r0;
     out->dim = c->dim;
     out->n_docs = n_docs;
+    out->unchecked = c->unchecked;
     out->doc_off = cm_malloc((size_t)(n_docs + 1) * sizeof *out->doc_off);
     out->ids = cm_malloc((size_t)n_docs * sizeof *out->ids);
     if (!out->doc_off || !out->ids) {

@@ -21,6 +21,7 @@ typedef struct data_corpus {
     int64_t n_docs;
     int64_t *doc_off; /* n_docs + 1 row offsets (owned) */
     int64_t *ids;     /* n_docs user ids (owned), or NULL: id = row */
+    int unchecked;    /* opened with skip_value_check: may hold NaN or infinity */
 } data_corpus;
 
 chimera_status data_corpus_open(data_corpus *c, const char *tokens_npy, const char *doclens_npy,
