@@ -521,24 +521,25 @@ typedef struct chimera_build_report {
  * of the corpus's own vectors; since 0.12.1 that search refines a fifteenth of the
  * documents, at least 1,200 and at most 4,000, for the k = 100 queries: on a corpus of
  * 60,000 documents k_refine 1,200 missed 1.8% of the true top 100, which deeper settings
- * then found and were counted wrong for; since 0.12.2, on a small corpus, where an exact
- * pass over it costs at most what that search does, the truth is exact search's top k),
- * walks up from half the fixed defaults (since 0.8.1 with k_refine = k_fullbit: every
- * refined document full-bit scored, no 1-bit pass, usually the faster form on the CPU,
- * bench/RESULTS.md 5.19; a query with a filter still refines 4 k_fullbit and re-scores 2
- * k_fullbit of them by their 1-bit scores) on a third of the queries (a sixth for k =
- * 100), raising n_probe or k_fullbit by the recall each gains per unit of a cost model
- * of the search's own counts (posting entries, documents scored: the same choice on
- * every build, unlike timings), and keeps the cheapest setting measured only when the
- * lower bound of the 95% interval of its recall on the held-out queries (two thirds; a
- * third for k = 100) meets 0.95, raising the walk's target otherwise; where the index's
- * bits (or the interval's width) do not allow it, the best setting found is kept with
- * reached = 0. It costs 96 to 192 pseudo-queries' searches (phase "calibrate": 1.5-5 CPU
- * seconds; bench/RESULTS.md section 5.6 measures 6-21% of the build's CPU time on
- * 0.66-1.05M-token corpora, 23% on a 131k-token one; the count stops growing at 3.8M
- * tokens, and the share falls beyond). The defaults are stored in the manifest, survive
- * add and delete, and are no longer used once a fifth of the documents changed (like
- * tuned profiles); chimera_index_info_read reports them.
+ * then found and were counted wrong for; since 0.12.2, on a corpus small enough that an
+ * exact pass over it costs about what that search does, at most 1.7e10 multiply-adds,
+ * the truth is exact search's top k), walks up from half the fixed defaults (since 0.8.1
+ * with k_refine = k_fullbit: every refined document full-bit scored, no 1-bit pass,
+ * usually the faster form on the CPU, bench/RESULTS.md 5.19; a query with a filter still
+ * refines 4 k_fullbit and re-scores 2 k_fullbit of them by their 1-bit scores) on a
+ * third of the queries (a sixth for k = 100), raising n_probe or k_fullbit by the recall
+ * each gains per unit of a cost model of the search's own counts (posting entries,
+ * documents scored: the same choice on every build, unlike timings), and keeps the
+ * cheapest setting measured only when the lower bound of the 95% interval of its recall
+ * on the held-out queries (two thirds; a third for k = 100) meets 0.95, raising the
+ * walk's target otherwise; where the index's bits (or the interval's width) do not allow
+ * it, the best setting found is kept with reached = 0. It costs 96 to 192
+ * pseudo-queries' searches (phase "calibrate": 1.5-5 CPU seconds; bench/RESULTS.md
+ * section 5.6 measures 6-21% of the build's CPU time on 0.66-1.05M-token corpora, 23% on
+ * a 131k-token one; the count stops growing at 3.8M tokens, and the share falls beyond).
+ * The defaults are stored in the manifest, survive add and delete, and are no longer
+ * used once a fifth of the documents changed (like tuned profiles);
+ * chimera_index_info_read reports them.
  * A corpus opened from files (chimera_corpus_open) is also recorded as the index's
  * source: its paths, sizes and modification times (chimera_index_source_open).
  * @return CHIMERA_OK, _INVALID_ARG, _IO, _NOMEM, _CANCELLED (opts->cancel asked to

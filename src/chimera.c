@@ -1623,13 +1623,13 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
 /* The calibration (chimera_index_build's note; ix_build_opts.calibrate).
  *
  * Cost. The truth is the exact top-k among each query's candidates from one generous
- * search (n_probe 64, a deep refinement), not a pass of exact search over the corpus:
- * that pass costs n_query_tokens x n_tokens x dim and would cost as much as the build
- * itself on a large corpus, while the candidates of a generous search hold the exact
- * top-k but for a rare document. The queries are as many as CAL_TOKENS_PER_QUERY tokens
- * of corpus pay for, between CAL_MIN_QUERIES and CAL_MAX_QUERIES: every trial is a
- * search of a third of them, so the cost grows with the query count, while the build's
- * grows with the tokens.
+ * search (n_probe 64, a deep refinement), not a pass of exact search over the corpus
+ * (except on small corpora, below): that pass costs n_query_tokens x n_tokens x dim and
+ * would cost as much as the build itself on a large corpus, while the candidates of a
+ * generous search hold the exact top-k but for a rare document. The queries are as many
+ * as CAL_TOKENS_PER_QUERY tokens of corpus pay for, between CAL_MIN_QUERIES and
+ * CAL_MAX_QUERIES: every trial is a search of a third of them, so the cost grows with
+ * the query count, while the build's grows with the tokens.
  *
  * k = 100 uses half of them (the first half: a sixth tunes, a third checks). A query's
  * Recall@100 averages 100 hits, so it varies far less from query to query than its
@@ -1656,19 +1656,20 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
  * then find and are counted wrong for.
  *
  * Small corpora: exact truth. Corpora of very short documents need a deeper search
- * still (4-12 tokens, 19,000 documents: the candidates held 92.8% of the exact top 100,
- * the k = 100 walk ended at its caps, 128 / 5164 / 5164, reporting 0.916 where fresh
- * queries get 0.951-0.956), and that depth is the full-bit stage's, which widens probing
- * (and costs 4x) on clustered corpora whose candidates miss nothing. But where the corpus is
- * small, an exact pass over it costs about what the generous search does: at most
- * CAL_EXACT_MACS multiply-adds (query tokens x corpus tokens x dim), 0.2-0.35 s on two
- * cores, against 0.17-0.25 s for the generous search of 96 queries. There the pass is
- * the truth, and the generous search runs only on the tuning queries, for the ceiling.
- * The ceiling stays its Recall@k against its own candidates' exact top k: what the bits
- * allow once a search finds the true documents. Against exact truth it would be what
- * the generous search's depth allows, which deeper settings pass. On that corpus of 4-12 tokens the k = 100 default becomes 26 / 6400 / 6400,
- * reporting 0.9500 where fresh queries get 0.9503, at 1.8x the queries/s
- * (bench/RESULTS.md 5.30). */
+ * still: on 19,000 documents of 4-12 tokens the candidates held 92-93% of the exact top
+ * 100, and the k = 100 walk ended at its 128 probes and 5,164 documents, reporting
+ * 0.916 where fresh queries get 0.951-0.956. That depth is the full-bit stage's, which
+ * on clustered corpora (whose candidates miss nothing) outnumbers what 64 probes reach,
+ * so the search widens its probing and costs 4x. But on a small corpus an exact pass
+ * costs about what the generous search does: at most CAL_EXACT_MACS multiply-adds (the
+ * sample's expected query tokens x corpus tokens x dim; 0.24 s on two cores at 1.2e10,
+ * against 0.17-0.25 s for the generous search of 96 queries). There the pass is the
+ * truth, and the generous search runs only on the tuning queries, at the usual depth,
+ * for the ceiling. The ceiling stays its Recall@k against its own candidates' exact top
+ * k: what the bits allow where a search finds the true documents. Against exact truth
+ * it would measure the generous search's depth, which deeper settings pass. On that
+ * corpus of 4-12 tokens the k = 100 default becomes 26 / 6400 / 6400, reporting 0.9500
+ * where fresh queries get 0.9503, at 1.8x the queries/s (bench/RESULTS.md 5.30). */
 #define CAL_TARGET 0.95
 #define CAL_MIN_QUERIES 96
 #define CAL_MAX_QUERIES 192
@@ -1678,6 +1679,24 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
 #define CAL_DEEP_MAX 4000
 #define CAL_EXACT_MACS 1.7e10
 #define CAL_SEED 0xca11b
+
+/* The number of pseudo-queries the calibration samples for n_tokens tokens of corpus: a
+ * multiple of 6 (calibrate_index's parts). */
+static int64_t cal_n_queries(int64_t n_tokens)
+{
+    int64_t nq = n_tokens / CAL_TOKENS_PER_QUERY;
+    nq = nq < CAL_MIN_QUERIES ? CAL_MIN_QUERIES : nq > CAL_MAX_QUERIES ? CAL_MAX_QUERIES : nq;
+    return nq / 6 * 6;
+}
+
+/* Whether exact search is the truth. Decided on the sample's expected length, not on
+ * the lengths drawn, so that the corpus alone decides (chimera_impl.h). */
+int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim)
+{
+    double q_tokens =
+        (double)cal_n_queries(n_tokens) * (DATA_SAMPLE_MIN_LEN + DATA_SAMPLE_MAX_LEN) / 2;
+    return (double)n_tokens * q_tokens * dim <= CAL_EXACT_MACS;
+}
 
 /* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for the
  * whole index: the one of CAL_SCALES whose refinement ranks best on the tuning queries
@@ -1735,12 +1754,9 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
         if ((int64_t)ks[i] * 5 <= live) kv[nk++] = ks[i];
     if (nk == 0) return CHIMERA_OK; /* too few documents for a top-k worth calibrating */
     uint32_t kmax = kv[nk - 1], pool = kmax * CAL_POOL;
-    int64_t nq = c->n_tokens / CAL_TOKENS_PER_QUERY;
-    nq = nq < CAL_MIN_QUERIES ? CAL_MIN_QUERIES : nq > CAL_MAX_QUERIES ? CAL_MAX_QUERIES : nq;
     /* Sample order: [0, u) tunes every k, [u, 3u) checks every k, and, with a second k,
      * [3u, 4u) tunes and [4u, 6u) checks the first k only. */
-    int64_t u = nq / 6;
-    nq = 6 * u;
+    int64_t nq = cal_n_queries(c->n_tokens), u = nq / 6;
     chimera_index *ix = NULL;
     chimera_queries *q = cm_calloc(1, sizeof *q), *qpart = NULL;
     int64_t *cand = cm_malloc((size_t)nq * pool * sizeof *cand);
@@ -1763,29 +1779,31 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     chimera_search_opts so = {.n_threads = cc->n_threads};
     /* The truth: where an exact pass over the corpus costs at most CAL_EXACT_MACS, that
      * pass, and the generous search serves only the ceiling, on the tuning queries
-     * ([0, u) and [3u, 4u)). Elsewhere the exact top-k among a generous search's
-     * candidates, the search refining deeper for the k = 100 queries (the first 3u with
-     * a second k; k = 10 uses them too). */
-    int exact = (double)c->n_tokens * (double)q->q.off[nq] * c->dim <= CAL_EXACT_MACS;
+     * ([0, u) and [3u, 4u)), at the usual depth. Elsewhere the exact top-k among a
+     * generous search's candidates, the search refining deeper for the k = 100 queries
+     * (the first 3u with a second k; k = 10 uses them too). */
+    int exact = chimera_calibration_exact_truth(c->n_tokens, c->dim);
     uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
     int64_t share = live / CAL_DEEP_SHARE;
-    if (share > deep && !exact) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
-    int64_t n_deep = nk == 2 ? 3 * u : 0;
+    if (share > deep) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
+    int64_t n_deep = nk == 2 && !exact ? 3 * u : 0;
     int64_t part_q0[2] = {0, n_deep}, part_n[2] = {n_deep, nq - n_deep};
-    if (exact) {
+    if (exact) { /* both parts at the usual depth */
+        part_q0[0] = 0;
         part_q0[1] = 3 * u;
         part_n[0] = part_n[1] = u;
     }
     for (int64_t i = 0; i < nq * pool; i++) cand[i] = -1; /* no candidates: not searched */
     for (int part = 0; part < 2; part++) {
         int64_t q0 = part_q0[part], qn = part_n[part];
+        int deeper = part == 0 && !exact;
         if (qn == 0) continue;
         if (qn < nq && (s = chimera_queries_slice(q, q0, qn, &qpart, err)) != CHIMERA_OK)
             goto done;
         chimera_search_params gp = {0};
         gp.n_probe = 64;
-        gp.k_refine = part ? refine : deep;
-        gp.k_fullbit = part || deep / 4 < pool ? pool : deep / 4;
+        gp.k_refine = deeper ? deep : refine;
+        gp.k_fullbit = !deeper || deep / 4 < pool ? pool : deep / 4;
         s = chimera_index_search(ix, qpart ? qpart : q, pool, &gp, &so, cand + (size_t)q0 * pool,
                                  csc, NULL, err);
         chimera_queries_free(qpart);

@@ -18,4 +18,8 @@ struct chimera_codebook {
     ix_codebook cb;
 };
 
+/* Whether the build's calibration of a corpus of n_tokens tokens of dimension dim takes
+ * exact search over the corpus as its truth (chimera.c, calibrate_index; for tests). */
+int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim);
+
 #endif

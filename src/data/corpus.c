@@ -490,8 +490,6 @@ void data_queries_free(data_queries *q)
  * 5% the pseudo-queries are within +-0.01 of the generator's queries on two generated
  * corpora and 0.01-0.05 harder than real text queries on the real corpus: on the
  * safe side, and the held-out lower bound adds the margin. */
-#define SAMPLE_MIN_LEN 4
-#define SAMPLE_MAX_LEN 32
 #define SAMPLE_P_TARGET 0.95
 #define SAMPLE_NOISE_MIN 0.4
 #define SAMPLE_NOISE_MAX 0.8
@@ -513,7 +511,7 @@ chimera_status data_queries_sample(data_queries *q, const data_corpus *c, int64_
                        "sample queries: need n > 0 and m <= 4096 (0: lengths 4..32)");
     if (c->n_tokens == 0)
         return cm_fail(err, CHIMERA_ERR_EMPTY, "sample queries: the corpus has no tokens");
-    uint32_t d = c->dim, max_m = m ? m : SAMPLE_MAX_LEN;
+    uint32_t d = c->dim, max_m = m ? m : DATA_SAMPLE_MAX_LEN;
     float *buf = cm_malloc((size_t)n * max_m * d * sizeof(float));
     float *row = cm_malloc((size_t)d * sizeof(float));
     int64_t *lens = cm_malloc((size_t)n * sizeof *lens);
@@ -528,7 +526,9 @@ chimera_status data_queries_sample(data_queries *q, const data_corpus *c, int64_
     float *o = buf;
     for (int64_t i = 0; i < n; i++) {
         int64_t doc = random_nonempty_doc(c, &r);
-        lens[i] = m ? m : SAMPLE_MIN_LEN + (int64_t)cm_rng_below(&r, SAMPLE_MAX_LEN - SAMPLE_MIN_LEN + 1);
+        lens[i] = m ? m
+                    : DATA_SAMPLE_MIN_LEN +
+                          (int64_t)cm_rng_below(&r, DATA_SAMPLE_MAX_LEN - DATA_SAMPLE_MIN_LEN + 1);
         double noise = SAMPLE_NOISE_MIN + (SAMPLE_NOISE_MAX - SAMPLE_NOISE_MIN) * cm_rng_uniform(&r);
         for (int64_t t = 0; t < lens[i]; t++, o += d) {
             int64_t src = cm_rng_uniform(&r) < SAMPLE_P_TARGET ? doc : random_nonempty_doc(c, &r);
