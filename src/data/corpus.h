@@ -66,11 +66,11 @@ chimera_status data_queries_new(data_queries *q, const float *tokens, int64_t n,
                                 const int64_t *qlens, uint32_t m, chimera_error *err);
 void data_queries_free(data_queries *q);
 
-/* n pseudo-queries of m tokens (0: 4..32), each mixing one random non-empty document's
- * tokens with other documents' and perturbing them (see chimera_corpus_sample_queries). */
 /* The lengths data_queries_sample draws from when m == 0 (uniformly, both included). */
 #define DATA_SAMPLE_MIN_LEN 4
 #define DATA_SAMPLE_MAX_LEN 32
+/* n pseudo-queries of m tokens (0: 4..32), each mixing one random non-empty document's
+ * tokens with other documents' and perturbing them (see chimera_corpus_sample_queries). */
 chimera_status data_queries_sample(data_queries *q, const data_corpus *c, int64_t n, uint32_t m,
                                    uint64_t seed, chimera_error *err);
 
