@@ -1786,10 +1786,9 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
     int64_t share = live / CAL_DEEP_SHARE;
     if (share > deep) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
-    int64_t n_deep = nk == 2 && !exact ? 3 * u : 0;
+    int64_t n_deep = nk == 2 ? 3 * u : 0;
     int64_t part_q0[2] = {0, n_deep}, part_n[2] = {n_deep, nq - n_deep};
-    if (exact) { /* both parts at the usual depth */
-        part_q0[0] = 0;
+    if (exact) { /* the tuning queries only, both parts at the usual depth */
         part_q0[1] = 3 * u;
         part_n[0] = part_n[1] = u;
     }

@@ -58,7 +58,7 @@ typedef struct sp_part {
     float *fin_s; /* [max(k, max rerank_depth) + 1] */
     int64_t *fin_i;
     cm_topk fin;
-    int64_t bad_c; /* the first candidate whose score is unusable (rescore), or -1 */
+    int64_t bad_doc; /* the part's first document whose score is unusable, or -1 */
     float bad_score;
 } sp_part;
 
@@ -280,6 +280,19 @@ static int score_usable(const ix_index *ix, uint32_t doc, float s)
     return !isnan(s) && sg->doc_off[ld + 1] == sg->doc_off[ld];
 }
 
+/* doc's full-bit score s into fin when usable; else, when *bad_doc is still -1, doc is
+ * the first unusable one. */
+static void keep_score(const ix_index *ix, cm_topk *fin, uint32_t doc, float s,
+                       int64_t *bad_doc, float *bad_score)
+{
+    if (score_usable(ix, doc, s)) {
+        cm_topk_push(fin, s, doc);
+    } else if (*bad_doc < 0) {
+        *bad_doc = doc;
+        *bad_score = s;
+    }
+}
+
 /* Candidate c's full-bit score into w->fin. */
 static void rescore(sp_worker *w, uint32_t c)
 {
@@ -287,12 +300,7 @@ static void rescore(sp_worker *w, uint32_t c)
     w->scored[c] = 1;
     float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->m, w->cand[c]);
     w->n_fullbit++;
-    if (score_usable(e->ix, w->cand[c], s)) {
-        cm_topk_push(&w->fin, s, w->cand[c]);
-    } else if (w->bad_doc < 0) {
-        w->bad_doc = w->cand[c];
-        w->bad_score = s;
-    }
+    keep_score(e->ix, &w->fin, w->cand[c], s, &w->bad_doc, &w->bad_score);
 }
 
 /* The covered form's full-bit stage in latency mode: candidates [0, n) cut into
@@ -300,8 +308,8 @@ static void rescore(sp_worker *w, uint32_t c)
  * of its own, then every part's heap pushed into w->fin. Each document's score is the
  * one the worker alone computes, and the top of the union of the parts' tops is the top
  * of all (ties by id, topk.h), so the results are the serial loop's; the parts are
- * contiguous, so the first unusable score of the first part that has one is the serial
- * loop's first. Reads only what the query has set up (w->qs, w->S, w->m, w->cand,
+ * contiguous and taken in order, so the first unusable score of the first part that has
+ * one is the serial loop's first. Reads only what the query has set up (w->qs, w->S, w->m, w->cand,
  * w->fin.k); writes only its own part. */
 typedef struct split_job {
     sp_engine *e;
@@ -310,23 +318,17 @@ typedef struct split_job {
 } split_job;
 
 /* The covered form's run: the full-bit scores of candidates [c0, c1), in order, into
- * *fin; *bad_c the first whose score is unusable (score_usable), or -1. */
+ * *fin (keep_score: *bad_doc, when -1, gets the first unusable). */
 static void score_run(const sp_engine *e, const sp_worker *w, uint32_t c0, uint32_t c1,
-                      cm_topk *fin, int64_t *bad_c, float *bad_score)
+                      cm_topk *fin, int64_t *bad_doc, float *bad_score)
 {
-    *bad_c = -1;
     for (uint32_t c = c0; c < c0 + IX_DOC_OFF_AHEAD && c < c1; c++)
         ix_doc_prefetch_off(e->ix, w->cand[c]);
     for (uint32_t c = c0; c < c1; c++) {
         if (c + IX_DOC_OFF_AHEAD < c1) ix_doc_prefetch_off(e->ix, w->cand[c + IX_DOC_OFF_AHEAD]);
         if (c + 1 < c1) prefetch_doc_data(e->ix, w->cand[c + 1]);
         float s = fullbit_score(e->ix, e->kt, &w->qs, w->S, w->m, w->cand[c]);
-        if (score_usable(e->ix, w->cand[c], s)) {
-            cm_topk_push(fin, s, w->cand[c]);
-        } else if (*bad_c < 0) {
-            *bad_c = c;
-            *bad_score = s;
-        }
+        keep_score(e->ix, fin, w->cand[c], s, bad_doc, bad_score);
     }
 }
 
@@ -338,7 +340,8 @@ static void split_task(void *ctx, int64_t part, int thread)
     uint32_t c0 = (uint32_t)((uint64_t)j->n * (uint64_t)part / j->n_parts);
     uint32_t c1 = (uint32_t)((uint64_t)j->n * (uint64_t)(part + 1) / j->n_parts);
     cm_topk_init(&pt->fin, j->w->fin.k, pt->fin_s, pt->fin_i);
-    score_run(j->e, j->w, c0, c1, &pt->fin, &pt->bad_c, &pt->bad_score);
+    pt->bad_doc = -1;
+    score_run(j->e, j->w, c0, c1, &pt->fin, &pt->bad_doc, &pt->bad_score);
 }
 
 static void covered_split(sp_engine *e, sp_worker *w, uint32_t n)
@@ -346,19 +349,17 @@ static void covered_split(sp_engine *e, sp_worker *w, uint32_t n)
     uint32_t parts = n / SP_PART_MIN < e->n_parts ? n / SP_PART_MIN : e->n_parts;
     split_job j = {e, w, n, parts ? parts : 1};
     cm_pool_run(e->host_pool, j.n_parts, split_task, &j);
-    int64_t bad = -1;
     for (uint32_t p = 0; p < j.n_parts; p++) {
         const sp_part *pt = &e->parts[p];
         for (uint32_t r = 0; r < pt->fin.n; r++)
             cm_topk_push(&w->fin, pt->fin.score[r], pt->fin.id[r]);
-        if (pt->bad_c >= 0 && (bad < 0 || pt->bad_c < bad)) {
-            bad = pt->bad_c;
+        if (w->bad_doc < 0 && pt->bad_doc >= 0) {
+            w->bad_doc = pt->bad_doc;
             w->bad_score = pt->bad_score;
         }
     }
     w->n_fullbit = n;
     w->split = 1;
-    if (bad >= 0) w->bad_doc = w->cand[bad];
 }
 
 /* Rescoring after chunk i (0-based) of n_chunks; the first chunk_end[i+1] candidates
@@ -895,10 +896,8 @@ chimera_status sp_search(sp_engine *e, int worker, const float *q, uint32_t m,
         if (e->host_pool && n_cand >= SP_SPLIT_MIN) {
             covered_split(e, w, n_cand);
         } else {
-            int64_t bad_c;
-            score_run(e, w, 0, n_cand, &w->fin, &bad_c, &w->bad_score);
+            score_run(e, w, 0, n_cand, &w->fin, &w->bad_doc, &w->bad_score);
             w->n_fullbit = n_cand;
-            if (bad_c >= 0) w->bad_doc = w->cand[bad_c];
         }
         t3 = t4 = cm_now();
         w->t_fullbit = t_inline = t3 - t2b;
