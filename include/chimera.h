@@ -161,8 +161,8 @@ extern "C" {
 
 #define CHIMERA_VERSION_MAJOR 0
 #define CHIMERA_VERSION_MINOR 12
-#define CHIMERA_VERSION_PATCH 2
-#define CHIMERA_VERSION_STRING "0.12.2"
+#define CHIMERA_VERSION_PATCH 3
+#define CHIMERA_VERSION_STRING "0.12.3"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -523,7 +523,10 @@ typedef struct chimera_build_report {
  * 60,000 documents k_refine 1,200 missed 1.8% of the true top 100, which deeper settings
  * then found and were counted wrong for; since 0.12.2, on a corpus small enough that an
  * exact pass over it costs about what that search does, at most 1.7e10 multiply-adds,
- * the truth is exact search's top k), walks up from half the fixed defaults (since 0.8.1
+ * the truth is exact search's top k), picks the probe floor's scale for each k
+ * (impute_scale; since 0.12.3 per k, and every trial and check of that k runs at it:
+ * before, they ran at 1 while the scale picked was stored, so the reported recall was
+ * another setting's), walks up from half the fixed defaults (since 0.8.1
  * with k_refine = k_fullbit: every refined document full-bit scored, no 1-bit pass,
  * usually the faster form on the CPU, bench/RESULTS.md 5.19; a query with a filter still
  * refines 4 k_fullbit and re-scores 2 k_fullbit of them by their 1-bit scores) on a

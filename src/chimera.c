@@ -1698,14 +1698,23 @@ int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim)
     return (double)n_tokens * q_tokens * dim <= CAL_EXACT_MACS;
 }
 
-/* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for the
- * whole index: the one of CAL_SCALES whose refinement ranks best on the tuning queries
- * of the first k, at the library's n_probe with every refined document scored in full
- * (k_fullbit = k_refine = CAL_SCALE_DEPTH k), so that recall there is refinement's
- * alone. The first is the prior, and another is taken only where it beats the best so
- * far by CAL_SCALE_GAIN: 0.85 was at least as good as 1 on the real queries of every
- * corpus of bench/RESULTS.md section 5.12 (by 0 to 0.05 of Recall@10), while a few dozen
- * tuning queries separate them only where the gap is wide. */
+/* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for each
+ * k: the one of CAL_SCALES whose refinement ranks best on that k's tuning queries, at
+ * the library's n_probe with every refined document scored in full (k_fullbit = k_refine
+ * = CAL_SCALE_DEPTH k), so that recall there is refinement's alone. The first is the
+ * prior, and another is taken only where it beats the best so far by CAL_SCALE_GAIN:
+ * 0.85 was at least as good as 1 on the real queries of every corpus of
+ * bench/RESULTS.md section 5.12 (by 0 to 0.05 of Recall@10), while a few dozen tuning
+ * queries separate them only where the gap is wide.
+ *
+ * Per k, since the best scale at k = 100 can differ from k = 10's: on a flat d = 256
+ * corpus 0.55 at k = 10, while at k = 100 (20 / 301 / 301) 0.55 gave Recall@100 0.962
+ * and 0.85 gave 0.982, and the k = 100 default the walk found at 0.85 refines 200
+ * documents where at 0.55 it needed 452 (bench/RESULTS.md 5.31). The k = 100 scale costs
+ * 0.1-0.6 s a build (the most on clustered corpora, whose probing widens at that depth).
+ * Cheaper ways chose worse: a climb from k = 10's scale to better neighbours stayed at
+ * it where the scales differ by less than CAL_SCALE_GAIN at depth 800, and a depth of
+ * 3k picked scales that needed deeper defaults on three corpora of twelve. */
 static const float CAL_SCALES[] = {0.85f, 1.0f, 0.7f, 0.55f, 0.4f};
 #define CAL_SCALE_DEPTH 8
 #define CAL_SCALE_GAIN 0.002
@@ -1737,6 +1746,44 @@ static chimera_status calibrate_scale(const chimera_index *ix, const chimera_que
     }
     cm_free(ids);
     cm_free(sc);
+    return s;
+}
+
+/* The sample's order for the parts (calibrate_index): the first k's tuning queries
+ * [0, u) and [3u, 4u), then its held-out ones [u, 3u) and [4u, 6u); the second k takes
+ * the first half of each, [0, u) and [u, 3u). perm has 6u entries. */
+static void cal_order(int64_t u, int64_t *perm)
+{
+    int64_t w = 0;
+    for (int64_t i = 0; i < u; i++) perm[w++] = i;
+    for (int64_t i = 3 * u; i < 4 * u; i++) perm[w++] = i;
+    for (int64_t i = u; i < 3 * u; i++) perm[w++] = i;
+    for (int64_t i = 4 * u; i < 6 * u; i++) perm[w++] = i;
+}
+
+chimera_status chimera_calibration_heldout(const chimera_corpus *c, uint64_t seed, uint32_t k,
+                                           chimera_queries **out, chimera_error *err)
+{
+    ERR_OPTIONAL(err);
+    *out = NULL;
+    if (k != 10 && k != 100)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "calibration: k %u, expected 10 or 100", k);
+    int64_t nq = cal_n_queries(c->c.n_tokens), u = nq / 6;
+    data_queries q;
+    CM_TRY(data_queries_sample(&q, &c->c, nq, 0, seed ^ CAL_SEED, err));
+    int64_t *perm = cm_malloc((size_t)nq * sizeof *perm);
+    int64_t *none = cm_calloc((size_t)nq, sizeof *none);
+    int64_t *tr = NULL;
+    chimera_status s = CHIMERA_OK;
+    if (!perm || !none) s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibration: out of memory");
+    if (s == CHIMERA_OK) {
+        cal_order(u, perm);
+        s = pick_queries(&q, perm, 2 * u, k == 10 ? nq : 4 * u, none, 1, out, &tr, err);
+    }
+    data_queries_free(&q);
+    cm_free(perm);
+    cm_free(none);
+    cm_free(tr);
     return s;
 }
 
@@ -1849,13 +1896,7 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
         s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
-    /* perm: the first k's tuning queries, then its held-out ones; the second k takes the
-     * first half of each */
-    int64_t w = 0;
-    for (int64_t i = 0; i < u; i++) perm[w++] = i;
-    for (int64_t i = 3 * u; i < 4 * u; i++) perm[w++] = i;
-    for (int64_t i = u; i < 3 * u; i++) perm[w++] = i;
-    for (int64_t i = 4 * u; i < 6 * u; i++) perm[w++] = i;
+    cal_order(u, perm);
     if ((s = pick_queries(&q->q, perm, 0, 2 * u, truth, kmax, &tq[0], &tt[0], err)) != CHIMERA_OK ||
         (s = pick_queries(&q->q, perm, 2 * u, nq, truth, kmax, &hq[0], &ht[0], err)) != CHIMERA_OK)
         goto done;
@@ -1864,10 +1905,10 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
          (s = pick_queries(&q->q, perm, 2 * u, 4 * u, truth, kmax, &hq[1], &ht[1], err)) !=
              CHIMERA_OK))
         goto done;
-    float scale;
-    if ((s = calibrate_scale(ix, tq[0], tt[0], kmax, kv[0], &so, &scale, err)) != CHIMERA_OK)
-        goto done;
     for (uint32_t i = 0; i < nk; i++) {
+        float scale;
+        if ((s = calibrate_scale(ix, tq[i], tt[i], kmax, kv[i], &so, &scale, err)) != CHIMERA_OK)
+            goto done;
         /* from half the library's defaults: cheaper settings are rarely enough, and the
          * walk pays for every step below the answer. In the covered form, k_refine =
          * k_fullbit (every refined document full-bit scored, no 1-bit pass; the walk
@@ -1876,6 +1917,9 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
          * at k = 10 and 100 (bench/RESULTS.md 5.19). */
         chimera_search_params start = {0};
         chimera_search_params_default(kv[i], &start);
+        /* every trial and check at the scale just chosen, which the default stores
+         * (tune_split fills a 0 with it; the library's 1 would measure another floor) */
+        start.impute_scale = 0;
         start.n_probe = (start.n_probe + 1) / 2;
         start.k_fullbit = (start.k_fullbit + 1) / 2;
         start.k_refine = start.k_fullbit;

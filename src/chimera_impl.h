@@ -22,4 +22,11 @@ struct chimera_codebook {
  * exact search over the corpus as its truth (chimera.c, calibrate_index; for tests). */
 int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim);
 
+/* The pseudo-queries on which the build's calibration of corpus c (build seed seed)
+ * checks its setting for k (10 or 100): the held-out part of its sample. Where exact
+ * search is the truth, the stored setting's mean Recall@k on them is the recall the
+ * build reports (for tests). */
+chimera_status chimera_calibration_heldout(const chimera_corpus *c, uint64_t seed, uint32_t k,
+                                           chimera_queries **out, chimera_error *err);
+
 #endif
