@@ -1273,7 +1273,9 @@ static PyObject *Index_search(IndexObject *self, PyObject *args, PyObject *kw)
         if (st == CHIMERA_ERR_EMPTY)
             return PyErr_Format(PyExc_ValueError,
                                 "recall: the index has no tuned profile for k=%u at recall >= %S "
-                                "(run Index.tune with save=True first)", k, recall);
+                                "(run Index.tune with save=True first; a profile saved by "
+                                "another handle or process shows after Index.refresh())",
+                                k, recall);
         if (st != CHIMERA_OK)
             return raise_status(st, &err);
         sp.recall = target;

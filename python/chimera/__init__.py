@@ -646,9 +646,9 @@ class Index:
         it was built from (until :meth:`refresh` moves it to a changed index).
 
         save: when the target is reached, store the result in the index as the profile
-            for (k, target_recall), for
-            ``search(recall=...)`` here and ``chimera search --recall`` (takes effect for
-            handles opened after the save).
+            for (k, target_recall), for ``search(recall=...)`` on this handle (refreshed
+            after the save) and ``chimera search --recall``; other open handles see it
+            after their :meth:`refresh`.
         heldout: a fraction in (0, 1) of the queries (at least 20 queries in all) to hold
             out, as ``chimera tune`` does: the setting is tuned on the rest, checked on
             them, and reached only when the lower bound of the 95% interval of its
@@ -688,7 +688,13 @@ class Index:
         raw = res.pop("_raw")
         res["saved"] = bool(save and res["reached"])
         if res["saved"]:
+            gen = self._raw.generation
             _chimera.profile_save(self._path, k, float(target_recall), raw)
+            # this handle searches with the profile from now on; a profile changes no
+            # document, so the corpus stays this handle's unless another writer
+            # committed too (the generation moved by more than the save)
+            if self._raw.refresh() and self._raw.generation != gen + 1:
+                self._corpus = None
         return res
 
     def check(self):

@@ -112,6 +112,11 @@ def test_tune_profile_info_check(corpus, tmp_path):
                                   "rerank_depth", "k_interaction", "impute_scale"}
     # the floor's scale the tune measured with: the index's calibrated one, in (0, 1]
     assert 0 < res["params"]["impute_scale"] <= 1
+    # the saving handle searches by the profile at once, and still knows its corpus
+    mine = ix.search(queries, k=10, recall=0.9, threads=2)
+    np.testing.assert_array_equal(mine[1], ix.search(queries, k=10, params=res["params"],
+                                                     threads=2)[1])
+    assert ix.tune(queries, k=10, target_recall=0.9, threads=2)["reached"]
     # With explicit truth, on a reopened handle (the choice among settings that reach the
     # target depends on measured speed, so only the recall is compared).
     truth = chimera.exact_search((tokens, lens), queries, k=10)[1]
