@@ -127,10 +127,12 @@
  *
  * How the API grows without breaking callers
  *   - Options structs (chimera_*_opts, chimera_search_params): a zero field means its
- *     default, every struct has an initialiser chimera_<struct>_default(), and new
- *     fields are only ever added at the end, with a default that keeps today's
- *     behaviour. Start from the initialiser (or `= {0}`) and set what you need: the
- *     code keeps compiling and meaning the same when fields are added.
+ *     default, and new fields are only ever added at the end, with a default that keeps
+ *     today's behaviour. Start from `= {0}` (or a chimera_*_opts_default() initialiser,
+ *     which is the same) and set what you need: the code keeps compiling and meaning the
+ *     same when fields are added. chimera_search_params_default is not such an
+ *     initialiser: it fills in the library's fixed values, which then override the
+ *     index's calibrated ones.
  *   - Statuses are never renumbered or reused; new ones may appear, so treat an unknown
  *     negative value as an error.
  *   - The header (CHIMERA_VERSION_*) and the library (chimera_version()) carry
@@ -513,8 +515,8 @@ typedef struct chimera_build_report {
  * a non-index directory at `dir` is refused. report (may be NULL) gets per-phase times.
  *
  * Calibration (unless opts->no_calibrate): before the commit, the build chooses the
- * index's own default search parameters for k = 10 and k = 100 (those below a fifth of
- * the documents), so that a search with zero parameters reaches Recall@k >= 0.95 on this
+ * index's own default search parameters for k = 10 and k = 100 (each where it is at most
+ * a fifth of the non-empty documents), so that a search with zero parameters reaches Recall@k >= 0.95 on this
  * corpus, not only on the corpora the library's fixed defaults were measured on. It
  * samples realistic pseudo-queries (chimera_corpus_sample_queries with m = 0), takes as
  * truth the exact Chamfer top-k among the candidates of a generous search (exact scores
@@ -934,7 +936,8 @@ typedef struct chimera_index_info {
     int n_calibrated;
     chimera_calibration calibrated[CHIMERA_MAX_CALIBRATED];
     int calibration_stale;  /* 1: a fifth of the documents changed since: searches use
-                               the library's fixed defaults until the next build */
+                               the library's fixed defaults until the next build (or
+                               compact with recluster, which calibrates again) */
     int has_source;         /* 1: the build recorded the files it read (tune can compute
                                exact truth from them: chimera_index_source_open) */
 } chimera_index_info;
@@ -955,7 +958,7 @@ typedef struct chimera_search_params {
     uint32_t k_fullbit; /* documents re-scored with the full-bit codes (>= k); when it
                            covers the documents refinement kept (always at k_fullbit >=
                            k_refine), every one is, and the 1-bit pass is skipped */
-    uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring */
+    uint32_t chunks;    /* document-scoring chunks overlapped with re-scoring (1..64) */
     chimera_impute impute; /* refinement floor for unseen tokens (default: PROBE) */
     chimera_probe probe;   /* centroid search (default: the backend's choice) */
     /* Since 0.4.0: the exact re-rank tier; 0: off (default). The top max(k, rerank_depth)
@@ -978,8 +981,9 @@ typedef struct chimera_search_params {
      * scored (or, when that is k_fullbit, all re-scored with no 1-bit pass). A
      * k_refine of 8-12 k_fullbit with a k_interaction of 3 k_fullbit reaches Recall@k
      * 0.96-0.98 for up to 1.4-1.8x less time than without; at 0.95 it gains
-     * nothing (bench/RESULTS.md 5.9), so calibration leaves it off and `chimera tune`
-     * keeps it only when it measured it faster. 0: the index's
+     * nothing (bench/RESULTS.md 5.9), so calibration leaves it off, and `chimera tune`
+     * tries it only on a CUDA device (the backward walk), keeping it where it measured
+     * it faster; the CPU's frontier walk leaves it off. 0: the index's
      * calibrated value when k_refine is left to the index too, else off;
      * k_interaction >= k_refine: off. Not applied when a selective filter scores its
      * allowed documents directly. */
@@ -1013,7 +1017,9 @@ typedef struct chimera_search_params {
 /* Sets every field of *p that is zero to the library's fixed default for top-k: on a
  * zeroed struct, all the defaults; after setting some fields, the rest. (k == 0 counts
  * as 10.) These were measured on the demo generator's corpus; an index calibrates its
- * own (chimera_index_params_default), which a search uses in their place. */
+ * own (chimera_index_params_default), which a search uses for the fields left at zero.
+ * A search with the fields this function filled in uses these values instead, the
+ * index's calibration ignored: pass a zeroed struct to get the index's defaults. */
 CHIMERA_API void chimera_search_params_default(uint32_t k, chimera_search_params *p);
 
 /* A search filter: the user ids a search may return, or, with exclude, those it must
@@ -1149,7 +1155,8 @@ CHIMERA_API chimera_status chimera_index_params_resolve(const chimera_index *ind
  * 8-bit ones, bench/RESULTS.md 5.28). params and opts
  * may be NULL (defaults:
  * chimera_index_params_default); profile may be NULL.
- * @return CHIMERA_OK, _INVALID_ARG (also: rerank_depth on an index that stores no
+ * @return CHIMERA_OK, _INVALID_ARG (also: a query of more than 256 tokens; chunks
+ *         above 64; rerank_depth on an index that stores no
  *         vectors, or whose vectors an older library left incomplete), _DIM (query dimension differs from the index's),
  *         _EMPTY (every document of the index is deleted; or params->recall names no
  *         usable profile), _CORRUPT (the profile params->recall names holds a bad
@@ -1192,7 +1199,8 @@ typedef struct chimera_tune_result {
     double recall, qps;         /* measured at best */
     int reached;                /* 0: the target was out of reach; best is the closest */
     int n_points;
-    chimera_tune_point points[96]; /* every setting tried, in order (the first 96) */
+    chimera_tune_point points[96]; /* the settings measured, in order, each once (the
+                                      first 96; on a device, the last walk's) */
     uint64_t index_generation;  /* the generation of the index tuned (its manifest's) */
     uint64_t index_data_id;     /* the identity of its data (section checksums); profile
                                    save refuses an index whose data differs. 0: unknown,
@@ -1249,11 +1257,13 @@ CHIMERA_API chimera_status chimera_index_tune(const chimera_index *index, const 
  * The walk: on a CUDA device, chimera_index_tune's procedure. On the CPU (since 0.11.1)
  * a walk of the form without a 1-bit pass (k_refine = k_fullbit, the faster form there)
  * along the frontier of the fewest documents that meet the tuning target at each
- * n_probe, from 64 probes down, choosing the cheapest setting by a model of the search's
+ * n_probe, from 64 probes (up to 128 where fewer documents then suffice, and down),
+ * choosing the cheapest setting by a model of the search's
  * cost from the counts it reports (not by its measured time, which a shared machine
  * moves by 2x); res->points then carry each setting's measured queries/s.
- * @return CHIMERA_OK; _INVALID_ARG (fewer than 20 queries, a fraction outside (0, 1), the
- *         arguments of chimera_index_tune); a search error. */
+ * @return CHIMERA_OK; _INVALID_ARG (fewer than 20 queries or fewer than 10 on a side of
+ *         the split, a fraction outside (0, 1), the arguments of chimera_index_tune); a
+ *         search error. */
 CHIMERA_API chimera_status chimera_index_tune_heldout(const chimera_index *index,
                                                       const chimera_queries *queries,
                                                       const int64_t *truth_ids, uint32_t truth_k,
@@ -1289,7 +1299,9 @@ CHIMERA_API chimera_status chimera_index_profile_save(const char *dir, uint32_t 
 /* The stored profile for top-k whose target is the smallest >= target_recall (any k'
  * >= k qualifies when no profile has this k). A profile is stale once the documents
  * added, deleted or updated since it was tuned exceed a fifth of the index: its recall
- * was measured on other documents, so it is not used. Thread-safe. @return CHIMERA_OK,
+ * was measured on other documents, so it is not used; nor is one whose tune did not
+ * reach its target (res->reached = 0: chimera_index_profile_save stores it, but a
+ * search by recall never picks it). Thread-safe. @return CHIMERA_OK,
  * _EMPTY (none; no message, or a message saying the one that qualified is stale), or
  * _CORRUPT (that profile holds a missing or out-of-range value; message in err,
  * optional). */

@@ -158,9 +158,19 @@ double cli_peak_rss_mib(void)
     return (double)ru.ru_maxrss / 1024.0;
 }
 
+const char *cli_message(const char *cmd, const chimera_error *err)
+{
+    const char *msg = err->msg[0] ? err->msg : chimera_status_str(err->code);
+    /* the library's messages often start with the operation's name, which is the
+     * command's: "chimera search: search: ..." would say it twice */
+    size_t n = strlen(cmd);
+    if (strncmp(msg, cmd, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
+    return msg;
+}
+
 int cli_fail(const char *cmd, const chimera_error *err)
 {
-    say("%s %s: %s\n", cli_program, cmd, err->msg[0] ? err->msg : chimera_status_str(err->code));
+    say("%s %s: %s\n", cli_program, cmd, cli_message(cmd, err));
     return 1;
 }
 

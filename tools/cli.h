@@ -43,7 +43,11 @@ double cli_peak_rss_mib(void);
  * the process exits with status 1 instead of crashing. */
 void cli_sigbus_guard(void);
 
-/* Prints "chimera CMD: message" to stderr and returns 1 (the exit code). */
+/* err's message (its status's name when empty) without a leading "cmd: ", which the
+ * command's own prefix already says. */
+const char *cli_message(const char *cmd, const chimera_error *err);
+
+/* Prints "chimera CMD: message" (cli_message) to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const chimera_error *err);
 
 /* build's --clusters ("auto" or a count up to 2^24) and --rerank (none, f16, bf16, f32)

@@ -158,6 +158,17 @@ static chimera_status target_search(search_target *t, const chimera_queries *q, 
                   : chimera_index_search(t->ix, q, k, p, o, ids, scores, prof, err);
 }
 
+/* A failed search: the message, and for queries of the wrong dimension the file that
+ * holds them. */
+static int search_fail(const char *queries, const chimera_error *err)
+{
+    if (err->code == CHIMERA_ERR_DIM) {
+        fprintf(stderr, "chimera search: %s: %s\n", queries, cli_message("search", err));
+        return 1;
+    }
+    return cli_fail("search", err);
+}
+
 static int search_main(int argc, char **argv, const char *const *fargs, int n_fargs)
 {
     const char *queries = NULL, *qlens = NULL, *out = NULL, *backend = NULL;
@@ -175,9 +186,15 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
         {"-k", OPT_U32, &k, "results per query (default 10)", 0, 0},
         {"--out", OPT_STR, &out, "output TREC run", 0, 0},
-        {"--nprobe", OPT_U32, &sp.n_probe, "clusters probed per query token (default 16)", 0, 0},
-        {"--k-refine", OPT_U32, &sp.k_refine, "documents kept by refinement", 0, 0},
-        {"--k-fullbit", OPT_U32, &sp.k_fullbit, "documents re-scored at full precision", 0, 0},
+        {"--nprobe", OPT_U32, &sp.n_probe,
+         "clusters probed per query token (default: the index's calibrated value for k, else "
+         "8 for k <= 10 and 16 above)", 0, 0},
+        {"--k-refine", OPT_U32, &sp.k_refine,
+         "documents kept by refinement (default: the index's calibrated value, else "
+         "4 k_fullbit)", 0, 0},
+        {"--k-fullbit", OPT_U32, &sp.k_fullbit,
+         "documents re-scored at full precision (default: the index's calibrated value, "
+         "else max(4k, 40))", 0, 0},
         {"--k-interaction", OPT_U32, &sp.k_interaction,
          "1-bit score only the best N refined documents by centroid interaction (default: "
          "the index's calibrated value with its k_refine, else off)", 0, 0},
@@ -355,8 +372,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             chimera_status s = target_search(&tgt, w, k, &run, &so, ids, scores, &wp, &err);
             chimera_queries_free(w);
             if (s != CHIMERA_OK) {
-                fprintf(stderr, "chimera search: %s\n", err.msg);
-                rc = 1;
+                rc = search_fail(queries, &err);
                 goto done;
             }
         }
@@ -376,8 +392,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             target_search(&tgt, sl, k, &run, &so, ids + b0 * k, scores + b0 * k, &prof, &err);
         chimera_queries_free(sl);
         if (s != CHIMERA_OK) {
-            fprintf(stderr, "chimera search: %s\n", err.msg);
-            rc = 1;
+            rc = search_fail(queries, &err);
             goto done;
         }
         shard_profile_add(&total, &prof);

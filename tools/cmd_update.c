@@ -214,7 +214,9 @@ int cmd_compact(int argc, char **argv)
     int64_t seed = 0;
     cli_opt opts[] = {
         {"--recluster", OPT_FLAG, &recluster, "retrain the centroids over the live documents "
-                                              "(rebuild from their codes)", 0, 0},
+                                              "(from the stored vectors of a --rerank index, else "
+                                              "from their codes; calibrates the defaults "
+                                              "again)", 0, 0},
         {"--clusters", OPT_U32, &clusters, "--recluster: IVF clusters (default: auto)", 0, 0},
         {"--threads", OPT_THREADS, &threads, "--recluster: threads (default: all CPUs)", 0, 0},
         {"--seed", OPT_I64, &seed, "--recluster: k-means seed (default 0)", 0, 0},
