@@ -516,10 +516,10 @@ typedef struct chimera_build_report {
  *
  * Calibration (unless opts->no_calibrate): before the commit, the build chooses the
  * index's own default search parameters for k = 10 and k = 100 (each where it is at most
- * a fifth of the non-empty documents), so that a search with zero parameters reaches Recall@k >= 0.95 on this
- * corpus, not only on the corpora the library's fixed defaults were measured on. It
- * samples realistic pseudo-queries (chimera_corpus_sample_queries with m = 0), takes as
- * truth the exact Chamfer top-k among the candidates of a generous search (exact scores
+ * a fifth of the non-empty documents), so that a search with zero parameters reaches
+ * Recall@k >= 0.95 on this corpus, not only on the corpora the library's fixed defaults
+ * were measured on. It samples realistic pseudo-queries (chimera_corpus_sample_queries
+ * with m = 0), takes as truth the exact Chamfer top-k among the candidates of a generous search (exact scores
  * of the corpus's own vectors; since 0.12.1 that search refines a fifteenth of the
  * documents, at least 1,200 and at most 4,000, for the k = 100 queries: on a corpus of
  * 60,000 documents k_refine 1,200 missed 1.8% of the true top 100, which deeper settings

@@ -161,9 +161,10 @@ static int parse_vectors(const cJSON *v, const cJSON *lengths_item, uint32_t dim
                 }
                 int got = cJSON_GetArraySize(row);
                 if (got != (int)dim) {
-                    srv_fail(e, 422, "DIMENSION_MISMATCH", "%s[%lld][%lld] has %d number%s; the index's "
-                             "dimension is %u", lim->what, (long long)i, (long long)r, got,
-                             got == 1 ? "" : "s", dim);
+                    srv_fail(e, 422, "DIMENSION_MISMATCH",
+                             "%s[%lld][%lld] has %d number%s; the index's dimension is %u",
+                             lim->what, (long long)i, (long long)r, got, got == 1 ? "" : "s",
+                             dim);
                     cJSON *d = cJSON_CreateObject();
                     cJSON_AddNumberToObject(d, "expected_dim", dim);
                     cJSON_AddNumberToObject(d, "got_dim", got);

@@ -115,7 +115,8 @@ static void check_reported_recall(const chimera_corpus *c, const char *dir,
         CHECK_OK(chimera_calibration_heldout(c, 0, k, &hq, &err), &err);
         if (!hq) continue;
         int64_t n = chimera_queries_count(hq);
-        int64_t *truth = malloc((size_t)n * k * sizeof *truth), *ids = malloc((size_t)n * k * sizeof *ids);
+        int64_t *truth = malloc((size_t)n * k * sizeof *truth);
+        int64_t *ids = malloc((size_t)n * k * sizeof *ids);
         float *sc = malloc((size_t)n * k * sizeof *sc);
         chimera_exact_opts eo = {.n_threads = 2};
         CHECK_OK(chimera_corpus_search(c, hq, k, &eo, truth, sc, &err), &err);
@@ -126,7 +127,8 @@ static void check_reported_recall(const chimera_corpus *c, const char *dir,
         for (int64_t q = 0; q < n; q++) {
             int hits = 0;
             for (uint32_t a = 0; a < k; a++)
-                for (uint32_t b = 0; b < k; b++) hits += ids[q * k + a] >= 0 && ids[q * k + a] == truth[q * k + b];
+                for (uint32_t b = 0; b < k; b++)
+                    hits += ids[q * k + a] >= 0 && ids[q * k + a] == truth[q * k + b];
             sum += (double)hits / k;
         }
         CHECKF(fabs(sum / n - rep->calibrated[i].recall) < 1e-9,

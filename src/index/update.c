@@ -901,8 +901,8 @@ chimera_status ix_add(const char *dir, const data_corpus *docs, int replace,
         if (replace && at < 0 && !c.o.missing_ok) {
             s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                         "%s: id %lld (document %lld of the batch) is not in the index, so it "
-                        "cannot be updated (missing_ok, the CLI's --missing-ok, adds it). Nothing was "
-                        "updated", dir,
+                        "cannot be updated (missing_ok, the CLI's --missing-ok, adds it). "
+                        "Nothing was updated", dir,
                         (long long)docs->ids[i], (long long)i);
             goto done;
         }
@@ -1049,7 +1049,8 @@ static chimera_status delete_in_change(change *c, const int64_t *ids, int64_t n,
             if (!missing_ok) {
                 s = cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                             "%s: id %lld (entry %lld) is not in the index (missing_ok, the "
-                            "CLI's --missing-ok, skips such ids). Nothing was deleted", c->dir, (long long)ids[i], (long long)i);
+                            "CLI's --missing-ok, skips such ids). Nothing was deleted",
+                            c->dir, (long long)ids[i], (long long)i);
                 goto done;
             }
             rep->ids_missing++;
