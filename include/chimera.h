@@ -519,8 +519,8 @@ typedef struct chimera_build_report {
  * a fifth of the non-empty documents), so that a search with zero parameters reaches
  * Recall@k >= 0.95 on this corpus, not only on the corpora the library's fixed defaults
  * were measured on. It samples realistic pseudo-queries (chimera_corpus_sample_queries
- * with m = 0), takes as truth the exact Chamfer top-k among the candidates of a generous search (exact scores
- * of the corpus's own vectors; since 0.12.1 that search refines a fifteenth of the
+ * with m = 0), takes as truth the exact Chamfer top-k among the candidates of a
+ * generous search (exact scores of the corpus's own vectors; since 0.12.1 that search refines a fifteenth of the
  * documents, at least 1,200 and at most 4,000, for the k = 100 queries: on a corpus of
  * 60,000 documents k_refine 1,200 missed 1.8% of the true top 100, which deeper settings
  * then found and were counted wrong for; since 0.12.2, on a corpus small enough that an

@@ -1668,8 +1668,8 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
  * for the ceiling. The ceiling stays its Recall@k against its own candidates' exact top
  * k: what the bits allow where a search finds the true documents. Against exact truth
  * it would measure the generous search's depth, which deeper settings pass. On that
- * corpus of 4-12 tokens the k = 100 default becomes 26 / 6400 / 6400, reporting 0.9500
- * where fresh queries get 0.9503, at 1.8x the queries/s (bench/RESULTS.md 5.30). */
+ * corpus of 4-12 tokens 0.12.2's k = 100 default became 26 / 6400 / 6400, reporting
+ * 0.9500 where fresh queries get 0.9503, at 1.8x the queries/s (bench/RESULTS.md 5.30). */
 #define CAL_TARGET 0.95
 #define CAL_MIN_QUERIES 96
 #define CAL_MAX_QUERIES 192
@@ -1711,7 +1711,7 @@ int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim)
  * corpus 0.55 at k = 10, while at k = 100 (20 / 301 / 301) 0.55 gave Recall@100 0.962
  * and 0.85 gave 0.982, and the k = 100 default the walk found at 0.85 refines 200
  * documents where at 0.55 it needed 452 (bench/RESULTS.md 5.31). The k = 100 scale costs
- * 0.1-0.6 s a build (the most on clustered corpora, whose probing widens at that depth).
+ * 0.2-0.7 s a build (the most on clustered corpora, whose probing widens at that depth).
  * Cheaper ways chose worse: a climb from k = 10's scale to better neighbours stayed at
  * it where the scales differ by less than CAL_SCALE_GAIN at depth 800, and a depth of
  * 3k picked scales that needed deeper defaults on three corpora of twelve. */
@@ -1766,8 +1766,12 @@ chimera_status chimera_calibration_heldout(const chimera_corpus *c, uint64_t see
 {
     ERR_OPTIONAL(err);
     *out = NULL;
-    if (k != 10 && k != 100)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "calibration: k %u, expected 10 or 100", k);
+    int64_t live = 0;
+    for (int64_t d = 0; d < c->c.n_docs; d++) live += c->c.doc_off[d + 1] > c->c.doc_off[d];
+    if ((k != 10 && k != 100) || (int64_t)k * 5 > live)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "calibration: k %u is not calibrated on %lld non-empty documents", k,
+                       (long long)live);
     int64_t nq = cal_n_queries(c->c.n_tokens), u = nq / 6;
     data_queries q;
     CM_TRY(data_queries_sample(&q, &c->c, nq, 0, seed ^ CAL_SEED, err));

@@ -23,7 +23,8 @@ struct chimera_codebook {
 int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim);
 
 /* The pseudo-queries on which the build's calibration of corpus c (build seed seed)
- * checks its setting for k (10 or 100): the held-out part of its sample. Where exact
+ * checks its setting for k (10 or 100, where calibrated): the held-out part of its
+ * sample (_INVALID_ARG for a k it does not calibrate). Where exact
  * search is the truth, the stored setting's mean Recall@k on them is the recall the
  * build reports (for tests). */
 chimera_status chimera_calibration_heldout(const chimera_corpus *c, uint64_t seed, uint32_t k,

@@ -140,6 +140,9 @@ static void check_reported_recall(const chimera_corpus *c, const char *dir,
         chimera_queries_free(hq);
     }
     chimera_index_close(ix);
+    chimera_queries *none = NULL;
+    CHECK_STATUS(chimera_calibration_heldout(c, 0, 50, &none, &err), CHIMERA_ERR_INVALID_ARG, &err);
+    CHECK(none == NULL);
 }
 
 static void test_calibrated(void)

@@ -692,8 +692,14 @@ class Index:
             _chimera.profile_save(self._path, k, float(target_recall), raw)
             # this handle searches with the profile from now on; a profile changes no
             # document, so the corpus stays this handle's unless another writer
-            # committed too (the generation moved by more than the save)
-            if self._raw.refresh() and self._raw.generation != gen + 1:
+            # committed too (the generation moved by more than the save). The profile
+            # is saved whatever the refresh does: one that fails keeps the handle's
+            # generation, as refresh() says, and a later refresh() finds the profile.
+            try:
+                moved = self._raw.refresh()
+            except (OSError, MemoryError, ChimeraError):
+                moved = False
+            if moved and self._raw.generation != gen + 1:
                 self._corpus = None
         return res
 
