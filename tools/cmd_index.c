@@ -110,9 +110,13 @@ static void print_info(const char *dir, const chimera_index_info *in)
            in->format_minor, in->library_version);
     printf("  generation     %llu (changes committed: the build, then each add, delete, "
            "update, compact or tune's save)\n", (unsigned long long)in->generation);
-    printf("  documents      %lld (%lld deleted, not yet compacted)\n  tokens         %lld (%.1f "
-           "per document)\n", (long long)(in->n_docs - in->n_deleted), (long long)in->n_deleted,
-           (long long)in->n_tokens, in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0);
+    if (in->n_deleted)
+        printf("  documents      %lld (%lld deleted, not yet compacted)\n",
+               (long long)(in->n_docs - in->n_deleted), (long long)in->n_deleted);
+    else
+        printf("  documents      %lld (none deleted)\n", (long long)in->n_docs);
+    printf("  tokens         %lld (%.1f per document)\n", (long long)in->n_tokens,
+           in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0);
     printf("  segments       %u (%lld documents, %lld tokens appended since the build or the "
            "last compaction); %u deletion list%s\n", in->n_segments, (long long)in->appended_docs,
            (long long)in->appended_tokens, in->n_deletion_lists, in->n_deletion_lists == 1 ? "" : "s");

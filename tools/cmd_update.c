@@ -9,10 +9,13 @@
 
 static void print_report(const char *dir, const chimera_update_report *r, double t0)
 {
-    printf("%s: generation %llu, %lld documents (%lld deleted, not yet compacted), "
-           "%u segment%s\n",
-           dir, (unsigned long long)r->generation, (long long)r->n_docs, (long long)r->n_deleted,
-           r->n_segments, r->n_segments == 1 ? "" : "s");
+    char deleted[64] = "none deleted";
+    if (r->n_deleted)
+        snprintf(deleted, sizeof deleted, "%lld deleted, not yet compacted",
+                 (long long)r->n_deleted);
+    printf("%s: generation %llu, %lld documents (%s), %u segment%s\n", dir,
+           (unsigned long long)r->generation, (long long)r->n_docs, deleted, r->n_segments,
+           r->n_segments == 1 ? "" : "s");
     printf("time: %.3fs", r->seconds);
     if (r->tokens_added)
         printf(" (assign %.3fs, encode %.3fs, write and commit %.3fs; %.0f tokens/s)",
