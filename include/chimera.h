@@ -520,19 +520,19 @@ typedef struct chimera_build_report {
  * Recall@k >= 0.95 on this corpus, not only on the corpora the library's fixed defaults
  * were measured on. It samples realistic pseudo-queries (chimera_corpus_sample_queries
  * with m = 0), takes as truth the exact Chamfer top-k among the candidates of a
- * generous search (exact scores of the corpus's own vectors; since 0.12.1 that search refines a fifteenth of the
- * documents, at least 1,200 and at most 4,000, for the k = 100 queries: on a corpus of
- * 60,000 documents k_refine 1,200 missed 1.8% of the true top 100, which deeper settings
- * then found and were counted wrong for; since 0.12.2, on a corpus small enough that an
- * exact pass over it costs about what that search does, at most 1.7e10 multiply-adds,
- * the truth is exact search's top k), picks the probe floor's scale for each k
- * (impute_scale; since 0.12.3 per k, and every trial and check of that k runs at it:
- * before, they ran at 1 while the scale picked was stored, so the reported recall was
- * another setting's), walks up from half the fixed defaults (since 0.8.1
- * with k_refine = k_fullbit: every refined document full-bit scored, no 1-bit pass,
- * usually the faster form on the CPU, bench/RESULTS.md 5.19; a query with a filter still
- * refines 4 k_fullbit and re-scores 2 k_fullbit of them by their 1-bit scores) on a
- * third of the queries (a sixth for k = 100), raising n_probe or k_fullbit by the recall
+ * generous search (exact scores of the corpus's own vectors; since 0.12.1 that search
+ * refines a fifteenth of the documents, at least 1,200 and at most 4,000, for the
+ * k = 100 queries: on a corpus of 60,000 documents k_refine 1,200 missed 1.8% of the
+ * true top 100, which deeper settings then found and were counted wrong for; since
+ * 0.12.2, on a corpus small enough that an exact pass over it costs about what that
+ * search does, at most 1.7e10 multiply-adds, the truth is exact search's top k), picks
+ * the probe floor's scale for each k (impute_scale; since 0.12.3 per k, and every trial
+ * and check of that k runs at it: before, they ran at 1 while the scale picked was
+ * stored, so the reported recall was another setting's), walks up from half the fixed
+ * defaults (since 0.8.1 with k_refine = k_fullbit: every refined document full-bit
+ * scored, no 1-bit pass, usually the faster form on the CPU, bench/RESULTS.md 5.19; a
+ * query with a filter still refines 4 k_fullbit and re-scores 2 k_fullbit of them by
+ * their 1-bit scores) on a third of the queries (a sixth for k = 100), raising n_probe or k_fullbit by the recall
  * each gains per unit of a cost model of the search's own counts (posting entries,
  * documents scored: the same choice on every build, unlike timings), and keeps the
  * cheapest setting measured only when the lower bound of the 95% interval of its recall

@@ -1749,6 +1749,19 @@ static chimera_status calibrate_scale(const chimera_index *ix, const chimera_que
     return s;
 }
 
+/* The k the calibration calibrates on corpus c, into kv (increasing); returns how many:
+ * 10 and 100, each where it is at most a fifth of the *live (non-empty) documents. */
+static uint32_t cal_ks(const data_corpus *c, uint32_t kv[2], int64_t *live)
+{
+    *live = 0;
+    for (int64_t d = 0; d < c->n_docs; d++) *live += c->doc_off[d + 1] > c->doc_off[d];
+    static const uint32_t ks[] = {10, 100};
+    uint32_t nk = 0;
+    for (int i = 0; i < 2; i++)
+        if ((int64_t)ks[i] * 5 <= *live) kv[nk++] = ks[i];
+    return nk;
+}
+
 /* The sample's order for the parts (calibrate_index): the first k's tuning queries
  * [0, u) and [3u, 4u), then its held-out ones [u, 3u) and [4u, 6u); the second k takes
  * the first half of each, [0, u) and [u, 3u). perm has 6u entries. */
@@ -1766,12 +1779,12 @@ chimera_status chimera_calibration_heldout(const chimera_corpus *c, uint64_t see
 {
     ERR_OPTIONAL(err);
     *out = NULL;
-    int64_t live = 0;
-    for (int64_t d = 0; d < c->c.n_docs; d++) live += c->c.doc_off[d + 1] > c->c.doc_off[d];
-    if ((k != 10 && k != 100) || (int64_t)k * 5 > live)
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "calibration: k %u is not calibrated on %lld non-empty documents", k,
-                       (long long)live);
+    int64_t live;
+    uint32_t kv[2], nk = cal_ks(&c->c, kv, &live);
+    if (!(nk > 0 && kv[0] == k) && !(nk > 1 && kv[1] == k))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "calibration: k %u is not calibrated on "
+                       "this corpus (10 and 100, each at most a fifth of its non-empty "
+                       "documents)", k);
     int64_t nq = cal_n_queries(c->c.n_tokens), u = nq / 6;
     data_queries q;
     CM_TRY(data_queries_sample(&q, &c->c, nq, 0, seed ^ CAL_SEED, err));
@@ -1797,12 +1810,8 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     const calibrate_ctx *cc = user;
     memset(out, 0, sizeof *out);
     double t0 = cm_now();
-    int64_t live = 0;
-    for (int64_t d = 0; d < c->n_docs; d++) live += c->doc_off[d + 1] > c->doc_off[d];
-    static const uint32_t ks[] = {10, 100};
-    uint32_t kv[2], nk = 0;
-    for (int i = 0; i < 2; i++)
-        if ((int64_t)ks[i] * 5 <= live) kv[nk++] = ks[i];
+    int64_t live;
+    uint32_t kv[2], nk = cal_ks(c, kv, &live);
     if (nk == 0) return CHIMERA_OK; /* too few documents for a top-k worth calibrating */
     uint32_t kmax = kv[nk - 1], pool = kmax * CAL_POOL;
     /* Sample order: [0, u) tunes every k, [u, 3u) checks every k, and, with a second k,

@@ -123,17 +123,10 @@ static void check_reported_recall(const chimera_corpus *c, const char *dir,
         chimera_search_params p = {0};
         chimera_search_opts so = {.n_threads = 2};
         CHECK_OK(chimera_index_search(ix, hq, k, &p, &so, ids, sc, NULL, &err), &err);
-        double sum = 0;
-        for (int64_t q = 0; q < n; q++) {
-            int hits = 0;
-            for (uint32_t a = 0; a < k; a++)
-                for (uint32_t b = 0; b < k; b++)
-                    hits += ids[q * k + a] >= 0 && ids[q * k + a] == truth[q * k + b];
-            sum += (double)hits / k;
-        }
-        CHECKF(fabs(sum / n - rep->calibrated[i].recall) < 1e-9,
+        double r = chimera_results_eval_recall(ids, k, truth, k, n, k);
+        CHECKF(fabs(r - rep->calibrated[i].recall) < 1e-9,
                "k=%u: the stored setting gets %.4f on the calibration's held-out queries, the "
-               "build reported %.4f", k, sum / n, rep->calibrated[i].recall);
+               "build reported %.4f", k, r, rep->calibrated[i].recall);
         free(truth);
         free(ids);
         free(sc);
