@@ -532,9 +532,10 @@ typedef struct chimera_build_report {
  * defaults (since 0.8.1 with k_refine = k_fullbit: every refined document full-bit
  * scored, no 1-bit pass, usually the faster form on the CPU, bench/RESULTS.md 5.19; a
  * query with a filter still refines 4 k_fullbit and re-scores 2 k_fullbit of them by
- * their 1-bit scores) on a third of the queries (a sixth for k = 100), raising n_probe or k_fullbit by the recall
- * each gains per unit of a cost model of the search's own counts (posting entries,
- * documents scored: the same choice on every build, unlike timings), and keeps the
+ * their 1-bit scores) on a third of the queries (a sixth for k = 100), raising n_probe
+ * or k_fullbit by the recall each gains per unit of a cost model of the search's own
+ * counts (posting entries, documents scored: the same choice on every build, unlike
+ * timings), and keeps the
  * cheapest setting measured only when the lower bound of the 95% interval of its recall
  * on the held-out queries (two thirds; a third for k = 100) meets 0.95, raising the
  * walk's target otherwise; where the index's bits (or the interval's width) do not allow
