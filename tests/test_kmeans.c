@@ -430,12 +430,43 @@ static void test_alloc_failures(void)
     free(x);
 }
 
+/* KMEANS_AUTO: flat Lloyd while it costs at most 2e10 multiply-adds (n_train x k x d x
+ * iterations); past that, below 4096 clusters, the hierarchical training's centroids
+ * returned flat (no coarse level); from 4096 clusters on, hierarchical with its level. */
+static void test_auto_mode(cm_pool *pool)
+{
+    const int64_t n = 70000;
+    const uint32_t d = 32;
+    float *x = clustered(n, d, 300, 0.12, 13);
+    chimera_error err;
+    /* k = 512: 32,768 x 512 x 32 x 10 = 5.4e9, flat; k = 1024: 65,536 x 1024 x 32 x 10 =
+     * 2.1e10, hierarchical */
+    static const uint32_t ks[] = {512, 1024};
+    for (int i = 0; i < 2; i++) {
+        uint32_t k = ks[i];
+        ivf_kmeans_opts o = {0};
+        o.pool = pool;
+        ivf_kmeans_result au, ref;
+        CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &au, &err), &err);
+        o.mode = i == 0 ? KMEANS_FLAT : KMEANS_HIERARCHICAL;
+        CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &ref, &err), &err);
+        CHECKF(memcmp(au.centroids, ref.centroids, sizeof(float) * k * d) == 0,
+               "auto at k = %u trains as the %s mode", k, i == 0 ? "flat" : "hierarchical");
+        CHECK(au.n_coarse == 0 && !au.coarse && !au.child_off);
+        CHECK(ref.n_coarse == (i == 0 ? 0u : 32u));
+        ivf_kmeans_result_free(&au);
+        ivf_kmeans_result_free(&ref);
+    }
+    free(x);
+}
+
 int main(void)
 {
     cm_pool *pool = cm_pool_new(2);
     CHECK(pool != NULL);
     test_flat_monotone(pool);
     test_hierarchical(pool);
+    test_auto_mode(pool);
     test_degenerate(pool);
     test_assign_exact(pool);
     test_alloc_failures();

@@ -19,7 +19,9 @@
 #include "core/pool.h"
 
 typedef enum ivf_kmeans_mode {
-    KMEANS_AUTO = 0, /* hierarchical when k >= 4096, flat below */
+    KMEANS_AUTO = 0, /* hierarchical when k >= 4096; below it flat, or, where flat Lloyd
+                        would cost over 2e10 multiply-adds, trained hierarchically and
+                        returned without the coarse level (n_coarse 0) */
     KMEANS_FLAT = 1,
     KMEANS_HIERARCHICAL = 2,
 } ivf_kmeans_mode;
