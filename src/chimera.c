@@ -1714,7 +1714,14 @@ int chimera_calibration_exact_truth(int64_t n_tokens, uint32_t dim)
  * 0.2-0.7 s a build (the most on clustered corpora, whose probing widens at that depth).
  * Cheaper ways chose worse: a climb from k = 10's scale to better neighbours stayed at
  * it where the scales differ by less than CAL_SCALE_GAIN at depth 800, and a depth of
- * 3k picked scales that needed deeper defaults on three corpora of twelve. */
+ * 3k picked scales that needed deeper defaults on three corpora of twelve.
+ *
+ * Below 1 the scales run downward, and the walk down stops early: on those twelve
+ * corpora, at both k, recall over the scales rose to one peak and fell, never rising
+ * again after a fall, and where 0.85, 1 and 0.7 ranked alike (clustered corpora at
+ * k = 100, where the depth holds every true document whatever the floor) so did the
+ * rest, within CAL_SCALE_GAIN. The same scales are picked for two or three searches
+ * fewer on most corpora (bench/RESULTS.md 5.32). */
 static const float CAL_SCALES[] = {0.85f, 1.0f, 0.7f, 0.55f, 0.4f};
 #define CAL_SCALE_DEPTH 8
 #define CAL_SCALE_GAIN 0.002
@@ -1729,7 +1736,8 @@ static chimera_status calibrate_scale(const chimera_index *ix, const chimera_que
     float *sc = cm_malloc((size_t)n * k * sizeof *sc);
     chimera_status s = CHIMERA_OK;
     if (!ids || !sc) s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
-    double best = -1;
+    double best = -1, first = -1;
+    int alike = 1; /* every scale so far ranked as the first did */
     *out = 1.0f;
     for (size_t i = 0; s == CHIMERA_OK && i < sizeof CAL_SCALES / sizeof *CAL_SCALES; i++) {
         chimera_search_params p = {0};
@@ -1743,6 +1751,11 @@ static chimera_status calibrate_scale(const chimera_index *ix, const chimera_que
             best = r;
             *out = CAL_SCALES[i];
         }
+        first = i == 0 ? r : first;
+        alike = alike && r == first;
+        /* from 0.7 down: stop at a scale that ranks below the best, or where 0.85, 1 and
+         * 0.7 all rank alike (the floor does not matter at this depth) */
+        if (i >= 2 && (r < best || alike)) break;
     }
     cm_free(ids);
     cm_free(sc);
