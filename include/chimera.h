@@ -163,8 +163,8 @@ extern "C" {
 
 #define CHIMERA_VERSION_MAJOR 0
 #define CHIMERA_VERSION_MINOR 12
-#define CHIMERA_VERSION_PATCH 3
-#define CHIMERA_VERSION_STRING "0.12.3"
+#define CHIMERA_VERSION_PATCH 4
+#define CHIMERA_VERSION_STRING "0.12.4"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -541,8 +541,9 @@ typedef struct chimera_build_report {
  * walk's target otherwise; where the index's bits (or the interval's width) do not allow
  * it, the best setting found is kept with reached = 0. It costs 96 to 192
  * pseudo-queries' searches (phase "calibrate": 1.5-5 CPU seconds; bench/RESULTS.md
- * section 5.6 measures 6-21% of the build's CPU time on 0.66-1.05M-token corpora, 23% on
- * a 131k-token one; the count stops growing at 3.8M tokens, and the share falls beyond).
+ * section 5.32 measures 6-26% of the build on 0.45-1.65M-token corpora and 42-52% on
+ * 0.13-0.23M-token ones, whose builds take 2-3.5 s; the count stops growing at 3.8M
+ * tokens, and the share falls beyond: 5.5% at 10^7).
  * The defaults are stored in the manifest, survive add and delete, and are no longer
  * used once a fifth of the documents changed (like tuned profiles);
  * chimera_index_info_read reports them.
