@@ -525,7 +525,8 @@ typedef struct chimera_build_report {
  * k = 100 queries: on a corpus of 60,000 documents k_refine 1,200 missed 1.8% of the
  * true top 100, which deeper settings then found and were counted wrong for; since
  * 0.12.2, on a corpus small enough that an exact pass over it costs about what that
- * search does, at most 1.7e10 multiply-adds, the truth is exact search's top k), picks
+ * search does, at most 1.7e10 multiply-adds, the truth is exact search's top k; since
+ * 0.12.4, up to three times that, exact search's for the k = 100 held-out queries), picks
  * the probe floor's scale for each k (impute_scale; since 0.12.3 per k, and every trial
  * and check of that k runs at it: before, they ran at 1 while the scale picked was
  * stored, so the reported recall was another setting's), walks up from half the fixed
