@@ -1698,18 +1698,6 @@ static int64_t cal_n_queries(int64_t n_tokens)
     return nq / 6 * 6;
 }
 
-/* Which truth (chimera_impl.h). Decided on the sample's expected length, not on the
- * lengths drawn, so that the corpus alone decides. */
-chimera_calibration_truth_kind chimera_calibration_truth(int64_t n_tokens, uint32_t dim)
-{
-    double q_tokens =
-        (double)cal_n_queries(n_tokens) * (DATA_SAMPLE_MIN_LEN + DATA_SAMPLE_MAX_LEN) / 2;
-    double macs = (double)n_tokens * q_tokens * dim;
-    return macs <= CAL_EXACT_MACS         ? CAL_TRUTH_EXACT
-           : macs <= 3 * CAL_EXACT_MACS   ? CAL_TRUTH_EXACT_HELDOUT
-                                          : CAL_TRUTH_CANDIDATES;
-}
-
 /* The probe floor's scale (chimera_search_params.impute_scale) is chosen first, for each
  * k: the one of CAL_SCALES whose refinement ranks best on that k's tuning queries, at
  * the library's n_probe with every refined document scored in full (k_fullbit = k_refine
@@ -1723,7 +1711,8 @@ chimera_calibration_truth_kind chimera_calibration_truth(int64_t n_tokens, uint3
  * corpus 0.55 at k = 10, while at k = 100 (20 / 301 / 301) 0.55 gave Recall@100 0.962
  * and 0.85 gave 0.982, and the k = 100 default the walk found at 0.85 refines 200
  * documents where at 0.55 it needed 452 (bench/RESULTS.md 5.31). The k = 100 scale costs
- * 0.2-0.7 s a build (the most on clustered corpora, whose probing widens at that depth).
+ * 0.04-0.35 s a build (the most on clustered corpora, whose probing widens at that depth;
+ * bench/RESULTS.md 5.32).
  * Cheaper ways chose worse: a climb from k = 10's scale to better neighbours stayed at
  * it where the scales differ by less than CAL_SCALE_GAIN at depth 800, and a depth of
  * 3k picked scales that needed deeper defaults on three corpora of twelve.
@@ -1748,7 +1737,7 @@ static chimera_status calibrate_scale(const chimera_index *ix, const chimera_que
     float *sc = cm_malloc((size_t)n * k * sizeof *sc);
     chimera_status s = CHIMERA_OK;
     if (!ids || !sc) s = cm_fail(err, CHIMERA_ERR_NOMEM, "calibrate: out of memory");
-    double best = -1, first = -1;
+    double best = -1, first = 0;
     int alike = 1; /* every scale so far ranked as the first did */
     *out = 1.0f;
     for (size_t i = 0; s == CHIMERA_OK && i < sizeof CAL_SCALES / sizeof *CAL_SCALES; i++) {
@@ -1763,7 +1752,7 @@ static chimera_status calibrate_scale(const chimera_index *ix, const chimera_que
             best = r;
             *out = CAL_SCALES[i];
         }
-        first = i == 0 ? r : first;
+        if (i == 0) first = r;
         alike = alike && r == first;
         /* from 0.7 down: stop at a scale that ranks below the best, or where 0.85, 1 and
          * 0.7 all rank alike (the floor does not matter at this depth) */
@@ -1785,6 +1774,22 @@ static uint32_t cal_ks(const data_corpus *c, uint32_t kv[2], int64_t *live)
     for (int i = 0; i < 2; i++)
         if ((int64_t)ks[i] * 5 <= *live) kv[nk++] = ks[i];
     return nk;
+}
+
+/* Which truth (chimera_impl.h). Decided on the sample's expected length, not on the
+ * lengths drawn, so that the corpus alone decides. The held-out band needs k = 100:
+ * with one k its held-out queries are two thirds of the sample, and a corpus of under
+ * 500 documents is refined a thousand documents deep, so its candidates miss little. */
+chimera_calibration_truth_kind chimera_calibration_truth(const data_corpus *c)
+{
+    int64_t live;
+    uint32_t kv[2], nk = cal_ks(c, kv, &live);
+    double q_tokens =
+        (double)cal_n_queries(c->n_tokens) * (DATA_SAMPLE_MIN_LEN + DATA_SAMPLE_MAX_LEN) / 2;
+    double macs = (double)c->n_tokens * q_tokens * c->dim;
+    if (macs <= CAL_EXACT_MACS) return CAL_TRUTH_EXACT;
+    return macs <= 3 * CAL_EXACT_MACS && nk == 2 ? CAL_TRUTH_EXACT_HELDOUT
+                                                 : CAL_TRUTH_CANDIDATES;
 }
 
 /* The sample's order for the parts (calibrate_index): the first k's tuning queries
@@ -1864,21 +1869,21 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     chimera_search_opts so = {.n_threads = cc->n_threads};
     /* The truth: where an exact pass over the corpus costs at most CAL_EXACT_MACS, that
      * pass, and the generous search serves only the ceiling, on the tuning queries
-     * ([0, u) and [3u, 4u)), at the usual depth. Where a pass over the largest k's
-     * held-out queries ([u, 3u), a third) costs that much, the pass for them and the
-     * generous search for the rest. Elsewhere the exact top-k among a generous search's
+     * ([0, u) and [3u, 4u)), at the usual depth. Where a pass over the k = 100
+     * held-out queries ([u, 3u), a third; both k calibrated) costs at most that, the
+     * pass for them and the generous search for the rest. Elsewhere the exact top-k among a generous search's
      * candidates, the search refining deeper for the k = 100 queries (the first 3u with
      * a second k; k = 10 uses them too). */
-    chimera_calibration_truth_kind exact = chimera_calibration_truth(c->n_tokens, c->dim);
+    chimera_calibration_truth_kind truth_kind = chimera_calibration_truth(c);
     uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
     int64_t share = live / CAL_DEEP_SHARE;
     if (share > deep) deep = share > CAL_DEEP_MAX ? CAL_DEEP_MAX : (uint32_t)share;
     int64_t n_deep = nk == 2 ? 3 * u : 0;
     int64_t part_q0[2] = {0, n_deep}, part_n[2] = {n_deep, nq - n_deep};
-    if (exact == CAL_TRUTH_EXACT) { /* the tuning queries only, both at the usual depth */
+    if (truth_kind == CAL_TRUTH_EXACT) { /* the tuning queries only, both at the usual depth */
         part_q0[1] = 3 * u;
         part_n[0] = part_n[1] = u;
-    } else if (exact == CAL_TRUTH_EXACT_HELDOUT) { /* all but [u, 3u) */
+    } else if (truth_kind == CAL_TRUTH_EXACT_HELDOUT) { /* all but [u, 3u) */
         part_q0[1] = 3 * u;
         part_n[0] = u;
         part_n[1] = nq - 3 * u;
@@ -1886,7 +1891,7 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     for (int64_t i = 0; i < nq * pool; i++) cand[i] = -1; /* no candidates: not searched */
     for (int part = 0; part < 2; part++) {
         int64_t q0 = part_q0[part], qn = part_n[part];
-        int deeper = part == 0 && exact != CAL_TRUTH_EXACT && nk == 2;
+        int deeper = part == 0 && truth_kind != CAL_TRUTH_EXACT && nk == 2;
         if (qn == 0) continue;
         if (qn < nq && (s = chimera_queries_slice(q, q0, qn, &qpart, err)) != CHIMERA_OK)
             goto done;
@@ -1925,13 +1930,13 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     if ((s = sp_exact_rescore(c, &q->q, cand, pool, kmax, cc->n_threads, cand_truth, tsc,
                               err)) != CHIMERA_OK)
         goto done;
-    if (exact != CAL_TRUTH_EXACT)
+    if (truth_kind != CAL_TRUTH_EXACT)
         memcpy(truth, cand_truth, (size_t)nq * kmax * sizeof *truth);
-    if (exact == CAL_TRUTH_EXACT &&
+    if (truth_kind == CAL_TRUTH_EXACT &&
         (s = sp_exact_search(c, &q->q, kmax, cc->n_threads, NULL, NULL, truth, tsc, err)) !=
             CHIMERA_OK)
         goto done;
-    if (exact == CAL_TRUTH_EXACT_HELDOUT) {
+    if (truth_kind == CAL_TRUTH_EXACT_HELDOUT) {
         if ((s = chimera_queries_slice(q, u, 2 * u, &qpart, err)) != CHIMERA_OK ||
             (s = sp_exact_search(c, &qpart->q, kmax, cc->n_threads, NULL, NULL,
                                  truth + (size_t)u * kmax, tsc, err)) != CHIMERA_OK)

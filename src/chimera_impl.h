@@ -18,21 +18,22 @@ struct chimera_codebook {
     ix_codebook cb;
 };
 
-/* The truth the build's calibration of a corpus of n_tokens tokens of dimension dim
- * takes (chimera.c, calibrate_index; for tests): a generous search's candidates, exact
- * search for every pseudo-query, or exact search for the held-out queries of the
- * largest k (the sample's [u, 3u), a third of it) and the candidates for the rest. */
+/* The truth the build's calibration of corpus c takes (chimera.c, calibrate_index; for
+ * tests): a generous search's candidates, exact search for every pseudo-query, or,
+ * where it calibrates k = 10 and 100, exact search for the k = 100 held-out queries
+ * (the sample's [u, 3u), a third of it; half of k = 10's held-out ones) and the
+ * candidates for the rest. */
 typedef enum chimera_calibration_truth_kind {
     CAL_TRUTH_CANDIDATES = 0,
     CAL_TRUTH_EXACT = 1,
     CAL_TRUTH_EXACT_HELDOUT = 2,
 } chimera_calibration_truth_kind;
-chimera_calibration_truth_kind chimera_calibration_truth(int64_t n_tokens, uint32_t dim);
+chimera_calibration_truth_kind chimera_calibration_truth(const data_corpus *c);
 
 /* The pseudo-queries on which the build's calibration of corpus c (build seed seed)
  * checks its setting for k (10 or 100, where calibrated): the held-out part of its
  * sample (_INVALID_ARG for a k it does not calibrate). Where exact search is their
- * truth (every k under CAL_TRUTH_EXACT, the largest under CAL_TRUTH_EXACT_HELDOUT), the
+ * truth (every k under CAL_TRUTH_EXACT, k = 100 under CAL_TRUTH_EXACT_HELDOUT), the
  * stored setting's mean Recall@k on them is the recall the build reports (for tests). */
 chimera_status chimera_calibration_heldout(const chimera_corpus *c, uint64_t seed, uint32_t k,
                                            chimera_queries **out, chimera_error *err);

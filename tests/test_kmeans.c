@@ -440,9 +440,9 @@ static void test_auto_mode(cm_pool *pool)
     float *x = clustered(n, d, 300, 0.12, 13);
     chimera_error err;
     /* k = 512: 32,768 x 512 x 32 x 10 = 5.4e9, flat; k = 1024: 65,536 x 1024 x 32 x 10 =
-     * 2.1e10, hierarchical */
-    static const uint32_t ks[] = {512, 1024};
-    for (int i = 0; i < 2; i++) {
+     * 2.1e10, hierarchical returned flat; k = 4096: hierarchical, 64 coarse clusters */
+    static const uint32_t ks[] = {512, 1024, 4096};
+    for (int i = 0; i < 3; i++) {
         uint32_t k = ks[i];
         ivf_kmeans_opts o = {0};
         o.pool = pool;
@@ -452,8 +452,9 @@ static void test_auto_mode(cm_pool *pool)
         CHECK_OK(ivf_kmeans_train(x, n, d, d, k, &o, &ref, &err), &err);
         CHECKF(memcmp(au.centroids, ref.centroids, sizeof(float) * k * d) == 0,
                "auto at k = %u trains as the %s mode", k, i == 0 ? "flat" : "hierarchical");
-        CHECK(au.n_coarse == 0 && !au.coarse && !au.child_off);
-        CHECK(ref.n_coarse == (i == 0 ? 0u : 32u));
+        if (i < 2) CHECK(au.n_coarse == 0 && !au.coarse && !au.child_off);
+        else CHECK(au.n_coarse == 64 && au.coarse && au.child_off);
+        CHECK(ref.n_coarse == (i == 0 ? 0u : i == 1 ? 32u : 64u));
         ivf_kmeans_result_free(&au);
         ivf_kmeans_result_free(&ref);
     }

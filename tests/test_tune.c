@@ -107,7 +107,7 @@ static void check_reported_recall(const chimera_corpus *c, const char *dir,
                                   const chimera_build_report *rep)
 {
     chimera_error err;
-    chimera_calibration_truth_kind truth_kind = chimera_calibration_truth(c->c.n_tokens, c->c.dim);
+    chimera_calibration_truth_kind truth_kind = chimera_calibration_truth(&c->c);
     CHECK(truth_kind != CAL_TRUTH_CANDIDATES);
     int first = truth_kind == CAL_TRUTH_EXACT ? 0 : rep->n_calibrated - 1;
     chimera_index *ix = NULL;
@@ -1138,8 +1138,7 @@ static void check_calibrated_deep(const char *name, uint32_t dim, uint32_t min_l
     chimera_corpus *c = NULL;
     CHECK_OK(chimera_corpus_open(tok, len, NULL, NULL, &c, &err), &err);
     if (!c) return;
-    CHECKF(chimera_calibration_truth(chimera_corpus_n_tokens(c), chimera_corpus_dim(c)) ==
-               truth_kind,
+    CHECKF(chimera_calibration_truth(&c->c) == truth_kind,
            "%s: %lld tokens: the calibration's truth is not the one this corpus is for", name,
            (long long)chimera_corpus_n_tokens(c));
     snprintf(idx, sizeof idx, "%s-idx", dir);
@@ -1188,6 +1187,28 @@ static void check_calibrated_deep(const char *name, uint32_t dim, uint32_t min_l
     chimera_corpus_close(c);
 }
 
+/* The truth on shapes alone (chimera_calibration_truth reads sizes and offsets only):
+ * 96 pseudo-queries of 18 tokens on average, 1.7e10 and 5.1e10 multiply-adds. */
+static chimera_calibration_truth_kind truth_of(int64_t n_docs, int64_t doc_len, uint32_t dim)
+{
+    data_corpus c = {.n_tokens = n_docs * doc_len, .dim = dim, .n_docs = n_docs};
+    c.doc_off = malloc((size_t)(n_docs + 1) * sizeof *c.doc_off);
+    for (int64_t d = 0; d <= n_docs; d++) c.doc_off[d] = d * doc_len;
+    chimera_calibration_truth_kind t = chimera_calibration_truth(&c);
+    free(c.doc_off);
+    return t;
+}
+
+static void test_calibration_truth_rule(void)
+{
+    CHECK(truth_of(1000, 60, 128) == CAL_TRUTH_EXACT);           /* 1.3e10 */
+    CHECK(truth_of(1000, 150, 128) == CAL_TRUTH_EXACT_HELDOUT);  /* 3.3e10 */
+    CHECK(truth_of(1000, 250, 128) == CAL_TRUTH_CANDIDATES);     /* 5.5e10 */
+    /* with one k (under 500 documents) there is no k = 100 held-out third */
+    CHECK(truth_of(400, 250, 128) == CAL_TRUTH_CANDIDATES);      /* 2.2e10 */
+    CHECK(truth_of(400, 150, 64) == CAL_TRUTH_EXACT);            /* 6.6e9 */
+}
+
 static void test_calibrated_deep(void)
 {
     check_calibrated_deep("cal-deep", 64, 24, 40, CAL_TRUTH_CANDIDATES);
@@ -1211,6 +1232,7 @@ int main(void)
     test_frontier_rerank();
     test_pseudo_queries();
     test_calibrated();
+    test_calibration_truth_rule();
     test_calibrated_deep();
     return check_report();
 }

@@ -48,7 +48,7 @@
 #define COARSE_PPC 256      /* coarse level trains on at most 256 points per cluster */
 #define HIER_MIN_K 4096     /* from here on the result keeps its coarse level (kmeans.h) */
 /* Flat Lloyd costs n_train x k x d multiply-adds an iteration, and k-means at ~100 tokens
- * a cluster samples n_train ~ 64 k: at d = 32 and k = 2,304 that was 3 s of a 5.4 s
+ * a cluster samples n_train ~ 64 k: at d = 32 and k = 2,304 that was 2.9 s of a 5.8 s
  * build. Past this budget (for all iterations) the hierarchical scheme trains instead,
  * at a tenth of the cost, with the same search recall at fixed settings (bench/RESULTS.md
  * 5.32); below HIER_MIN_K it still returns a flat codebook (the coarse level dropped), so
@@ -687,8 +687,8 @@ chimera_status ivf_kmeans_train(const float *x, int64_t n, uint32_t d, size_t ld
     if (mode == KMEANS_AUTO) {
         double n_train = (double)n < (double)k * ppc ? (double)n : (double)k * ppc;
         double flat_macs = n_train * k * d * n_iter;
-        mode = k >= HIER_MIN_K || flat_macs > FLAT_MAX_MACS ? KMEANS_HIERARCHICAL : KMEANS_FLAT;
-        flat_result = k < HIER_MIN_K;
+        mode = (k >= HIER_MIN_K || flat_macs > FLAT_MAX_MACS) ? KMEANS_HIERARCHICAL : KMEANS_FLAT;
+        flat_result = mode == KMEANS_HIERARCHICAL && k < HIER_MIN_K;
     }
     if (k == 1) mode = KMEANS_FLAT;
 

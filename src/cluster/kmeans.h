@@ -56,7 +56,8 @@ typedef struct ivf_kmeans_opts {
 typedef struct ivf_kmeans_result {
     uint32_t k, d;
     float *centroids;     /* k x d, unit rows, 64-byte aligned */
-    /* Hierarchical only (NULL / 0 when flat): */
+    /* Hierarchical from 4096 clusters only (NULL / 0 when flat, and when KMEANS_AUTO
+     * trained hierarchically below 4096): */
     uint32_t n_coarse;
     float *coarse;        /* n_coarse x d, unit rows */
     uint32_t *child_off;  /* n_coarse + 1 */

@@ -18,9 +18,10 @@
  * Clusters. K defaults to about one per 100 tokens (ix_auto_clusters): Chimera's
  * filtering relies on fine clusters (small residuals sharpen the 1-bit estimate and
  * posting lists stay short), the regime of docs/design.md §3: K ~ ntok/512 .. ntok/64.
- * k-means runs hierarchically above 4096 clusters (cluster/kmeans.h) and the same
- * two-level structure assigns every token; the fraction of tokens that get their exact
- * nearest centroid is measured on a sample and reported. */
+ * From 4096 clusters k-means runs hierarchically (cluster/kmeans.h) and the same
+ * two-level structure assigns every token; below that assignment is exact (k-means may
+ * still train hierarchically there, but returns no coarse level). The fraction of
+ * tokens that get their exact nearest centroid is measured on a sample and reported. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -328,7 +328,10 @@ static chimera_status two_level_make(const ix_index *ix, cm_pool *pool, two_leve
     memset(t, 0, sizeof *t);
     const uint32_t K = ix->n_clusters, d = ix->dim;
     uint32_t nc = (uint32_t)(sqrt((double)K) + 0.5);
-    ivf_kmeans_opts ko = {.seed = 4321, .pool = pool, .max_points_per_centroid = K};
+    /* flat, whatever it costs: these groups route a token's search, and the measured
+     * assignment recall of adds (chimera_update_report) is of this structure */
+    ivf_kmeans_opts ko = {.mode = KMEANS_FLAT, .seed = 4321, .pool = pool,
+                          .max_points_per_centroid = K};
     CM_TRY(ivf_kmeans_train(ix->centroids, K, d, d, nc, &ko, &t->km, err));
     nc = t->km.k;
     uint32_t *cc = cm_malloc((size_t)K * sizeof *cc);
