@@ -1871,9 +1871,9 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
      * pass, and the generous search serves only the ceiling, on the tuning queries
      * ([0, u) and [3u, 4u)), at the usual depth. Where a pass over the k = 100
      * held-out queries ([u, 3u), a third; both k calibrated) costs at most that, the
-     * pass for them and the generous search for the rest. Elsewhere the exact top-k among a generous search's
-     * candidates, the search refining deeper for the k = 100 queries (the first 3u with
-     * a second k; k = 10 uses them too). */
+     * pass for them and the generous search for the rest. Elsewhere the exact top-k
+     * among a generous search's candidates, the search refining deeper for the k = 100
+     * queries (the first 3u with a second k; k = 10 uses them too). */
     chimera_calibration_truth_kind truth_kind = chimera_calibration_truth(c);
     uint32_t refine = pool * 4 > 1000 ? pool * 4 : 1000, deep = refine;
     int64_t share = live / CAL_DEEP_SHARE;
@@ -1930,20 +1930,16 @@ static chimera_status calibrate_index(void *user, const data_corpus *c, const ch
     if ((s = sp_exact_rescore(c, &q->q, cand, pool, kmax, cc->n_threads, cand_truth, tsc,
                               err)) != CHIMERA_OK)
         goto done;
-    if (truth_kind != CAL_TRUTH_EXACT)
+    if (truth_kind == CAL_TRUTH_EXACT) {
+        s = sp_exact_search(c, &q->q, kmax, cc->n_threads, NULL, NULL, truth, tsc, err);
+    } else {
         memcpy(truth, cand_truth, (size_t)nq * kmax * sizeof *truth);
-    if (truth_kind == CAL_TRUTH_EXACT &&
-        (s = sp_exact_search(c, &q->q, kmax, cc->n_threads, NULL, NULL, truth, tsc, err)) !=
-            CHIMERA_OK)
-        goto done;
-    if (truth_kind == CAL_TRUTH_EXACT_HELDOUT) {
-        if ((s = chimera_queries_slice(q, u, 2 * u, &qpart, err)) != CHIMERA_OK ||
-            (s = sp_exact_search(c, &qpart->q, kmax, cc->n_threads, NULL, NULL,
-                                 truth + (size_t)u * kmax, tsc, err)) != CHIMERA_OK)
-            goto done;
-        chimera_queries_free(qpart);
-        qpart = NULL;
+        if (truth_kind == CAL_TRUTH_EXACT_HELDOUT &&
+            (s = chimera_queries_slice(q, u, 2 * u, &qpart, err)) == CHIMERA_OK)
+            s = sp_exact_search(c, &qpart->q, kmax, cc->n_threads, NULL, NULL,
+                                truth + (size_t)u * kmax, tsc, err);
     }
+    if (s != CHIMERA_OK) goto done;
 
     /* The sampled queries are independent draws: a third tunes, the rest checks.
      * Tuning runs a search per step and the check one per round, so the larger part

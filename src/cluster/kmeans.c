@@ -682,11 +682,12 @@ chimera_status ivf_kmeans_train(const float *x, int64_t n, uint32_t d, size_t ld
     const uint32_t ppc = o.max_points_per_centroid ? o.max_points_per_centroid : DEFAULT_PPC;
     const uint64_t seed = o.seed ? o.seed : DEFAULT_SEED;
     const uint32_t n_iter = o.n_iter ? o.n_iter : DEFAULT_ITER;
+    /* Training sample: at most ppc points per centroid, drawn without replacement. */
+    const int64_t nt = (double)n > (double)k * ppc ? (int64_t)k * ppc : n;
     ivf_kmeans_mode mode = o.mode;
     int flat_result = 0; /* trained hierarchically, returned flat (FLAT_MAX_MACS) */
     if (mode == KMEANS_AUTO) {
-        double n_train = (double)n < (double)k * ppc ? (double)n : (double)k * ppc;
-        double flat_macs = n_train * k * d * n_iter;
+        double flat_macs = (double)nt * k * d * n_iter;
         mode = (k >= HIER_MIN_K || flat_macs > FLAT_MAX_MACS) ? KMEANS_HIERARCHICAL : KMEANS_FLAT;
         flat_result = mode == KMEANS_HIERARCHICAL && k < HIER_MIN_K;
     }
@@ -703,12 +704,9 @@ chimera_status ivf_kmeans_train(const float *x, int64_t n, uint32_t d, size_t ld
         tiles[w] = cm_aligned_alloc(64, sizeof(float) * IVF_TILE_ROWS * IVF_TILE_COLS);
         if (!tiles[w]) goto done;
     }
-    /* Training sample: at most ppc points per centroid, drawn without replacement. */
     const float *tx = x;
     size_t tld = ldx;
-    int64_t nt = n;
-    if ((double)n > (double)k * ppc) {
-        nt = (int64_t)k * ppc;
+    if (nt < n) {
         train = cm_aligned_alloc(64, sizeof(float) * (size_t)nt * d);
         if (!train) goto done;
         sample_rows(x, n, ldx, d, nt, seed, 0x73616d706c65ull, train);
