@@ -217,13 +217,15 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         {"--subset", OPT_STR, &subset, "return only these document ids (.npy int64 or text)", 0, 0},
         {"--exclude", OPT_STR, &exclude, "never return these document ids (.npy int64 or text)", 0, 0},
         {"--filter", OPT_STR, &filter_expr,
-         "SQL expression over the metadata (chimera meta import), ? bound to --filter-args", 0, 0},
+         "SQL expression over the metadata (chimera meta import), ? bound to --filter-args "
+         "(every argument up to the next option)", 0, 0},
         {"--subset-per-query", OPT_STR, &per_query,
          "per-query allowed ids: text lines \"QID DOCID\" (QID: the query's number from 0)", 0, 0},
     };
     const char *pos[1];
     int np = 0;
-    int r = cli_parse("search", "IDX --queries Q.npy [-k K] [--out run.trec] [--nprobe N ...]",
+    int r = cli_parse("search", "IDX --queries Q.npy [-k K] [--out run.trec] [--nprobe N ...] "
+                      "[--filter EXPR [--filter-args A ...]]",
                       argc, argv, 2, opts, sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
     if (np != 1) {

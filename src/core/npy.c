@@ -209,8 +209,8 @@ chimera_status cm_npy_parse_header(const void *buf, size_t len, const char *name
     else if (strcmp(t, "i8") == 0) out->dtype = CM_I64;
     else
         return cm_fail(err, CHIMERA_ERR_UNSUPPORTED,
-                       "%s: dtype '%s' is not supported (float32, float16, int32, int64)", name,
-                       descr);
+                       "%s: dtype '%s' is not supported (vectors: float32 or float16; lengths "
+                       "and ids: int32 or int64)", name, descr);
     int64_t count = 1;
     for (int i = 0; i < out->ndim; i++) {
         if (out->shape[i] != 0 && count > INT64_MAX / 8 / out->shape[i])
