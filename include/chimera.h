@@ -1353,6 +1353,9 @@ CHIMERA_API chimera_status chimera_run_read(const char *path, chimera_run **out,
 CHIMERA_API chimera_status chimera_run_read_qrels(const char *path, chimera_run **out,
                                                   chimera_error *err);
 CHIMERA_API int64_t chimera_run_n_queries(const chimera_run *run);
+/* The most hits any one query of the run has (0 for an empty run or NULL): a run cut
+ * at depth 10 cannot show Recall@100, nor a truth of depth 100 measure Recall@1000. */
+CHIMERA_API int64_t chimera_run_depth(const chimera_run *run);
 
 /* Top-k document ids of queries "0" .. "n_queries-1" of a run whose ids are integers
  * (runs written by chimera): ids[i*k + r], -1 where the run has fewer.

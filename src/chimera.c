@@ -445,6 +445,16 @@ chimera_status chimera_run_read_qrels(const char *path, chimera_run **out, chime
 
 int64_t chimera_run_n_queries(const chimera_run *run) { return run ? run->r.n_q : 0; }
 
+int64_t chimera_run_depth(const chimera_run *run)
+{
+    int64_t depth = 0;
+    for (int64_t q = 0; run && q < run->r.n_q; q++) {
+        int64_t n = run->r.q_off[q + 1] - run->r.q_off[q];
+        if (n > depth) depth = n;
+    }
+    return depth;
+}
+
 void chimera_run_free(chimera_run *run)
 {
     if (!run) return;

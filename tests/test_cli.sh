@@ -17,6 +17,16 @@ grep -q '"recall@10": 1.000000' "$T/eval.json" && grep -q '"recall@50": 1.000000
 mrr=$(sed -n 's/.*"mrr@10": \([0-9.]*\).*/\1/p' "$T/eval.json")
 awk -v m="$mrr" 'BEGIN { exit !(m > 0.2) }' && ok || bad "MRR@10 $mrr is implausibly low"
 
+# a cut-off past a run's depth is flagged: the run of depth 10 against Recall@50, and the
+# truth of depth 50 against Recall@80; cut-offs within both depths are not
+awk '$4 <= 10' "$T/truth.trec" >"$T/r10.trec"
+"$CHIMERA" eval --run "$T/r10.trec" --truth "$T/truth.trec" -k 10 2>"$T/w10.err" >/dev/null
+[ ! -s "$T/w10.err" ] && ok || bad "eval warned within the depths: $(cat "$T/w10.err")"
+"$CHIMERA" eval --run "$T/r10.trec" --truth "$T/truth.trec" -k 10,50,80 >/dev/null 2>"$T/w.err" || bad "eval failed"
+grep -q 'r10.trec holds at most 10 hits a query, so Recall@50 counts the rest as missed' "$T/w.err" &&
+  grep -q 'truth.trec holds at most 50 hits a query, so Recall@80 is measured against those only' "$T/w.err" &&
+  [ "$(wc -l <"$T/w.err")" -eq 3 ] && ok || bad "eval's depth warnings: $(cat "$T/w.err")"
+
 # determinism: the same seed gives the same files
 "$CHIMERA" gen --out "$T/c2" --docs 400 --queries 20 --dim 64 --seed 1 >/dev/null
 cmp -s "$T/c/tokens.npy" "$T/c2/tokens.npy" && cmp -s "$T/c/queries.npy" "$T/c2/queries.npy" && ok || bad "gen is not deterministic"

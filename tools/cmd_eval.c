@@ -44,6 +44,20 @@ int cmd_eval(int argc, char **argv)
         rc = cli_fail("eval", &err);
         goto done;
     }
+    /* a cut-off past either run's depth reads as a loss of recall (the run's) or is
+     * measured against fewer documents (the truth's, k' = min(k, its hits)): say so */
+    int64_t run_depth = chimera_run_depth(run), truth_depth = chimera_run_depth(truth);
+    for (int i = 0; i < nk; i++) {
+        int64_t want = truth_depth > 0 && truth_depth < kv[i] ? truth_depth : kv[i];
+        if (want > run_depth)
+            fprintf(stderr, "chimera eval: warning: %s holds at most %lld hits a query, so "
+                    "Recall@%u counts the rest as missed\n", run_path, (long long)run_depth,
+                    kv[i]);
+        if (truth_depth > 0 && kv[i] > truth_depth)
+            fprintf(stderr, "chimera eval: warning: %s holds at most %lld hits a query, so "
+                    "Recall@%u is measured against those only\n", truth_path,
+                    (long long)truth_depth, kv[i]);
+    }
     double rec[16];
     int64_t nq = 0, nqr = 0;
     for (int i = 0; i < nk; i++)
