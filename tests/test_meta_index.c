@@ -196,6 +196,26 @@ int main(void)
                  CHIMERA_ERR_INVALID_ARG, &err);
     CHECK(strstr(err.msg, "meta import") != NULL);
     CHECK(generation_of(dir) == 1);
+    /* refused metadata leaves an index without metadata as it was: no database made for
+     * an add whose records are malformed (the documents are not added either), nor for a
+     * malformed import */
+    {
+        FILE *f = fopen(bad, "w");
+        fprintf(f, "{\"id\": %d, \"year\": 1990}\nnot json\n", (int)NB);
+        fclose(f);
+        chimera_corpus *one = NULL;
+        CHECK_OK(chimera_corpus_wrap(s.tokens + (size_t)off[NB] * s.dim, s.doclens[NB], s.dim,
+                                     s.doclens + NB, 1, ids + NB, NULL, &one, &err), &err);
+        chimera_update_opts bad_meta = {.no_sync = 1, .metadata = bad};
+        CHECK_STATUS(chimera_index_add(dir, one, &bad_meta, &rep, &err), CHIMERA_ERR_FORMAT,
+                     &err);
+        chimera_corpus_close(one);
+        CHECKF(access(dbpath, F_OK) != 0, "a refused add left %s", dbpath);
+        CHECK_STATUS(chimera_index_meta_import(dir, bad, 0, &fast, &rep, &err),
+                     CHIMERA_ERR_FORMAT, &err);
+        CHECKF(access(dbpath, F_OK) != 0, "a refused import left %s", dbpath);
+        CHECK(generation_of(dir) == 1);
+    }
     /* import, filter */
     write_records(recs, 0, NB);
     CHECK_OK(chimera_index_meta_import(dir, recs, 0, &fast, &rep, &err), &err);

@@ -15,6 +15,7 @@
 
 struct ix_meta {
     meta_db *db;
+    char *made; /* the database's path where this change created it, else NULL */
 };
 
 char *ix_meta_path(const char *dir) { return cm_path_join(dir, IX_META_FILE); }
@@ -174,14 +175,16 @@ chimera_status ix_meta_begin(const char *dir, const ix_index *ix, int flags, ix_
         s = replay(m->db, ix, have, want, missing, &n, err);
     if (repaired) *repaired = n;
     if (s == CHIMERA_OK) s = meta_db_begin(m->db, err);
+    if (m && missing) { /* made for this change: ix_meta_end removes it unless committed */
+        m->made = path;
+        path = NULL;
+    }
+    cm_free(path);
     if (s != CHIMERA_OK) {
         cm_fail_prefix(err, "%s", dir);
         ix_meta_end(m, 0);
-        if (missing && m) unlink(path); /* made for nothing: leave it missing, as it was */
-        cm_free(path);
         return s;
     }
-    cm_free(path);
     *out = m;
     return CHIMERA_OK;
 }
@@ -234,6 +237,10 @@ void ix_meta_end(ix_meta *m, int committed)
         else meta_db_rollback(m->db, NULL);
     }
     meta_db_close(m->db);
+    /* a database this change made, and the change failed: leave it missing, as it was
+     * (an add whose metadata was refused must not leave an empty one in the index) */
+    if (m->made && !committed) unlink(m->made);
+    cm_free(m->made);
     cm_free(m);
 }
 

@@ -71,7 +71,8 @@ chimera_status ix_meta_prepare(ix_meta *m, struct cJSON *meta, uint64_t new_gen,
 
 /* After the manifest commit (committed = 1: commit the database; 0: roll it back), and
  * closes. A failed database commit after a committed manifest is not an error of the
- * change: the next writer replays it. NULL is a no-op. */
+ * change: the next writer replays it. A database ix_meta_begin created is removed when
+ * the change does not commit. NULL is a no-op. */
 void ix_meta_end(ix_meta *m, int committed);
 
 /* Empties the log once the database holds what it describes (a compaction, which does
