@@ -414,6 +414,14 @@ printf '90000\n90001\n%s\n90003\n90004\n' "$live1" >"$T/present.ids"
 printf '%s\n%s\n90002\n%s\n%s\n' "$live1" "$live2" "$(sed -n 3p "$T/exp")" "$(sed -n 4p "$T/exp")" >"$T/absent.ids"
 npy i64 "$T/neg.npy" "$live1" -7
 G=(--tokens "$T/good/tokens.npy" --doclens "$T/good/doclens.npy")
+# a writer given a path with no index says so and leaves nothing there (no lock file)
+expect_fail "add to a missing index" "$T/ghost: no such index directory" \
+  "$C" add "$T/ghost" "${G[@]}" --ids "$T/new5.ids"
+expect_fail "delete from a missing index" "no such index directory" "$C" delete "$T/ghost" --id 1
+expect_fail "compact of a missing index" "no such index directory" "$C" compact "$T/ghost"
+expect_fail "recluster of a missing index" "no such index directory" \
+  "$C" compact "$T/ghost" --recluster
+ls -d "$T"/ghost* >/dev/null 2>&1 && bad "a missing index's writers left $(ls -d "$T"/ghost*)" || ok
 expect_fail "add of 48-d documents" "dimension 48, the index $DIM" \
   "$C" add "$BI" --tokens "$T/d48/tokens.npy" --doclens "$T/d48/doclens.npy" --ids "$T/new5.ids"
 expect_fail "update of 48-d documents" "dimension 48, the index $DIM" \

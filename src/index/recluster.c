@@ -101,7 +101,8 @@ chimera_status ix_recluster(const char *dir, const ix_update_opts *opts,
     uint32_t bits = 0;
     int rerank = CHIMERA_RERANK_NONE; /* the new index keeps the vectors the old one had */
     int64_t n_docs = 0, n_tok = 0, n_del = 0;
-    chimera_status s = ix_store_lock_acquire(dir, o.lock_timeout_ms, &lock, err);
+    chimera_status s = ix_store_require_dir(dir, err);
+    if (s == CHIMERA_OK) s = ix_store_lock_acquire(dir, o.lock_timeout_ms, &lock, err);
     if (s == CHIMERA_OK) {
         s = ix_open(dir, 1, &ix, err); /* verified: the rebuild re-checksums what it reads */
         opened = s == CHIMERA_OK;

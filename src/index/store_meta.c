@@ -76,7 +76,8 @@ chimera_status ix_store_update_meta(const char *dir, const ix_store_update_opts 
     store *st = NULL;
     cJSON *root = NULL, *canon = NULL, *m = NULL;
     char *text = NULL, *path = NULL;
-    chimera_status s = ix_store_lock_acquire(target, o.lock_timeout_ms, &lock, err);
+    chimera_status s = ix_store_require_dir(target, err);
+    if (s == CHIMERA_OK) s = ix_store_lock_acquire(target, o.lock_timeout_ms, &lock, err);
     if (s != CHIMERA_OK) goto done;
     if ((s = ix_store_info(target, &st, err)) != CHIMERA_OK) goto done; /* validates it */
     ix_store_clean_stale(target, 1);

@@ -489,6 +489,22 @@ static chimera_status report_missing(const char *dir, chimera_error *err)
     return cm_fail(err, CHIMERA_ERR_IO, "%s: no such index directory", dir);
 }
 
+/* Why the directory dir could not be opened (errno e). */
+static chimera_status report_unopened(const char *dir, int e, chimera_error *err)
+{
+    if (e == ENOENT) return report_missing(dir, err);
+    if (e == ENOTDIR) return cm_fail(err, CHIMERA_ERR_IO, "%s: not a directory", dir);
+    return cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", dir, strerror(e));
+}
+
+chimera_status ix_store_require_dir(const char *dir, chimera_error *err)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return report_unopened(dir, errno, err);
+    close(dfd);
+    return CHIMERA_OK;
+}
+
 void ix_store_close(store *s)
 {
     if (!s) return;
@@ -537,9 +553,7 @@ static chimera_status open_once(const char *dir, int map, int verify, store **ou
     }
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
-        if (errno == ENOENT) st = report_missing(dir, err);
-        else if (errno == ENOTDIR) st = cm_fail(err, CHIMERA_ERR_IO, "%s: not a directory", dir);
-        else st = cm_fail(err, CHIMERA_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+        st = report_unopened(dir, errno, err);
         goto fail;
     }
     if (fstat(dfd, seen) != 0) memset(seen, 0, sizeof *seen);

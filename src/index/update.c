@@ -119,6 +119,7 @@ static chimera_status change_begin(change *c, const char *dir, const ix_update_o
     memset(c, 0, sizeof *c);
     c->dir = dir;
     if (opts) c->o = *opts;
+    CM_TRY(ix_store_require_dir(dir, err));
     CM_TRY(ix_store_lock_acquire(dir, c->o.lock_timeout_ms, &c->lock, err));
     store *st;
     /* A compaction (the one writer that is not in place) rewrites every section under
