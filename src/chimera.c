@@ -1085,6 +1085,23 @@ static chimera_status params_from_profile(const ix_index *ix, uint32_t k,
     return CHIMERA_OK;
 }
 
+/* chunks, impute and probe in their ranges, each refusal naming its field. */
+static chimera_status params_check_enums(const chimera_search_params *cp, chimera_error *err)
+{
+    if (cp->chunks > 64)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: chunks %u: expected 1..64 (0 for the default)", cp->chunks);
+    if (!chimera_impute_name(cp->impute))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: impute %d is not a chimera_impute (probe, zero or min)",
+                       (int)cp->impute);
+    if (!chimera_probe_name(cp->probe))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                       "search: probe %d is not a chimera_probe (auto, brute or graph)",
+                       (int)cp->probe);
+    return CHIMERA_OK;
+}
+
 /* What a search of `ix` with these params runs: the caller's fields, then a tuned
  * profile's (params->recall), then the index's calibrated and the library's defaults,
  * made consistent, and (filtered) the deeper depths a query with a filter is given when
@@ -1105,11 +1122,11 @@ static chimera_status resolve_params(const ix_index *ix, uint32_t k,
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
                        "search: impute_scale %g, expected a value in (0, 1], or 0 for the "
                        "index's calibrated scale", (double)cp.impute_scale);
-    if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe) ||
-        (cp.chosen & ~(CHIMERA_CHOSE_IMPUTE | CHIMERA_CHOSE_PROBE)))
+    CM_TRY(params_check_enums(&cp, err));
+    if (cp.chosen & ~(CHIMERA_CHOSE_IMPUTE | CHIMERA_CHOSE_PROBE))
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "search: chunks must be 1..64, impute 0..2, probe 0..2, chosen a set of "
-                       "CHIMERA_CHOSE_*");
+                       "search: chosen 0x%x is not a set of CHIMERA_CHOSE_* flags", cp.chosen);
+    uint32_t own_k_fullbit_v = cp.k_fullbit;
     if (cp.recall != 0) CM_TRY(params_from_profile(ix, k, &cp, err));
     view_params_default(ix, k, &cp);
     if (cp.k_fullbit < k) cp.k_fullbit = k;
@@ -1137,11 +1154,15 @@ static chimera_status resolve_params(const ix_index *ix, uint32_t k,
     if (cp.k_interaction >= cp.k_refine) cp.k_interaction = 0; /* off */
     if (cp.k_interaction && cp.k_interaction < cp.k_fullbit) cp.k_interaction = cp.k_fullbit;
     if (cp.n_probe > ix->n_clusters) cp.n_probe = ix->n_clusters;
-    if (cp.chunks > 64 || !chimera_impute_name(cp.impute) || !chimera_probe_name(cp.probe))
+    CM_TRY(params_check_enums(&cp, err)); /* as a profile or the defaults filled them */
+    if (cp.k_refine > (1u << 24)) /* named by what raised it: k_refine is at least both */
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "search: chunks must be 1..64, impute 0..2, probe 0..2");
-    if (cp.k_refine > (1u << 24))
-        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "search: k_refine %u is too large", cp.k_refine);
+                       "search: %s %u is too large: a search refines at most %u documents",
+                       k > (1u << 24) ? "k" : own_k_fullbit_v > (1u << 24) ? "k_fullbit"
+                                                                           : "k_refine",
+                       k > (1u << 24) ? k : own_k_fullbit_v > (1u << 24) ? own_k_fullbit_v
+                                                                         : cp.k_refine,
+                       1u << 24);
     *out = (sp_params){.k = k, .n_probe = cp.n_probe, .k_refine = cp.k_refine,
                    .k_fullbit = cp.k_fullbit, .chunks = cp.chunks,
                    .impute = (be_impute)cp.impute, .impute_scale = cp.impute_scale,

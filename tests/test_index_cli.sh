@@ -57,6 +57,7 @@ for s in c1_codes dB_fact dB_codes doc_off centroids; do
   flip "$T/flip/$s.bin" $((64 + (size - 64) / 2))
   needle=$s
   expect_fail "check after a flip in $s" "$needle" "$CHIMERA" check "$T/flip"
+  grep -q "$T/flip: $T/flip" "$T/err" && bad "check names the index twice: $(cat "$T/err")" || ok
   expect_fail "search --verify after a flip in $s" "$needle" \
     "$CHIMERA" search "$T/flip" --verify --queries "$T/c/queries.npy" -k 10
 done
@@ -171,6 +172,40 @@ expect_fail "search --threads 5000" "at most 1024" \
   "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec" --threads 5000
 "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec" --threads 1024 \
   >/dev/null 2>&1 && ok || bad "search --threads 1024 (the bound itself) failed"
+
+# a 0 the library would read as "the default" is refused where given, and each refusal
+# names the option or field the user set, not a list of every rule
+rm -f "$T/x.trec"
+for opt in "--nprobe 0" "--k-refine 0" "--k-fullbit 0" "--chunks 0" "--batch 0"; do
+  # shellcheck disable=SC2086 # the option and its value are two words
+  expect_fail "search $opt" "${opt% 0}: '0' is not a valid value" \
+    "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" $opt
+done
+expect_fail "search --impute-scale 0" "--impute-scale 0: expected a value in (0, 1]" \
+  "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" --impute-scale 0
+expect_fail "search --chunks 1000" "chunks 1000: expected 1..64" \
+  "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" --chunks 1000
+expect_fail "search -k 100000000" "-k 100000000: expected 1..16777216" \
+  "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" -k 100000000
+expect_fail "search --k-fullbit 20000000" "k_fullbit 20000000 is too large" \
+  "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" --k-fullbit 20000000
+[ -e "$T/x.trec" ] && bad "a refused search wrote its run" || ok
+expect_fail "build --bits 0" "--bits: '0' is not a valid value" \
+  "$CHIMERA" build --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --out "$T/bits0" --bits 0
+expect_fail "gen --docs 0" "--docs: '0' is not a valid value" "$CHIMERA" gen --out "$T/g0" --docs 0
+expect_fail "gen --min-len 50 --max-len 10" "min_len 50 is over max_len 10" \
+  "$CHIMERA" gen --out "$T/g0" --docs 10 --min-len 50 --max-len 10
+ls -d "$T/bits0" "$T/g0" >/dev/null 2>&1 && bad "a refused build or gen left files" || ok
+python3 - "$T" <<'PY'
+import sys, numpy as np
+t = sys.argv[1]
+q = np.load(t + "/c/queries.npy")
+np.save(t + "/q2d.npy", q.reshape(-1, q.shape[2]))
+lens = np.full(q.shape[0], q.shape[1], np.int64); lens[0] = -1; lens[1] += 1
+np.save(t + "/qneg.npy", lens)
+PY
+expect_fail "search with a negative query length" "query 0 has negative length -1" \
+  "$CHIMERA" search "$T/idx" --queries "$T/q2d.npy" --qlens "$T/qneg.npy" --out "$T/x.trec"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -1,5 +1,6 @@
 /* Option parsing, progress line and timing for the CLI (see cli.h). */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -59,6 +60,19 @@ static int set_value(const char *cmd, cli_opt *o, const char *v)
             return -1;
         }
         *(uint32_t *)o->dst = (uint32_t)x;
+        return 0;
+    }
+    case OPT_COUNT:
+    case OPT_COUNT64: {
+        long long x = strtoll(v, &end, 10);
+        long long max = o->kind == OPT_COUNT ? (long long)UINT32_MAX : LLONG_MAX;
+        if (errno || *end || end == v || x < 1 || x > max) {
+            say("%s %s: %s: '%s' is not a valid value (at least 1; leave the option out for "
+                "its default)\n", cli_program, cmd, o->name, v);
+            return -1;
+        }
+        if (o->kind == OPT_COUNT) *(uint32_t *)o->dst = (uint32_t)x;
+        else *(int64_t *)o->dst = x;
         return 0;
     }
     case OPT_F64: {

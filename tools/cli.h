@@ -13,8 +13,12 @@ extern const char *cli_program;
  * rank 0's messages). */
 extern int cli_quiet;
 
-/* OPT_THREADS: a uint32_t thread count, 0 (one per CPU) to CHIMERA_MAX_THREADS. */
-typedef enum { OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG, OPT_THREADS } opt_kind;
+/* OPT_THREADS: a uint32_t thread count, 0 (one per CPU) to CHIMERA_MAX_THREADS.
+ * OPT_COUNT, OPT_COUNT64: a uint32_t / int64_t of at least 1, for options whose 0 in the
+ * library means "the default": given, 0 is refused rather than quietly replaced. */
+typedef enum {
+    OPT_STR, OPT_I64, OPT_U32, OPT_F64, OPT_FLAG, OPT_THREADS, OPT_COUNT, OPT_COUNT64
+} opt_kind;
 
 typedef struct cli_opt {
     const char *name;  /* "--docs" or "-k" */

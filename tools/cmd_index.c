@@ -43,9 +43,9 @@ int cmd_build(int argc, char **argv)
         {"--doclens", OPT_STR, &doclens, "document lengths .npy [n_docs] (int32/64)", 1, 0},
         {"--ids", OPT_STR, &ids, "document ids (.npy int64 or text, one per line)", 0, 0},
         {"--out", OPT_STR, &out, "index directory (replaced atomically if it exists)", 1, 0},
-        {"--bits", OPT_U32, &bits, "bits per dimension of the full codes, 1..8 (default 4)", 0, 0},
+        {"--bits", OPT_COUNT, &bits, "bits per dimension of the full codes, 1..8 (default 4)", 0, 0},
         {"--clusters", OPT_STR, &clusters, "IVF clusters, or auto (~1 per 100 tokens)", 0, 0},
-        {"--graph-degree", OPT_U32, &degree, "centroid graph out-degree (default 32)", 0, 0},
+        {"--graph-degree", OPT_COUNT, &degree, "centroid graph out-degree (default 32)", 0, 0},
         {"--threads", OPT_THREADS, &threads, "worker threads (default: all CPUs)", 0, 0},
         {"--seed", OPT_I64, &seed, "random seed (default 0)", 0, 0},
         {"--allow-empty", OPT_FLAG, &allow_empty, "accept empty documents (never returned)", 0, 0},
@@ -248,7 +248,11 @@ int cmd_check(int argc, char **argv)
     if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("check", &err);
     chimera_status s = chimera_index_check(ix, &err);
     if (s != CHIMERA_OK) {
-        fprintf(stderr, "chimera check: %s: %s\n", pos[0], err.msg);
+        /* the index's path once: some of the library's messages begin with it */
+        size_t n = strlen(pos[0]);
+        int named = strncmp(err.msg, pos[0], n) == 0 && err.msg[n] == ':';
+        fprintf(stderr, "chimera check: %s%s%s\n", named ? "" : pos[0], named ? "" : ": ",
+                err.msg);
         chimera_index_close(ix);
         return 1;
     }

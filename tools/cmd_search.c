@@ -186,19 +186,19 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
         {"-k", OPT_U32, &k, "results per query (default 10)", 0, 0},
         {"--out", OPT_STR, &out, "output TREC run", 0, 0},
-        {"--nprobe", OPT_U32, &sp.n_probe,
+        {"--nprobe", OPT_COUNT, &sp.n_probe,
          "clusters probed per query token (default: the index's calibrated value for k, else "
          "8 for k <= 10 and 16 above)", 0, 0},
-        {"--k-refine", OPT_U32, &sp.k_refine,
+        {"--k-refine", OPT_COUNT, &sp.k_refine,
          "documents kept by refinement (default: the index's calibrated value, else "
          "4 k_fullbit)", 0, 0},
-        {"--k-fullbit", OPT_U32, &sp.k_fullbit,
+        {"--k-fullbit", OPT_COUNT, &sp.k_fullbit,
          "documents re-scored at full precision (default: the index's calibrated value, "
          "else max(4k, 40))", 0, 0},
         {"--k-interaction", OPT_U32, &sp.k_interaction,
          "1-bit score only the best N refined documents by centroid interaction (default: "
          "the index's calibrated value with its k_refine, else off)", 0, 0},
-        {"--chunks", OPT_U32, &sp.chunks, "document-scoring chunks (default 4)", 0, 0},
+        {"--chunks", OPT_COUNT, &sp.chunks, "document-scoring chunks (default 4)", 0, 0},
         {"--rerank-depth", OPT_U32, &sp.rerank_depth,
          "re-score the top N by exact Chamfer over the stored vectors (build --rerank; "
          "default 0: off)", 0, 0},
@@ -208,7 +208,7 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
          0, 0},
         {"--probe", OPT_STR, &probe_s, "centroid search: auto (default), brute, graph", 0, 0},
         {"--threads", OPT_THREADS, &threads, "threads (default: all CPUs)", 0, 0},
-        {"--batch", OPT_I64, &batch, "queries per call (default: all)", 0, 0},
+        {"--batch", OPT_COUNT64, &batch, "queries per call (default: all)", 0, 0},
         {"--latency", OPT_FLAG, &latency, "one query at a time with all threads", 0, 0},
         {"--backend", OPT_STR, &backend, "cpu, cuda or auto (default)", 0, 0},
         {"--profile", OPT_FLAG, &profile, "print per-stage times, candidates and bytes", 0, 0},
@@ -239,7 +239,10 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         fprintf(stderr, "chimera search: --impute must be probe, zero or min\n");
         return 2;
     }
-    if (!(impute_scale >= 0 && impute_scale <= 1)) {
+    int scale_given = 0; /* not given: 0, the index's calibrated scale */
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if (strcmp(opts[i].name, "--impute-scale") == 0) scale_given = opts[i].seen;
+    if (scale_given && !(impute_scale > 0 && impute_scale <= 1)) {
         fprintf(stderr, "chimera search: --impute-scale %g: expected a value in (0, 1]\n",
                 impute_scale);
         return 2;
@@ -251,8 +254,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     }
     chimera_backend be;
     if (cli_backend("search", backend, &be)) return 2;
-    if (k == 0) {
-        fprintf(stderr, "chimera search: -k must be at least 1\n");
+    if (k == 0 || k > (1u << 24)) { /* a search refines at most 2^24 documents */
+        fprintf(stderr, "chimera search: -k %u: expected 1..%u\n", k, 1u << 24);
         return 2;
     }
     if ((subset != NULL) + (exclude != NULL) + (per_query != NULL) + (filter_expr != NULL) > 1) {

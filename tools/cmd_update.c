@@ -1,6 +1,7 @@
 /* chimera add | delete | update | compact: change an index without rebuilding it. Each
  * command is one atomic commit (the library's chimera_index_add and friends): it prints
  * what it did when the change is on disk, and on any error leaves the index as it was. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,10 +107,11 @@ int cmd_delete(int argc, char **argv)
     int n_list = 0, n_rest = 0;
     for (int i = 0; i < argc; i++) {
         if (i >= 2 && strcmp(argv[i], "--id") == 0) {
-            char *end;
+            char *end = NULL;
+            errno = 0; /* an id past the 64-bit range is refused, not clamped to it */
             long long v = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *argv[i + 1] == '\0' || *end) {
-                fprintf(stderr, "chimera delete: --id needs an integer id\n");
+            if (i + 1 >= argc || *argv[i + 1] == '\0' || *end || errno) {
+                fprintf(stderr, "chimera delete: --id needs an integer id (64-bit)\n");
                 free(fargs);
                 free(list);
                 free(rest);
@@ -220,7 +222,7 @@ int cmd_compact(int argc, char **argv)
                                               "(from the stored vectors of a --rerank index, else "
                                               "from their codes; calibrates the defaults "
                                               "again)", 0, 0},
-        {"--clusters", OPT_U32, &clusters, "--recluster: IVF clusters (default: auto)", 0, 0},
+        {"--clusters", OPT_COUNT, &clusters, "--recluster: IVF clusters (default: auto)", 0, 0},
         {"--threads", OPT_THREADS, &threads, "--recluster: threads (default: all CPUs)", 0, 0},
         {"--seed", OPT_I64, &seed, "--recluster: k-means seed (default 0)", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},

@@ -399,7 +399,12 @@ chimera_status data_queries_open(data_queries *q, const char *queries_npy, const
         dim = (uint32_t)a.shape[1];
         int64_t sum = 0;
         for (int64_t i = 0; i < n_lens; i++) {
-            if (lens[i] < 0 || lens[i] > total - sum) {
+            if (lens[i] < 0) {
+                s = cm_fail(err, CHIMERA_ERR_DIM, "%s: query %lld has negative length %lld",
+                            qlens_npy, (long long)i, (long long)lens[i]);
+                goto done;
+            }
+            if (lens[i] > total - sum) {
                 s = cm_fail(err, CHIMERA_ERR_DIM,
                             "%s: query lengths exceed the %lld token rows (at query %lld)",
                             qlens_npy, (long long)total, (long long)i);

@@ -118,11 +118,25 @@ static chimera_status model_init(model *m, const chimera_synth_opts *opts, chime
     memset(m, 0, sizeof *m);
     m->o = data_synth_defaults(opts);
     const chimera_synth_opts *o = &m->o;
-    if (o->n_docs < 0 || o->n_queries < 0 || o->dim > 4096 || o->min_len > o->max_len ||
-        o->vocab < 2 || !(o->topic_weight <= 100) || !(o->query_noise > 0 && o->query_noise <= 100))
+    /* each refusal names its field (and its value), not the whole list of rules */
+    if (o->n_docs < 0 || o->n_queries < 0)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth: %s %lld is negative",
+                       o->n_docs < 0 ? "n_docs" : "n_queries",
+                       (long long)(o->n_docs < 0 ? o->n_docs : o->n_queries));
+    if (o->dim > 4096)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth: dim %u is over 4096", o->dim);
+    if (o->min_len > o->max_len)
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "synth: need n_docs >= 0, dim <= 4096, min_len <= max_len, vocab >= 2, "
-                       "topic_weight <= 100, 0 < query_noise <= 100");
+                       "synth: min_len %u is over max_len %u", o->min_len, o->max_len);
+    if (o->vocab < 2)
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth: vocab %u: need at least 2",
+                       o->vocab);
+    if (!(o->topic_weight <= 100))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth: topic_weight %g: at most 100",
+                       (double)o->topic_weight);
+    if (!(o->query_noise > 0 && o->query_noise <= 100))
+        return cm_fail(err, CHIMERA_ERR_INVALID_ARG, "synth: query_noise %g: need (0, 100]",
+                       (double)o->query_noise);
     uint32_t d = o->dim;
     m->words = cm_malloc((size_t)o->vocab * d * sizeof(float));
     m->topics = cm_malloc((size_t)o->n_topics * d * sizeof(float));
