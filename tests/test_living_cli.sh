@@ -422,6 +422,8 @@ expect_fail "compact of a missing index" "no such index directory" "$C" compact 
 expect_fail "recluster of a missing index" "no such index directory" \
   "$C" compact "$T/ghost" --recluster
 ls -d "$T"/ghost* >/dev/null 2>&1 && bad "a missing index's writers left $(ls -d "$T"/ghost*)" || ok
+expect_fail "delete --id past 64 bits" "--id needs an integer id" \
+  "$C" delete "$BI" --id 99999999999999999999 --missing-ok
 expect_fail "add of 48-d documents" "dimension 48, the index $DIM" \
   "$C" add "$BI" --tokens "$T/d48/tokens.npy" --doclens "$T/d48/doclens.npy" --ids "$T/new5.ids"
 expect_fail "update of 48-d documents" "dimension 48, the index $DIM" \
