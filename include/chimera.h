@@ -942,7 +942,9 @@ typedef struct chimera_index_info {
                                the library's fixed defaults until the next build (or
                                compact with recluster, which calibrates again) */
     int has_source;         /* 1: the build recorded the files it read (tune can compute
-                               exact truth from them: chimera_index_source_open) */
+                               exact truth from them: chimera_index_source_open); 2 (since
+                               0.12.5): recorded, but documents were added, deleted or
+                               updated since, so source_open refuses it; 0: none */
 } chimera_index_info;
 
 CHIMERA_API chimera_status chimera_index_info_read(const char *dir, chimera_index_info *info,
@@ -1311,6 +1313,25 @@ CHIMERA_API chimera_status chimera_index_profile_save(const char *dir, uint32_t 
 CHIMERA_API chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
                                          double target_recall, chimera_search_params *p,
                                          chimera_error *err);
+
+/* One tuned profile as the index stores it (chimera_index_profile_list). */
+typedef struct chimera_profile_entry {
+    uint32_t k;
+    double target_recall;   /* the target it was tuned for */
+    double measured_recall; /* its held-out recall at tuning time */
+    double qps;             /* its queries per second at tuning time */
+    int reached;            /* 0: the target was out of reach; a search never picks it */
+    int stale;              /* 1: more than a fifth of the documents changed since it was
+                               tuned; a search never picks it */
+    chimera_search_params params;
+} chimera_profile_entry;
+
+/* The tuned profiles the index stores, in stored order: up to max into out (out may be
+ * NULL when max is 0). Entries that do not read as a profile (damaged values) are left
+ * out, as a search leaves them. Returns how many there are (possibly more than max); 0
+ * for a NULL index. Thread-safe. */
+CHIMERA_API int chimera_index_profile_list(const chimera_index *index, chimera_profile_entry *out,
+                                           int max);
 
 /* Recall@k of result ids [n x run_k] against exact ids [n x truth_k] (as the paper:
  * |R ∩ R'| / k per query, averaged; -1 entries are padding). 0 for NULL arrays, n <= 0

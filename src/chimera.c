@@ -1499,6 +1499,15 @@ chimera_status chimera_index_profile_get(const chimera_index *index, uint32_t k,
     return s;
 }
 
+int chimera_index_profile_list(const chimera_index *index, chimera_profile_entry *out, int max)
+{
+    if (!index) return 0;
+    index_view *v = view_get(index);
+    int n = ix_profile_list(&v->ix, out, max);
+    view_put(index, v);
+    return n;
+}
+
 /* ---- held-out tuning, calibration, the recorded source ---------------------------------- */
 
 /* qsort has no context argument: the ids being ordered, per thread (builds may run in

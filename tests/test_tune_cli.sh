@@ -73,6 +73,11 @@ set -- $best
   >"$T/sr.out" || bad "search --recall failed"
 grep -q "n_probe=$2 k_refine=$4 k_fullbit=$6 chunks=$8[ ,]" "$T/sr.out" && ok ||
   bad "search --recall does not reproduce the tuned setting ($best): $(cat "$T/sr.out")"
+grep -q "(the profile for k=10, recall 0.900)" "$T/sr.out" && ok ||
+  bad "search --recall does not name the profile it used: $(cat "$T/sr.out")"
+"$C" info "$T/a/idx" >"$T/infop.out"
+grep -q "^  profiles  *k=10   --recall 0.900: $best[ ;]" "$T/infop.out" && ok ||
+  bad "info does not list the stored profile ($best): $(grep -A1 profiles "$T/infop.out")"
 # the profile on queries 120..239, which the tune never saw
 "$C" exact --tokens "$T/a/tokens.npy" --doclens "$T/a/doclens.npy" --queries "$T/a/queries.npy" \
   -k 10 --out "$T/a/truth" >/dev/null || bad "exact failed"
@@ -135,7 +140,11 @@ expect_fail "a source that is gone" "tokens T.npy --doclens" \
 # ---- 5. stale after a fifth of the documents deleted --------------------------------------
 seq 0 199 >"$T/del.txt"
 "$C" delete "$T/a/idx" --ids "$T/del.txt" --no-sync >/dev/null || bad "delete failed"
-"$C" info "$T/a/idx" | grep -q "stale" && ok || bad "info: the defaults are not stale after 200 of 800 deleted"
+"$C" info "$T/a/idx" >"$T/infod.out"
+grep -q "defaults .*stale" "$T/infod.out" && ok || bad "info: the defaults are not stale after 200 of 800 deleted"
+grep -q "profiles .*k=10 .*stale" "$T/infod.out" && ok || bad "info: the profile is not stale after 200 of 800 deleted"
+grep -q "source .*recorded, but documents were added, deleted or updated" "$T/infod.out" && ok ||
+  bad "info: the source reads as usable after a delete: $(grep source "$T/infod.out")"
 "$C" search "$T/a/idx" --queries "$T/a120/queries.npy" -k 10 --profile | grep -q "library's defaults" &&
   ok || bad "search after the delete does not fall back to the library's defaults"
 expect_fail "tune after a delete (source no longer the index)" "added, deleted or updated" \

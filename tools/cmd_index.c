@@ -115,8 +115,9 @@ static void print_info(const char *dir, const chimera_index_info *in)
                (long long)(in->n_docs - in->n_deleted), (long long)in->n_deleted);
     else
         printf("  documents      %lld (none deleted)\n", (long long)in->n_docs);
-    printf("  tokens         %lld (%.1f per document)\n", (long long)in->n_tokens,
-           in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0);
+    printf("  tokens         %lld (%.1f per document%s)\n", (long long)in->n_tokens,
+           in->n_docs ? (double)in->n_tokens / (double)in->n_docs : 0.0,
+           in->n_deleted ? ", the deleted ones' counted until compaction" : "");
     printf("  segments       %u (%lld documents, %lld tokens appended since the build or the "
            "last compaction); %u deletion list%s\n", in->n_segments, (long long)in->appended_docs,
            (long long)in->appended_tokens, in->n_deletion_lists, in->n_deletion_lists == 1 ? "" : "s");
@@ -145,8 +146,12 @@ static void print_info(const char *dir, const chimera_index_info *in)
                           in->calibration_stale);
     else
         printf("  defaults       the library's (not calibrated at build)\n");
-    printf("  source         %s\n", in->has_source ? "recorded (chimera tune computes exact "
-                                                     "truth from it)" : "not recorded");
+    printf("  source         %s\n",
+           in->has_source == 1   ? "recorded (chimera tune computes exact truth from it)"
+           : in->has_source == 2 ? "recorded, but documents were added, deleted or updated "
+                                   "since: chimera tune needs the documents the index holds "
+                                   "now (--tokens/--doclens/--ids)"
+                                 : "not recorded");
     printf("  phases        ");
     for (int i = 0; i < in->n_phases; i++) printf(" %s %.2fs", in->phase[i], in->phase_seconds[i]);
     printf("\n  sections       %-14s %-6s %12s  %s\n", "name", "dtype", "bytes", "where");
@@ -166,6 +171,45 @@ static void print_info(const char *dir, const chimera_index_info *in)
            "total %.1f MiB\n",
            in->bytes_device / 1048576.0, in->bytes_device / nt, in->bytes_host / 1048576.0,
            in->bytes_host / nt, in->bytes_total / 1048576.0);
+}
+
+/* The tuned profiles (chimera tune), one line each, from the opened index; a line saying
+ * why where it does not open (info itself reads only the manifest). */
+static void print_profiles(const char *dir)
+{
+    chimera_error err;
+    chimera_index *ix;
+    if (chimera_index_open(dir, NULL, &ix, &err) != CHIMERA_OK) {
+        printf("  profiles       not read: %s\n", err.msg);
+        return;
+    }
+    int n = chimera_index_profile_list(ix, NULL, 0);
+    chimera_profile_entry *e = n ? malloc((size_t)n * sizeof *e) : NULL;
+    if (n && !e) n = 0;
+    n = e ? chimera_index_profile_list(ix, e, n) : 0;
+    if (n == 0) printf("  profiles       none (chimera tune stores one; search --recall uses it)\n");
+    for (int i = 0; i < n; i++) {
+        const chimera_search_params *p = &e[i].params;
+        char extra[120] = "";
+        int o = 0;
+        if (p->impute_scale > 0 && p->impute_scale != 1.0f)
+            o += snprintf(extra + o, sizeof extra - (size_t)o, " --impute-scale %.2f",
+                          (double)p->impute_scale);
+        if (p->k_interaction && p->k_interaction < p->k_refine)
+            o += snprintf(extra + o, sizeof extra - (size_t)o, " --k-interaction %u",
+                          p->k_interaction);
+        if (p->rerank_depth)
+            snprintf(extra + o, sizeof extra - (size_t)o, " --rerank-depth %u", p->rerank_depth);
+        printf("  %-14s k=%-4u --recall %.3f: --nprobe %u --k-refine %u --k-fullbit %u "
+               "--chunks %u%s; held-out Recall@%u %.4f at %.0f queries/s when tuned%s\n",
+               i ? "" : "profiles", e[i].k, e[i].target_recall, p->n_probe, p->k_refine,
+               p->k_fullbit, p->chunks, extra, e[i].k, e[i].measured_recall, e[i].qps,
+               !e[i].reached ? "; target not reached: search --recall never picks it"
+               : e[i].stale  ? "; stale (a fifth of the documents changed): not used"
+                             : "");
+    }
+    free(e);
+    chimera_index_close(ix);
 }
 
 /* A sharded index: the layout, then one line per shard (chimera info SHARD for more). */
@@ -228,6 +272,7 @@ int cmd_index_info(int argc, char **argv)
     chimera_index_info in;
     if (chimera_index_info_read(pos[0], &in, &err) != CHIMERA_OK) return cli_fail("info", &err);
     print_info(pos[0], &in);
+    print_profiles(pos[0]);
     return 0;
 }
 

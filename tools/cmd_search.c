@@ -351,6 +351,24 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     }
     chimera_search_params unset = {0};
     int calibrated = chimera_index_params_default(ix, k, &unset);
+    /* --recall: which stored profile qualified (any k' >= k, the smallest target >= the
+     * one asked), said with the results, since it may be another k's or target's */
+    char picked[80] = "";
+    if (want_recall > 0) {
+        chimera_search_params pp;
+        if (chimera_index_profile_get(ix, k, want_recall, &pp, NULL) == CHIMERA_OK) {
+            int n = chimera_index_profile_list(ix, NULL, 0);
+            chimera_profile_entry *e = n ? malloc((size_t)n * sizeof *e) : NULL;
+            n = e ? chimera_index_profile_list(ix, e, n) : 0;
+            for (int i = 0; i < n; i++)
+                if (e[i].reached && !e[i].stale && memcmp(&e[i].params, &pp, sizeof pp) == 0) {
+                    snprintf(picked, sizeof picked, " (the profile for k=%u, recall %.3f)",
+                             e[i].k, e[i].target_recall);
+                    break;
+                }
+            free(e);
+        }
+    }
     /* A sharded index is searched with shard 0's setting on every shard, as chimera-mpi
      * does; with a filter (--subset, --exclude, --subset-per-query: every query has one)
      * its filtered setting. */
@@ -422,10 +440,11 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     if (filtered && (shown_f.k_refine != sp.k_refine || shown_f.k_fullbit != sp.k_fullbit))
         o += snprintf(rr + o, sizeof rr - (size_t)o, " (with a filter k_refine=%u k_fullbit=%u)",
                       shown_f.k_refine, shown_f.k_fullbit);
-    printf("search: %lld queries, k=%u, n_probe=%u k_refine=%u k_fullbit=%u chunks=%u%s, %s "
+    printf("search: %lld queries, k=%u, n_probe=%u k_refine=%u k_fullbit=%u chunks=%u%s%s, %s "
            "backend, %s mode: %.3fs, %.1f queries/s; latency ms mean %.2f p50 %.2f p95 %.2f p99 "
            "%.2f\n",
-           (long long)nq, k, sp.n_probe, sp.k_refine, sp.k_fullbit, sp.chunks, rr, total.backend,
+           (long long)nq, k, sp.n_probe, sp.k_refine, sp.k_fullbit, sp.chunks, rr, picked,
+           total.backend,
            latency ? "latency" : "throughput", el, (double)nq / el, 1e3 * mean,
            1e3 * pct(lat, nq, 0.50), 1e3 * pct(lat, nq, 0.95), 1e3 * pct(lat, nq, 0.99));
     if (profile) {

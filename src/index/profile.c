@@ -96,6 +96,80 @@ chimera_status ix_profile_save(const char *dir, const ix_profile *p, uint64_t da
     return ix_store_update_meta(dir, NULL, profile_merge, &e, err);
 }
 
+/* Measured on other documents: once a fifth of the index changed (update.c counts
+ * changed_docs), a profile's recall is no longer a promise. */
+static int profile_stale(const ix_index *ix, const cJSON *o)
+{
+    return jnum(o, "changed_docs") > 0.2 * (double)(ix->n_docs - ix->n_deleted);
+}
+
+/* The settings of the stored profile o (of k pk, target pt), each value range-checked. */
+static chimera_status profile_params(const cJSON *o, double pk, double pt,
+                                     chimera_search_params *out, chimera_error *err)
+{
+    /* Converting a double outside the integer's range (1e300, -5, or the -1 jnum gives
+     * for a missing member) is undefined behaviour, hence the checks first. */
+    static const struct {
+        const char *key;
+        double max;
+    } field[] = {{"n_probe", 1 << 24}, {"k_refine", 1 << 24}, {"k_fullbit", 1 << 24},
+                 {"chunks", 64},        {"impute", 2},         {"probe", 2}}; /* as a search takes */
+    double v[6];
+    for (int i = 0; i < 6; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, field[i].key);
+        v[i] = cJSON_IsNumber(f) ? f->valuedouble : -1;
+        if (!(v[i] >= 0 && v[i] <= field[i].max) || v[i] != floor(v[i]))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): '%s' is %s, expected an integer in 0..%.0f",
+                           pk, pt, field[i].key, cJSON_IsNumber(f) ? "out of range" : "missing",
+                           field[i].max);
+    }
+    memset(out, 0, sizeof *out);
+    out->n_probe = (uint32_t)v[0];
+    out->k_refine = (uint32_t)v[1];
+    out->k_fullbit = (uint32_t)v[2];
+    out->chunks = (uint32_t)v[3];
+    out->impute = (int)v[4];
+    out->probe = (int)v[5];
+    /* optional (absent: 0, off); a profile that re-ranks needs the index's vectors, which
+     * a search checks */
+    const cJSON *rd = cJSON_GetObjectItemCaseSensitive(o, "rerank_depth");
+    if (rd) {
+        double x = cJSON_IsNumber(rd) ? rd->valuedouble : -1;
+        if (!(x >= 0 && x <= (double)(1u << 24)) || x != floor(x))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): 'rerank_depth' is %s, expected an integer "
+                           "in 0..%u", pk, pt, cJSON_IsNumber(rd) ? "out of range" : "not a number",
+                           1u << 24);
+        out->rerank_depth = (uint32_t)x;
+    }
+    /* optional; absent: off, said explicitly (k_interaction = k_refine), so that a search
+     * does not take the index's calibrated value for a profile tuned without it */
+    out->k_interaction = out->k_refine;
+    const cJSON *ki = cJSON_GetObjectItemCaseSensitive(o, "k_interaction");
+    if (ki) {
+        double x = cJSON_IsNumber(ki) ? ki->valuedouble : -1;
+        if (!(x >= 1 && x <= (double)(1u << 24)) || x != floor(x))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): 'k_interaction' is %s, expected an "
+                           "integer in 1..%u", pk, pt,
+                           cJSON_IsNumber(ki) ? "out of range" : "not a number", 1u << 24);
+        out->k_interaction = (uint32_t)x;
+    }
+    /* optional; absent (a profile from before 0.7.0, tuned with the unscaled floor): 1 */
+    out->impute_scale = 1.0f;
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "impute_scale");
+    if (sc) {
+        double x = cJSON_IsNumber(sc) ? sc->valuedouble : -1;
+        if (!(x > 0 && x <= 1))
+            return cm_fail(err, CHIMERA_ERR_CORRUPT,
+                           "profile (k %g, target %g): 'impute_scale' is %s, expected a value in "
+                           "(0, 1]", pk, pt, cJSON_IsNumber(sc) ? "out of range" : "not a number");
+        out->impute_scale = (float)x;
+    }
+    return CHIMERA_OK;
+}
+
 chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
                                chimera_search_params *out, chimera_error *err)
 {
@@ -107,9 +181,7 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
     {
         double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
         if (pk < k || pt < target_recall || jnum(it, "reached") != 1) continue;
-        /* measured on other documents: once a fifth of the index changed (update.c counts
-         * changed_docs), its recall is no longer a promise */
-        if (jnum(it, "changed_docs") > 0.2 * (double)(ix->n_docs - ix->n_deleted)) {
+        if (profile_stale(ix, it)) {
             stale++;
             continue;
         }
@@ -130,65 +202,31 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
                     target_recall);
         return CHIMERA_ERR_EMPTY;
     }
-    /* Converting a double outside the integer's range (1e300, -5, or the -1 jnum gives
-     * for a missing member) is undefined behaviour, hence the checks first. */
-    static const struct {
-        const char *key;
-        double max;
-    } field[] = {{"n_probe", 1 << 24}, {"k_refine", 1 << 24}, {"k_fullbit", 1 << 24},
-                 {"chunks", 64},        {"impute", 2},         {"probe", 2}}; /* as a search takes */
-    double v[6];
-    for (int i = 0; i < 6; i++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(best, field[i].key);
-        v[i] = cJSON_IsNumber(f) ? f->valuedouble : -1;
-        if (!(v[i] >= 0 && v[i] <= field[i].max) || v[i] != floor(v[i]))
-            return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                           "profile (k %g, target %g): '%s' is %s, expected an integer in 0..%.0f",
-                           best_k, best_t, field[i].key, cJSON_IsNumber(f) ? "out of range" : "missing",
-                           field[i].max);
+    return profile_params(best, best_k, best_t, out, err);
+}
+
+int ix_profile_list(const ix_index *ix, chimera_profile_entry *out, int max)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "profiles");
+    const cJSON *it;
+    int n = 0;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
+        chimera_profile_entry e;
+        memset(&e, 0, sizeof e);
+        /* an entry that does not read as a profile is not listed (a search never takes it) */
+        if (!(pk >= 1 && pk <= (double)(1u << 24)) || !(pt > 0 && pt <= 1) ||
+            profile_params(it, pk, pt, &e.params, NULL) != CHIMERA_OK)
+            continue;
+        e.k = (uint32_t)pk;
+        e.target_recall = pt;
+        e.measured_recall = jnum(it, "measured_recall");
+        e.qps = jnum(it, "qps");
+        e.reached = jnum(it, "reached") == 1;
+        e.stale = profile_stale(ix, it);
+        if (n < max && out) out[n] = e;
+        n++;
     }
-    memset(out, 0, sizeof *out);
-    out->n_probe = (uint32_t)v[0];
-    out->k_refine = (uint32_t)v[1];
-    out->k_fullbit = (uint32_t)v[2];
-    out->chunks = (uint32_t)v[3];
-    out->impute = (int)v[4];
-    out->probe = (int)v[5];
-    /* optional (absent: 0, off); a profile that re-ranks needs the index's vectors, which
-     * a search checks */
-    const cJSON *rd = cJSON_GetObjectItemCaseSensitive(best, "rerank_depth");
-    if (rd) {
-        double x = cJSON_IsNumber(rd) ? rd->valuedouble : -1;
-        if (!(x >= 0 && x <= (double)(1u << 24)) || x != floor(x))
-            return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                           "profile (k %g, target %g): 'rerank_depth' is %s, expected an integer "
-                           "in 0..%u", best_k, best_t, cJSON_IsNumber(rd) ? "out of range" : "not a number",
-                           1u << 24);
-        out->rerank_depth = (uint32_t)x;
-    }
-    /* optional; absent: off, said explicitly (k_interaction = k_refine), so that a search
-     * does not take the index's calibrated value for a profile tuned without it */
-    out->k_interaction = out->k_refine;
-    const cJSON *ki = cJSON_GetObjectItemCaseSensitive(best, "k_interaction");
-    if (ki) {
-        double x = cJSON_IsNumber(ki) ? ki->valuedouble : -1;
-        if (!(x >= 1 && x <= (double)(1u << 24)) || x != floor(x))
-            return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                           "profile (k %g, target %g): 'k_interaction' is %s, expected an "
-                           "integer in 1..%u", best_k, best_t,
-                           cJSON_IsNumber(ki) ? "out of range" : "not a number", 1u << 24);
-        out->k_interaction = (uint32_t)x;
-    }
-    /* optional; absent (a profile from before 0.7.0, tuned with the unscaled floor): 1 */
-    out->impute_scale = 1.0f;
-    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(best, "impute_scale");
-    if (sc) {
-        double x = cJSON_IsNumber(sc) ? sc->valuedouble : -1;
-        if (!(x > 0 && x <= 1))
-            return cm_fail(err, CHIMERA_ERR_CORRUPT,
-                           "profile (k %g, target %g): 'impute_scale' is %s, expected a value in "
-                           "(0, 1]", best_k, best_t, cJSON_IsNumber(sc) ? "out of range" : "not a number");
-        out->impute_scale = (float)x;
-    }
-    return CHIMERA_OK;
+    return n;
 }

@@ -43,4 +43,8 @@ chimera_status ix_profile_save(const char *dir, const ix_profile *p, uint64_t da
 chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
                                chimera_search_params *out, chimera_error *err);
 
+/* The profiles stored, in stored order, up to max into out (chimera_index_profile_list);
+ * returns how many there are. */
+int ix_profile_list(const ix_index *ix, chimera_profile_entry *out, int max);
+
 #endif
