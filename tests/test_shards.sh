@@ -35,6 +35,19 @@ cmp -s "$T/one.ex" "$T/plain.ex" && ok || bad "build --codebook differs from a p
 
 "$C" info "$T/S" >"$T/info" 2>&1 && [ "$(grep -c '^  shard ' "$T/info")" = 3 ] && \
   grep -q '1200 documents' "$T/info" && ok || bad "info of a sharded index: $(cat "$T/info")"
+# info --ids lists every shard's documents; the commands that work on one index say the
+# layout is not one, and leave it as it was
+"$C" info "$T/S" --ids >"$T/ids.txt" 2>"$T/e" && [ "$(sort -un "$T/ids.txt" | wc -l)" = 1200 ] &&
+  ok || bad "info --ids of a sharded index: $(wc -l <"$T/ids.txt") ids, $(cat "$T/e")"
+cp "$T/S/shards.json" "$T/layout.before"
+for cmd in check compact tune; do
+  expect_fail "$cmd of a sharded index" "is a sharded index (shards.json): $cmd works on one index" \
+    "$C" $cmd "$T/S"
+done
+expect_fail "delete from a sharded index" "is a sharded index" "$C" delete "$T/S" --id 1
+expect_fail "meta import into a sharded index" "is a sharded index" \
+  "$C" meta import "$T/S" --jsonl /dev/null
+cmp -s "$T/S/shards.json" "$T/layout.before" && ok || bad "a refused command changed the layout"
 
 # default parameters: recall against exact search
 "$C" exact --tokens "$TOK" --doclens "$LEN" --queries "$Q" -k 10 --out "$T/truth" >/dev/null

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "shards.h"
 
 int cmd_info(int argc, char **argv)
 {
@@ -92,6 +93,20 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
     if (strcmp(cmd, "info") == 0) return cmd_index_info(argc, argv);
     if (strcmp(cmd, "build") == 0) return cmd_build(argc, argv);
+    /* These work on one index: on a sharded layout, say so (rather than "no manifest"). */
+    static const char *const one_index[] = {"check", "tune", "bench", "add", "delete",
+                                            "update", "compact", "meta"};
+    for (size_t i = 0; i < sizeof one_index / sizeof *one_index; i++) {
+        int at = strcmp(cmd, "meta") == 0 ? 3 : 2; /* meta import IDX */
+        if (strcmp(cmd, one_index[i]) == 0 && argc > at && argv[at][0] != '-' &&
+            shards_is_layout(argv[at])) {
+            fprintf(stderr, "chimera %s: %s is a sharded index (shards.json): %s works on one "
+                    "index, such as one of the shards `chimera info %s` lists; changes to the "
+                    "whole layout go through chimera-mpi serve's API\n", cmd, argv[at], cmd,
+                    argv[at]);
+            return 2;
+        }
+    }
     if (strcmp(cmd, "check") == 0) return cmd_check(argc, argv);
     if (strcmp(cmd, "search") == 0) return cmd_search(argc, argv);
     if (strcmp(cmd, "tune") == 0) return cmd_tune(argc, argv);

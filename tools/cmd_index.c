@@ -240,6 +240,26 @@ static int print_layout(const char *dir)
     return rc;
 }
 
+/* info --ids: the ids of the documents a search of the index at dir can return. */
+static int print_ids(const char *dir)
+{
+    chimera_error err;
+    chimera_index *ix;
+    if (chimera_index_open(dir, NULL, &ix, &err) != CHIMERA_OK) return cli_fail("info", &err);
+    int64_t n = chimera_index_ids(ix, NULL, 0);
+    int64_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
+    if (!ids) {
+        chimera_index_close(ix);
+        fprintf(stderr, "chimera info: out of memory\n");
+        return 1;
+    }
+    chimera_index_ids(ix, ids, n);
+    for (int64_t i = 0; i < n; i++) printf("%lld\n", (long long)ids[i]);
+    free(ids);
+    chimera_index_close(ix);
+    return 0;
+}
+
 int cmd_index_info(int argc, char **argv)
 {
     const char *pos[1];
@@ -253,22 +273,15 @@ int cmd_index_info(int argc, char **argv)
     if (np == 0) return cmd_info(argc, argv);
     chimera_error err;
     if (shards_is_layout(pos[0]) && !list_ids) return print_layout(pos[0]);
-    if (list_ids) {
-        chimera_index *ix;
-        if (chimera_index_open(pos[0], NULL, &ix, &err) != CHIMERA_OK) return cli_fail("info", &err);
-        int64_t n = chimera_index_ids(ix, NULL, 0);
-        int64_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
-        if (!ids) {
-            chimera_index_close(ix);
-            fprintf(stderr, "chimera info: out of memory\n");
-            return 1;
-        }
-        chimera_index_ids(ix, ids, n);
-        for (int64_t i = 0; i < n; i++) printf("%lld\n", (long long)ids[i]);
-        free(ids);
-        chimera_index_close(ix);
-        return 0;
+    if (list_ids && shards_is_layout(pos[0])) { /* every shard's, shard by shard */
+        shard_layout l;
+        if (shards_read(pos[0], &l, &err)) return cli_fail("info", &err);
+        int rc = 0;
+        for (int i = 0; i < l.n_shards && rc == 0; i++) rc = print_ids(l.shards[i].dir);
+        shards_free(&l);
+        return rc;
     }
+    if (list_ids) return print_ids(pos[0]);
     chimera_index_info in;
     if (chimera_index_info_read(pos[0], &in, &err) != CHIMERA_OK) return cli_fail("info", &err);
     print_info(pos[0], &in);

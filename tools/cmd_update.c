@@ -267,7 +267,10 @@ int cmd_meta(int argc, char **argv)
         {"--csv", OPT_STR, &csv, "records as CSV with a header row (one column \"id\")", 0, 0},
         {"--no-sync", OPT_FLAG, &no_sync, "skip fsyncs (scratch indexes)", 0, 0},
     };
-    int r = cli_parse("meta import", "IDX (--jsonl F | --csv F)", argc, argv, 3, opts,
+    /* the synopsis says it: an import is the whole of the metadata, not an addition */
+    int r = cli_parse("meta import", "IDX (--jsonl F | --csv F)   (replaces all the index's "
+                      "metadata; add --meta and update --meta change some documents')",
+                      argc, argv, 3, opts,
                       sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;
     if (np != 1 || (jsonl != NULL) == (csv != NULL)) {
@@ -281,7 +284,8 @@ int cmd_meta(int argc, char **argv)
     if (chimera_index_meta_import(pos[0], jsonl ? jsonl : csv, csv != NULL, &uo, &rep, &err) !=
         CHIMERA_OK)
         return cli_fail("meta import", &err);
-    printf("imported %lld metadata records (%.0f records/s)\n", (long long)rep.meta_records,
+    printf("imported %lld metadata records (%.0f records/s); they replace the metadata the "
+           "index had\n", (long long)rep.meta_records,
            rep.seconds > 0 ? (double)rep.meta_records / rep.seconds : 0.0);
     print_report(pos[0], &rep, t0);
     return 0;
