@@ -190,6 +190,12 @@ expect_fail "search -k 100000000" "-k 100000000: expected 1..16777216" \
 expect_fail "search --k-fullbit 20000000" "k_fullbit 20000000 is too large" \
   "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" --k-fullbit 20000000
 [ -e "$T/x.trec" ] && bad "a refused search wrote its run" || ok
+# a flag the search must move (k <= k_fullbit <= k_refine) is run moved, and said so
+"$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" -k 10 --k-refine 5 --k-fullbit 50 \
+  >"$T/moved.out" 2>"$T/moved.err" || bad "search with --k-refine below --k-fullbit failed"
+grep -q "note: --k-refine 5 runs as 50 (at least k_fullbit)" "$T/moved.err" &&
+  grep -q "k_refine=50 k_fullbit=50" "$T/moved.out" && ok ||
+  bad "a moved --k-refine is not said: $(cat "$T/moved.err" "$T/moved.out")"
 expect_fail "build --bits 0" "--bits: '0' is not a valid value" \
   "$CHIMERA" build --tokens "$T/c/tokens.npy" --doclens "$T/c/doclens.npy" --out "$T/bits0" --bits 0
 expect_fail "gen --docs 0" "--docs: '0' is not a valid value" "$CHIMERA" gen --out "$T/g0" --docs 0

@@ -349,6 +349,26 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         rc = 1;
         goto done;
     }
+    /* flags the resolution moved (the depths keep k <= k_fullbit <= k_refine, probing is
+     * capped at the clusters): said, since the summary line shows only the result */
+    {
+        const struct {
+            const char *flag;
+            uint32_t given, ran;
+        } moved[] = {{"--nprobe", run.n_probe, sp.n_probe},
+                     {"--k-fullbit", run.k_fullbit, sp.k_fullbit},
+                     {"--k-refine", run.k_refine, sp.k_refine},
+                     {"--k-interaction", run.k_interaction, sp.k_interaction}};
+        for (size_t i = 0; i < sizeof moved / sizeof *moved; i++)
+            if (moved[i].given && moved[i].given != moved[i].ran)
+                fprintf(stderr, "chimera search: note: %s %u runs as %u%s\n", moved[i].flag,
+                        moved[i].given, moved[i].ran,
+                        i == 0   ? " (the index's clusters)"
+                        : i == 1 ? " (at least k and --rerank-depth)"
+                        : i == 2 ? " (at least k_fullbit)"
+                        : moved[i].ran == 0 ? " (off: not below k_refine)"
+                                            : " (at least k_fullbit)");
+    }
     chimera_search_params unset = {0};
     int calibrated = chimera_index_params_default(ix, k, &unset);
     /* --recall: which stored profile qualified (any k' >= k, the smallest target >= the
