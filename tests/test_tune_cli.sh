@@ -103,7 +103,9 @@ fkf=$(sed -n 's/.*(with a filter k_refine=[0-9]* k_fullbit=\([0-9]*\)).*/\1/p' "
   bad "bench failed: $(tail -3 "$T/bench.out")"
 head -1 "$T/bench.csv" | grep -q "^system,k,n_probe,k_refine,k_fullbit,chunks,recall,qps" && ok ||
   bad "bench.csv header: $(head -1 "$T/bench.csv")"
-[ "$(grep -c '^chimera,10,' "$T/bench.csv")" = 16 ] && ok || bad "bench.csv: not 16 chimera rows for k=10"
+# four n_probe x k_fullbit 20, 40, 80 (k and 2k both floor at 20: one setting, one row)
+[ "$(grep -c '^chimera,10,' "$T/bench.csv")" = 12 ] && ok || bad "bench.csv: not 12 chimera rows for k=10"
+[ -z "$(cut -d, -f1-6 "$T/bench.csv" | sort | uniq -d)" ] && ok || bad "bench.csv: a setting measured twice"
 grep -q '^exact,10,' "$T/bench.csv" && ok || bad "bench.csv: no exact row"
 awk -F, 'NR > 1 && ($7 < 0 || $7 > 1) {bad++} END {exit bad > 0}' "$T/bench.csv" && ok ||
   bad "bench.csv: a recall outside [0, 1]"
