@@ -80,6 +80,11 @@ PY
     "$CHIMERA" exact --tokens "$T/fortran.npy" --doclens "$T/c/doclens.npy" --queries "$T/c/queries.npy" -k 5 --out "$T/x.trec"
 fi
 "$CHIMERA" info >"$T/info.out" && grep -q simd "$T/info.out" && ok || bad "info failed"
+# help asked for is the output: on stdout, exit 0 (a mistake's usage goes to stderr)
+"$CHIMERA" --help 2>/dev/null | grep -q "^usage: chimera COMMAND" && ok || bad "chimera --help not on stdout"
+"$CHIMERA" search --help 2>/dev/null | grep -q -- "--queries" && ok || bad "search --help not on stdout"
+"$CHIMERA" meta --help >/dev/null 2>&1 && ok || bad "meta --help exits non-zero"
+"$CHIMERA" search 2>/dev/null | grep -q usage && bad "a mistake's usage went to stdout" || ok
 # --version names the kernel level, and CHIMERA_SIMD caps it whatever this CPU has
 "$CHIMERA" --version | grep -Eq '^chimera [0-9.]+ \(simd (scalar|avx2|avx512)\)$' && ok || bad "--version: $("$CHIMERA" --version)"
 CHIMERA_SIMD=scalar "$CHIMERA" --version | grep -q '(simd scalar)' && ok || bad "CHIMERA_SIMD=scalar not honoured"

@@ -39,9 +39,10 @@ int cmd_info(int argc, char **argv)
     return 0;
 }
 
-static void usage(void)
+/* To f: stdout when asked for (help), stderr after a mistake. */
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: chimera COMMAND [options]   (chimera COMMAND --help for its options)\n"
             "  gen      write a synthetic corpus\n"
             "  exact    exact Chamfer top-k (ground truth)\n"
@@ -74,7 +75,7 @@ static void maybe_reexec(char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage();
+        usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
@@ -83,7 +84,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        usage();
+        usage(stdout);
         return 0;
     }
     maybe_reexec(argv);
@@ -127,6 +128,6 @@ int main(int argc, char **argv)
 #endif
     }
     fprintf(stderr, "chimera: unknown command '%s'\n", cmd);
-    usage();
+    usage(stderr);
     return 2;
 }

@@ -26,12 +26,20 @@ static void say(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The command's usage: on stdout when asked for (--help: it is the output, to be paged or
+ * searched), on stderr after a mistake. */
+static void usage_to(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts, int n)
+{
+    if (cli_quiet) return;
+    fprintf(f, "usage: %s %s %s\n", cli_program, cmd, synopsis);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "  %-16s %s%s\n", opts[i].name, opts[i].help,
+                opts[i].required ? " (required)" : "");
+}
+
 static void usage(const char *cmd, const char *synopsis, const cli_opt *opts, int n)
 {
-    say("usage: %s %s %s\n", cli_program, cmd, synopsis);
-    for (int i = 0; i < n; i++)
-        say("  %-16s %s%s\n", opts[i].name, opts[i].help,
-                opts[i].required ? " (required)" : "");
+    usage_to(stderr, cmd, synopsis, opts, n);
 }
 
 static int set_value(const char *cmd, cli_opt *o, const char *v)
@@ -94,7 +102,7 @@ int cli_parse(const char *cmd, const char *synopsis, int argc, char **argv, int 
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(cmd, synopsis, opts, n_opts);
+            usage_to(stdout, cmd, synopsis, opts, n_opts);
             return 1;
         }
         if (a[0] != '-' || a[1] == '\0') {

@@ -185,7 +185,8 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
         {"--queries", OPT_STR, &queries, "queries .npy [n, m, dim] or [total, dim]", 1, 0},
         {"--qlens", OPT_STR, &qlens, "query lengths .npy, for [total, dim] queries", 0, 0},
         {"-k", OPT_U32, &k, "results per query (default 10)", 0, 0},
-        {"--out", OPT_STR, &out, "output TREC run", 0, 0},
+        {"--out", OPT_STR, &out,
+         "output TREC run (left out: the results are timed, not written)", 0, 0},
         {"--nprobe", OPT_COUNT, &sp.n_probe,
          "clusters probed per query token (default: the index's calibrated value for k, else "
          "8 for k <= 10 and 16 above)", 0, 0},

@@ -257,8 +257,10 @@ int cmd_compact(int argc, char **argv)
 int cmd_meta(int argc, char **argv)
 {
     if (argc < 3 || strcmp(argv[2], "import") != 0) {
-        fprintf(stderr, "usage: chimera meta import IDX (--jsonl F.jsonl | --csv F.csv)\n");
-        return 2;
+        int help = argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0);
+        fprintf(help ? stdout : stderr, "usage: chimera meta import IDX (--jsonl F.jsonl | "
+                "--csv F.csv)   (chimera meta import --help for its options)\n");
+        return help ? 0 : 2;
     }
     const char *jsonl = NULL, *csv = NULL, *pos[1];
     int no_sync = 0, np = 0;
