@@ -190,6 +190,10 @@ expect_fail "search -k 100000000" "-k 100000000: expected 1..16777216" \
 expect_fail "search --k-fullbit 20000000" "k_fullbit 20000000 is too large" \
   "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --out "$T/x.trec" --k-fullbit 20000000
 [ -e "$T/x.trec" ] && bad "a refused search wrote its run" || ok
+: >"$T/none.txt"
+"$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" --subset "$T/none.txt" --out "$T/none.trec" \
+  >/dev/null 2>"$T/none.err" && [ ! -s "$T/none.trec" ] && grep -q "lists no ids" "$T/none.err" &&
+  ok || bad "an empty --subset: no note, or results: $(cat "$T/none.err")"
 # a flag the search must move (k <= k_fullbit <= k_refine) is run moved, and said so
 "$CHIMERA" search "$T/idx" --queries "$T/c/queries.npy" -k 10 --k-refine 5 --k-fullbit 50 \
   >"$T/moved.out" 2>"$T/moved.err" || bad "search with --k-refine below --k-fullbit failed"

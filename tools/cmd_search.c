@@ -278,6 +278,9 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
             return cli_fail("search", &err);
         chimera_status fs = chimera_filter_new(fids, nf, exclude != NULL, &filter, &err);
         chimera_ids_free(fids);
+        if (fs == CHIMERA_OK && subset && nf == 0) /* allowed, and likely not meant */
+            fprintf(stderr, "chimera search: note: %s lists no ids: every query returns "
+                    "nothing\n", subset);
         if (fs != CHIMERA_OK) return cli_fail("search", &err);
     }
     shard_set set = {0};
