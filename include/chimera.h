@@ -162,9 +162,9 @@ extern "C" {
 #endif
 
 #define CHIMERA_VERSION_MAJOR 0
-#define CHIMERA_VERSION_MINOR 12
-#define CHIMERA_VERSION_PATCH 4
-#define CHIMERA_VERSION_STRING "0.12.4"
+#define CHIMERA_VERSION_MINOR 13
+#define CHIMERA_VERSION_PATCH 0
+#define CHIMERA_VERSION_STRING "0.13.0"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
@@ -943,7 +943,7 @@ typedef struct chimera_index_info {
                                compact with recluster, which calibrates again) */
     int has_source;         /* 1: the build recorded the files it read (tune can compute
                                exact truth from them: chimera_index_source_open); 2 (since
-                               0.12.5): recorded, but documents were added, deleted or
+                               0.13.0): recorded, but documents were added, deleted or
                                updated since, so source_open refuses it; 0: none */
 } chimera_index_info;
 
@@ -1314,7 +1314,7 @@ CHIMERA_API chimera_status chimera_index_profile_get(const chimera_index *index,
                                          double target_recall, chimera_search_params *p,
                                          chimera_error *err);
 
-/* One tuned profile as the index stores it (chimera_index_profile_list). */
+/* One tuned profile as the index stores it (chimera_index_profile_list; since 0.13.0). */
 typedef struct chimera_profile_entry {
     uint32_t k;
     double target_recall;   /* the target it was tuned for */
@@ -1375,7 +1375,8 @@ CHIMERA_API chimera_status chimera_run_read_qrels(const char *path, chimera_run 
                                                   chimera_error *err);
 CHIMERA_API int64_t chimera_run_n_queries(const chimera_run *run);
 /* The most hits any one query of the run has (0 for an empty run or NULL): a run cut
- * at depth 10 cannot show Recall@100, nor a truth of depth 100 measure Recall@1000. */
+ * at depth 10 cannot show Recall@100, nor a truth of depth 100 measure Recall@1000.
+ * Since 0.13.0. */
 CHIMERA_API int64_t chimera_run_depth(const chimera_run *run);
 
 /* Top-k document ids of queries "0" .. "n_queries-1" of a run whose ids are integers
