@@ -1328,8 +1328,8 @@ typedef struct chimera_profile_entry {
 
 /* The tuned profiles the index stores, in stored order: up to max into out (out may be
  * NULL when max is 0). Entries that do not read as a profile (damaged values) are left
- * out, as a search leaves them. Returns how many there are (possibly more than max); 0
- * for a NULL index. Thread-safe. */
+ * out; a search by recall that would pick one fails with CHIMERA_ERR_CORRUPT. Returns how
+ * many there are (possibly more than max); 0 for a NULL index. Thread-safe. */
 CHIMERA_API int chimera_index_profile_list(const chimera_index *index, chimera_profile_entry *out,
                                            int max);
 

@@ -1155,14 +1155,21 @@ static chimera_status resolve_params(const ix_index *ix, uint32_t k,
     if (cp.k_interaction && cp.k_interaction < cp.k_fullbit) cp.k_interaction = cp.k_fullbit;
     if (cp.n_probe > ix->n_clusters) cp.n_probe = ix->n_clusters;
     CM_TRY(params_check_enums(&cp, err)); /* as a profile or the defaults filled them */
-    if (cp.k_refine > (1u << 24)) /* named by what raised it: k_refine is at least both */
+    if (cp.k_refine > (1u << 24)) { /* named by what raised it: k_refine is at least both */
+        if (k > (1u << 24) || own_k_fullbit_v > (1u << 24))
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "search: %s %u is too large: a search refines at most %u documents",
+                           k > (1u << 24) ? "k" : "k_fullbit",
+                           k > (1u << 24) ? k : own_k_fullbit_v, 1u << 24);
+        if (own_k_refine)
+            return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
+                           "search: k_refine %u is too large: a search refines at most %u "
+                           "documents", cp.k_refine, 1u << 24);
         return cm_fail(err, CHIMERA_ERR_INVALID_ARG,
-                       "search: %s %u is too large: a search refines at most %u documents",
-                       k > (1u << 24) ? "k" : own_k_fullbit_v > (1u << 24) ? "k_fullbit"
-                                                                           : "k_refine",
-                       k > (1u << 24) ? k : own_k_fullbit_v > (1u << 24) ? own_k_fullbit_v
-                                                                         : cp.k_refine,
-                       1u << 24);
+                       "search: k %u asks for k_refine %u by default, past the %u documents a "
+                       "search refines: give k_refine and k_fullbit, or a smaller k", k,
+                       cp.k_refine, 1u << 24);
+    }
     *out = (sp_params){.k = k, .n_probe = cp.n_probe, .k_refine = cp.k_refine,
                    .k_fullbit = cp.k_fullbit, .chunks = cp.chunks,
                    .impute = (be_impute)cp.impute, .impute_scale = cp.impute_scale,

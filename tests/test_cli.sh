@@ -83,6 +83,8 @@ fi
 # help asked for is the output: on stdout, exit 0 (a mistake's usage goes to stderr)
 "$CHIMERA" --help 2>/dev/null | grep -q "^usage: chimera COMMAND" && ok || bad "chimera --help not on stdout"
 "$CHIMERA" search --help 2>/dev/null | grep -q -- "--queries" && ok || bad "search --help not on stdout"
+"$CHIMERA" meta --help 2>/dev/null | grep -q "^usage: chimera meta import" && ok ||
+  bad "meta --help: no usage on stdout"
 "$CHIMERA" meta --help >/dev/null 2>&1 && ok || bad "meta --help exits non-zero"
 "$CHIMERA" search 2>/dev/null | grep -q usage && bad "a mistake's usage went to stdout" || ok
 # --version names the kernel level, and CHIMERA_SIMD caps it whatever this CPU has

@@ -422,6 +422,12 @@ expect_fail "compact of a missing index" "no such index directory" "$C" compact 
 expect_fail "recluster of a missing index" "no such index directory" \
   "$C" compact "$T/ghost" --recluster
 ls -d "$T"/ghost* >/dev/null 2>&1 && bad "a missing index's writers left $(ls -d "$T"/ghost*)" || ok
+# missing beside its lock file (a replace between its renames): the writer takes the
+# lock, then reports the directory missing (it does not hang or refuse before the lock)
+: >"$T/gone.lock"
+expect_fail "add to a missing index beside its lock" "$T/gone: no such index directory" \
+  "$C" add "$T/gone" "${G[@]}" --ids "$T/new5.ids"
+rm -f "$T/gone.lock"
 expect_fail "delete --id past 64 bits" "--id needs an integer id" \
   "$C" delete "$BI" --id 99999999999999999999 --missing-ok
 expect_fail "add of 48-d documents" "dimension 48, the index $DIM" \

@@ -43,7 +43,8 @@ int cmd_build(int argc, char **argv)
         {"--doclens", OPT_STR, &doclens, "document lengths .npy [n_docs] (int32/64)", 1, 0},
         {"--ids", OPT_STR, &ids, "document ids (.npy int64 or text, one per line)", 0, 0},
         {"--out", OPT_STR, &out, "index directory (replaced atomically if it exists)", 1, 0},
-        {"--bits", OPT_COUNT, &bits, "bits per dimension of the full codes, 1..8 (default 4)", 0, 0},
+        {"--bits", OPT_COUNT, &bits, "bits per dimension of the full codes, 1..8 (default 4)",
+         0, 0},
         {"--clusters", OPT_STR, &clusters, "IVF clusters, or auto (~1 per 100 tokens)", 0, 0},
         {"--graph-degree", OPT_COUNT, &degree, "centroid graph out-degree (default 32)", 0, 0},
         {"--threads", OPT_THREADS, &threads, "worker threads (default: all CPUs)", 0, 0},
@@ -183,11 +184,12 @@ static void print_profiles(const char *dir)
         printf("  profiles       not read: %s\n", err.msg);
         return;
     }
-    int n = chimera_index_profile_list(ix, NULL, 0);
-    chimera_profile_entry *e = n ? malloc((size_t)n * sizeof *e) : NULL;
-    if (n && !e) n = 0;
-    n = e ? chimera_index_profile_list(ix, e, n) : 0;
-    if (n == 0) printf("  profiles       none (chimera tune stores one; search --recall uses it)\n");
+    int cap = chimera_index_profile_list(ix, NULL, 0), n = 0;
+    chimera_profile_entry *e = cap ? malloc((size_t)cap * sizeof *e) : NULL;
+    if (e) n = chimera_index_profile_list(ix, e, cap);
+    if (n > cap) n = cap;
+    if (n == 0)
+        printf("  profiles       none (chimera tune stores one; search --recall uses it)\n");
     for (int i = 0; i < n; i++) {
         const chimera_search_params *p = &e[i].params;
         char extra[120] = "";
@@ -205,7 +207,7 @@ static void print_profiles(const char *dir)
                i ? "" : "profiles", e[i].k, e[i].target_recall, p->n_probe, p->k_refine,
                p->k_fullbit, p->chunks, extra, e[i].k, e[i].measured_recall, e[i].qps,
                !e[i].reached ? "; target not reached: search --recall never picks it"
-               : e[i].stale  ? "; stale (a fifth of the documents changed): not used"
+               : e[i].stale  ? "; stale (more than a fifth of the documents changed): not used"
                              : "");
     }
     free(e);

@@ -381,15 +381,27 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     if (want_recall > 0) {
         chimera_search_params pp;
         if (chimera_index_profile_get(ix, k, want_recall, &pp, NULL) == CHIMERA_OK) {
-            int n = chimera_index_profile_list(ix, NULL, 0);
-            chimera_profile_entry *e = n ? malloc((size_t)n * sizeof *e) : NULL;
-            n = e ? chimera_index_profile_list(ix, e, n) : 0;
-            for (int i = 0; i < n; i++)
-                if (e[i].reached && !e[i].stale && memcmp(&e[i].params, &pp, sizeof pp) == 0) {
-                    snprintf(picked, sizeof picked, " (the profile for k=%u, recall %.3f)",
-                             e[i].k, e[i].target_recall);
-                    break;
-                }
+            int cap = chimera_index_profile_list(ix, NULL, 0), n = 0, best = -1;
+            chimera_profile_entry *e = cap ? malloc((size_t)cap * sizeof *e) : NULL;
+            if (e) n = chimera_index_profile_list(ix, e, cap);
+            if (n > cap) n = cap;
+            /* the one chimera_index_profile_get takes (its rule: this k first, then the
+             * smallest target that is enough, then the smallest k), with its settings */
+            for (int i = 0; i < n; i++) {
+                if (!e[i].reached || e[i].stale || e[i].k < k ||
+                    e[i].target_recall < want_recall ||
+                    memcmp(&e[i].params, &pp, sizeof pp) != 0)
+                    continue;
+                const chimera_profile_entry *b = best >= 0 ? &e[best] : NULL;
+                if (!b || (e[i].k == k && b->k != k) ||
+                    ((e[i].k == k) == (b->k == k) &&
+                     (e[i].target_recall < b->target_recall ||
+                      (e[i].target_recall == b->target_recall && e[i].k < b->k))))
+                    best = i;
+            }
+            if (best >= 0)
+                snprintf(picked, sizeof picked, " (the profile for k=%u, recall %.3f)",
+                         e[best].k, e[best].target_recall);
             free(e);
         }
     }

@@ -271,7 +271,7 @@ int cmd_meta(int argc, char **argv)
     };
     /* the synopsis says it: an import is the whole of the metadata, not an addition */
     int r = cli_parse("meta import", "IDX (--jsonl F | --csv F)   (replaces all the index's "
-                      "metadata; add --meta and update --meta change some documents')",
+                      "metadata; add --meta and update --meta upsert only their documents)",
                       argc, argv, 3, opts,
                       sizeof opts / sizeof opts[0], pos, 1, &np);
     if (r) return r < 0 ? 2 : 0;

@@ -215,7 +215,8 @@ int ix_profile_list(const ix_index *ix, chimera_profile_entry *out, int max)
         double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
         chimera_profile_entry e;
         memset(&e, 0, sizeof e);
-        /* an entry that does not read as a profile is not listed (a search never takes it) */
+        /* an entry that does not read as a profile is not listed (a search that would
+         * take it fails, naming the damaged value: ix_profile_find) */
         if (!(pk >= 1 && pk <= (double)(1u << 24)) || !(pt > 0 && pt <= 1) ||
             profile_params(it, pk, pt, &e.params, NULL) != CHIMERA_OK)
             continue;

@@ -323,10 +323,11 @@ typedef struct ix_store_lock ix_store_lock; /* declared above as struct ix_store
 chimera_status ix_store_lock_acquire(const char *dir, int timeout_ms, ix_store_lock **out,
                                      chimera_error *err);
 
-/* CHIMERA_OK where dir is a directory that opens; else ix_store_open's error for it (a
- * missing one named with what an interrupted replace left beside it). The writers of an
- * existing index ask it before taking the lock, whose file beside the directory a
- * mistyped path would otherwise leave behind. */
+/* CHIMERA_OK where dir is a directory that opens, or is missing while its lock file
+ * exists (a replace in progress: the writer waits for the lock, then opens); else
+ * ix_store_open's error for it (a missing one named with what an interrupted replace
+ * left beside it). The writers of an existing index ask it before taking the lock, whose
+ * file beside the directory a mistyped path would otherwise leave behind. */
 chimera_status ix_store_require_dir(const char *dir, chimera_error *err);
 
 /* Releases the lock and frees it. NULL is a no-op. */

@@ -52,4 +52,8 @@ int ix_store_tmpdir_claim(const char *tmp_dir);
  * the number of leftovers removed. */
 int ix_store_clean_stale(const char *dir, int dir_is_index);
 
+/* 1 when the writer lock file of the index at dir exists (store_lock.c): someone wrote
+ * or is writing there, so a missing dir may be mid-replace rather than mistyped. */
+int ix_store_lock_file_exists(const char *dir);
+
 #endif

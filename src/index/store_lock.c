@@ -121,6 +121,18 @@ static char *lock_name(const char *dir, size_t n, int *e)
     return path;
 }
 
+int ix_store_lock_file_exists(const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    int e;
+    char *path = lock_name(dir, n, &e);
+    struct stat sb;
+    int yes = path && lstat(path, &sb) == 0;
+    cm_free(path);
+    return yes;
+}
+
 chimera_status ix_store_lock_acquire(const char *dir, int timeout_ms, ix_store_lock **out,
                                      chimera_error *err)
 {

@@ -500,9 +500,16 @@ static chimera_status report_unopened(const char *dir, int e, chimera_error *err
 chimera_status ix_store_require_dir(const char *dir, chimera_error *err)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return report_unopened(dir, errno, err);
-    close(dfd);
-    return CHIMERA_OK;
+    if (dfd >= 0) {
+        close(dfd);
+        return CHIMERA_OK;
+    }
+    int e = errno;
+    /* missing while its lock file exists: a build may be replacing it (between its two
+     * renames where RENAME_EXCHANGE is missing), and the writer that waits for the lock
+     * then finds the new one, as ix_store_open retries; no stray lock file comes of it */
+    if (e == ENOENT && ix_store_lock_file_exists(dir)) return CHIMERA_OK;
+    return report_unopened(dir, e, err);
 }
 
 void ix_store_close(store *s)
