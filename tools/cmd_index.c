@@ -123,8 +123,9 @@ static void print_info(const char *dir, const chimera_index_info *in)
            "last compaction); %u deletion list%s\n", in->n_segments, (long long)in->appended_docs,
            (long long)in->appended_tokens, in->n_deletion_lists, in->n_deletion_lists == 1 ? "" : "s");
     if (in->drift_tokens)
-        printf("  drift          %.1f%% of %lld added tokens below the build's 10th-percentile "
-               "centroid similarity (%.3f; the build's own: 10%%)%s\n", 100.0 * in->drift_below,
+        printf("  drift          %.1f%% of %lld tokens added since the build (counted as they "
+               "came, deleted ones too) below its 10th-percentile centroid similarity (%.3f; "
+               "the build's own: 10%%)%s\n", 100.0 * in->drift_below,
                (long long)in->drift_tokens, in->assign_sim_p10,
                in->recluster_advised ? ": recluster advised (chimera compact --recluster "
                                        "retrains the centroids, keeping ids and metadata)"
