@@ -101,10 +101,12 @@ int main(int argc, char **argv)
         int at = strcmp(cmd, "meta") == 0 ? 3 : 2; /* meta import IDX */
         if (strcmp(cmd, one_index[i]) == 0 && argc > at && argv[at][0] != '-' &&
             shards_is_layout(argv[at])) {
+            int change = i >= 3; /* add, delete, update, compact, meta import */
             fprintf(stderr, "chimera %s: %s is a sharded index (shards.json): %s works on one "
-                    "index, such as one of the shards `chimera info %s` lists; changes to the "
-                    "whole layout go through chimera-mpi serve's API\n", cmd, argv[at], cmd,
-                    argv[at]);
+                    "index, such as one of the shards `chimera info %s` lists%s\n", cmd,
+                    argv[at], cmd, argv[at],
+                    change ? "; changes to the whole layout go through chimera-mpi serve's API"
+                           : "");
             return 2;
         }
     }
