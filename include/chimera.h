@@ -1333,6 +1333,12 @@ typedef struct chimera_profile_entry {
 CHIMERA_API int chimera_index_profile_list(const chimera_index *index, chimera_profile_entry *out,
                                            int max);
 
+/* Which of chimera_index_profile_list's entries chimera_index_profile_get(index, k,
+ * target_recall) takes: its position in that list, or -1 when it takes none. Since
+ * 0.13.0. Thread-safe. */
+CHIMERA_API int chimera_index_profile_pick(const chimera_index *index, uint32_t k,
+                                           double target_recall);
+
 /* Recall@k of result ids [n x run_k] against exact ids [n x truth_k] (as the paper:
  * |R ∩ R'| / k per query, averaged; -1 entries are padding). 0 for NULL arrays, n <= 0
  * or k == 0. */

@@ -1515,6 +1515,15 @@ int chimera_index_profile_list(const chimera_index *index, chimera_profile_entry
     return n;
 }
 
+int chimera_index_profile_pick(const chimera_index *index, uint32_t k, double target_recall)
+{
+    if (!index) return -1;
+    index_view *v = view_get(index);
+    int i = ix_profile_pick(&v->ix, k, target_recall);
+    view_put(index, v);
+    return i;
+}
+
 /* ---- held-out tuning, calibration, the recorded source ---------------------------------- */
 
 /* qsort has no context argument: the ids being ordered, per thread (builds may run in

@@ -223,3 +223,15 @@ int cli_backend(const char *cmd, const char *name, chimera_backend *out)
     say("%s %s: --backend must be cpu, cuda or auto, not '%s'\n", cli_program, cmd, name);
     return 2;
 }
+
+void cli_extra_flags(const chimera_search_params *p, char *buf, size_t size)
+{
+    int o = 0;
+    buf[0] = '\0';
+    if (p->impute_scale > 0 && p->impute_scale != 1.0f)
+        o += snprintf(buf + o, size - (size_t)o, " --impute-scale %.2f", (double)p->impute_scale);
+    if (p->k_interaction && p->k_interaction < p->k_refine && (size_t)o < size)
+        o += snprintf(buf + o, size - (size_t)o, " --k-interaction %u", p->k_interaction);
+    if (p->rerank_depth && (size_t)o < size)
+        snprintf(buf + o, size - (size_t)o, " --rerank-depth %u", p->rerank_depth);
+}

@@ -59,6 +59,11 @@ int cli_fail(const char *cmd, const chimera_error *err);
 int cli_build_choices(const char *cmd, const char *clusters, const char *rerank,
                       chimera_build_opts *bo);
 
+/* The flags of p beyond n_probe, k_refine, k_fullbit and chunks that a search would need
+ * to run it (" --impute-scale S --k-interaction N --rerank-depth D", each where it is
+ * not the default) into buf (tune's and info's lines). */
+void cli_extra_flags(const chimera_search_params *p, char *buf, size_t size);
+
 /* --backend NAME (NULL: auto) into *out; prints a usage message and returns 2 (the exit
  * code) for an unknown name, else 0. */
 int cli_backend(const char *cmd, const char *name, chimera_backend *out);

@@ -193,16 +193,8 @@ static void print_profiles(const char *dir)
         printf("  profiles       none (chimera tune stores one; search --recall uses it)\n");
     for (int i = 0; i < n; i++) {
         const chimera_search_params *p = &e[i].params;
-        char extra[120] = "";
-        int o = 0;
-        if (p->impute_scale > 0 && p->impute_scale != 1.0f)
-            o += snprintf(extra + o, sizeof extra - (size_t)o, " --impute-scale %.2f",
-                          (double)p->impute_scale);
-        if (p->k_interaction && p->k_interaction < p->k_refine)
-            o += snprintf(extra + o, sizeof extra - (size_t)o, " --k-interaction %u",
-                          p->k_interaction);
-        if (p->rerank_depth)
-            snprintf(extra + o, sizeof extra - (size_t)o, " --rerank-depth %u", p->rerank_depth);
+        char extra[120];
+        cli_extra_flags(p, extra, sizeof extra);
         printf("  %-14s k=%-4u --recall %.3f: --nprobe %u --k-refine %u --k-fullbit %u "
                "--chunks %u%s; held-out Recall@%u %.4f at %.0f queries/s when tuned%s\n",
                i ? "" : "profiles", e[i].k, e[i].target_recall, p->n_probe, p->k_refine,

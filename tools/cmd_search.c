@@ -378,32 +378,14 @@ static int search_main(int argc, char **argv, const char *const *fargs, int n_fa
     /* --recall: which stored profile qualified (any k' >= k, the smallest target >= the
      * one asked), said with the results, since it may be another k's or target's */
     char picked[80] = "";
-    if (want_recall > 0) {
-        chimera_search_params pp;
-        if (chimera_index_profile_get(ix, k, want_recall, &pp, NULL) == CHIMERA_OK) {
-            int cap = chimera_index_profile_list(ix, NULL, 0), n = 0, best = -1;
-            chimera_profile_entry *e = cap ? malloc((size_t)cap * sizeof *e) : NULL;
-            if (e) n = chimera_index_profile_list(ix, e, cap);
-            if (n > cap) n = cap;
-            /* the one chimera_index_profile_get takes (its rule: this k first, then the
-             * smallest target that is enough, then the smallest k), with its settings */
-            for (int i = 0; i < n; i++) {
-                if (!e[i].reached || e[i].stale || e[i].k < k ||
-                    e[i].target_recall < want_recall ||
-                    memcmp(&e[i].params, &pp, sizeof pp) != 0)
-                    continue;
-                const chimera_profile_entry *b = best >= 0 ? &e[best] : NULL;
-                if (!b || (e[i].k == k && b->k != k) ||
-                    ((e[i].k == k) == (b->k == k) &&
-                     (e[i].target_recall < b->target_recall ||
-                      (e[i].target_recall == b->target_recall && e[i].k < b->k))))
-                    best = i;
-            }
-            if (best >= 0)
-                snprintf(picked, sizeof picked, " (the profile for k=%u, recall %.3f)",
-                         e[best].k, e[best].target_recall);
-            free(e);
-        }
+    int pick = want_recall > 0 ? chimera_index_profile_pick(ix, k, want_recall) : -1;
+    if (pick >= 0) {
+        int cap = pick + 1;
+        chimera_profile_entry *e = malloc((size_t)cap * sizeof *e);
+        if (e && chimera_index_profile_list(ix, e, cap) >= cap)
+            snprintf(picked, sizeof picked, " (the profile for k=%u, recall %.3f)", e[pick].k,
+                     e[pick].target_recall);
+        free(e);
     }
     /* A sharded index is searched with shard 0's setting on every shard, as chimera-mpi
      * does; with a filter (--subset, --exclude, --subset-per-query: every query has one)

@@ -166,16 +166,8 @@ int cmd_tune(int argc, char **argv)
         printf("%-8u %-8u %-13s %-9u %-7u %-10.4f %-9.1f\n", p->params.n_probe,
                p->params.k_refine, ki, p->params.k_fullbit, p->params.chunks, p->recall, p->qps);
     }
-    char depth[120] = "";
-    int n_depth = 0;
-    if (res->best.impute_scale > 0 && res->best.impute_scale != 1.0f)
-        n_depth = snprintf(depth, sizeof depth, " --impute-scale %.2f", (double)res->best.impute_scale);
-    if (res->best.k_interaction && res->best.k_interaction < res->best.k_refine)
-        n_depth += snprintf(depth + n_depth, sizeof depth - (size_t)n_depth, " --k-interaction %u",
-                            res->best.k_interaction);
-    if (res->best.rerank_depth)
-        snprintf(depth + n_depth, sizeof depth - (size_t)n_depth, " --rerank-depth %u",
-                 res->best.rerank_depth);
+    char depth[120];
+    cli_extra_flags(&res->best, depth, sizeof depth);
     printf("held-out Recall@%u %.4f, 95%% interval [%.4f, %.4f] on %lld queries, at --nprobe %u "
            "--k-refine %u --k-fullbit %u --chunks %u%s, %.1f queries/s\n",
            k, res->heldout_recall, res->heldout_low, res->heldout_high, (long long)res->n_heldout,
@@ -222,6 +214,9 @@ static int cmp_d(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
+/* bench's k_fullbit for k at multiple mul: at least 20 */
+static uint32_t bench_fullbit(uint32_t k, uint32_t mul) { return k * mul > 20 ? k * mul : 20; }
 
 int cmd_bench(int argc, char **argv)
 {
@@ -327,10 +322,9 @@ int cmd_bench(int argc, char **argv)
             for (size_t fi = 0; fi < sizeof fmul / sizeof fmul[0]; fi++) {
                 uint32_t k = kv[ki];
                 chimera_search_params sp = {.n_probe = probes[pi]};
-                sp.k_fullbit = k * fmul[fi] > 20 ? k * fmul[fi] : 20;
+                sp.k_fullbit = bench_fullbit(k, fmul[fi]);
                 /* a small k's first multiples all floor at 20: one setting, measured once */
-                if (fi > 0 && (k * fmul[fi - 1] > 20 ? k * fmul[fi - 1] : 20) == sp.k_fullbit)
-                    continue;
+                if (fi > 0 && bench_fullbit(k, fmul[fi - 1]) == sp.k_fullbit) continue;
                 sp.k_refine = sp.k_fullbit * 5;
                 chimera_search_profile prof = {.latency = lat};
                 if (chimera_index_search(ix, q, k, &sp, &so, ids, sc, &prof, &err) != CHIMERA_OK) {

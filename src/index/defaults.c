@@ -201,17 +201,25 @@ static chimera_status source_path(const cJSON *src, const char *key, int require
     return CHIMERA_OK;
 }
 
+int ix_source_state(const cJSON *meta, int64_t n_deleted)
+{
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(meta, "source");
+    if (!cJSON_IsObject(src)) return 0;
+    return jnum(src, "changed_docs") != 0 || n_deleted != 0 ? 2 : 1;
+}
+
 chimera_status ix_source_get(const ix_index *ix, char **tokens, char **doclens, char **ids,
                              chimera_error *err)
 {
     *tokens = *doclens = *ids = NULL;
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "source");
-    if (!cJSON_IsObject(src))
+    const cJSON *meta = ix_store_meta(ix->st);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(meta, "source");
+    int state = ix_source_state(meta, ix->n_deleted);
+    if (state == 0)
         return cm_fail(err, CHIMERA_ERR_EMPTY,
                        "the index records no source corpus (built from memory, or by an "
                        "older version): pass the corpus with --tokens/--doclens");
-    double changed = jnum(src, "changed_docs");
-    if (changed != 0 || ix->n_deleted != 0)
+    if (state == 2)
         return cm_fail(err, CHIMERA_ERR_CONFLICT,
                        "documents were added, deleted or updated since the index was built "
                        "from its source: exact truth over the source would be wrong; pass "

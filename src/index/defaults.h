@@ -37,6 +37,11 @@ void ix_defaults_read(const struct cJSON *meta, int64_t live_docs, ix_defaults *
  * when the index has none, or they are stale. */
 int ix_defaults_find(const ix_index *ix, uint32_t k, chimera_search_params *out);
 
+/* 0: meta records no source; 1: it does; 2: it does, but documents were added, deleted
+ * or updated since the build (n_deleted: the index's), so exact truth over it would be
+ * wrong (ix_source_get refuses it, info says so). */
+int ix_source_state(const struct cJSON *meta, int64_t n_deleted);
+
 /* The source the build recorded, checked against the files as they are now and against
  * the index (no document added, deleted or updated since the build). Paths are
  * cm_malloc'd (*ids NULL when none was used).

@@ -162,11 +162,7 @@ chimera_status ix_info(const char *dir, chimera_index_info *info, chimera_error 
         cal->recall_low = d.d[i].recall_low;
         cal->reached = d.d[i].reached;
     }
-    /* 2: recorded, but the documents changed since (ix_source_get refuses it) */
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(meta, "source");
-    info->has_source = !cJSON_IsObject(src)                                  ? 0
-                       : num(src, "changed_docs") != 0 || info->n_deleted != 0 ? 2
-                                                                               : 1;
+    info->has_source = ix_source_state(meta, info->n_deleted);
     uint32_t n = ix_store_n_sections(st);
     for (uint32_t i = 0; i < n; i++) {
         const ix_store_section_desc *sd = ix_store_section_at(st, i);

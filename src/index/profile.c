@@ -170,22 +170,24 @@ static chimera_status profile_params(const cJSON *o, double pk, double pt,
     return CHIMERA_OK;
 }
 
-chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
-                               chimera_search_params *out, chimera_error *err)
+/* The reached, fresh profile a search for top-k at target_recall takes: this k first,
+ * then the smallest target that is enough, then the smallest k' >= k; NULL when none
+ * (*stale counts the fresh-enough candidates skipped as stale). */
+static const cJSON *profile_best(const ix_index *ix, uint32_t k, double target_recall,
+                                 int *stale)
 {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "profiles");
     const cJSON *best = NULL, *it;
     double best_t = 2, best_k = 1e18;
-    int stale = 0;
+    *stale = 0;
     cJSON_ArrayForEach(it, arr)
     {
         double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
         if (pk < k || pt < target_recall || jnum(it, "reached") != 1) continue;
         if (profile_stale(ix, it)) {
-            stale++;
+            (*stale)++;
             continue;
         }
-        /* prefer this k, then the smallest target that is enough, then the smallest k */
         int better = !best || (pk == k && best_k != k) ||
                      ((pk == k) == (best_k == k) && (pt < best_t || (pt == best_t && pk < best_k)));
         if (better) {
@@ -194,6 +196,14 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
             best_k = pk;
         }
     }
+    return best;
+}
+
+chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_recall,
+                               chimera_search_params *out, chimera_error *err)
+{
+    int stale;
+    const cJSON *best = profile_best(ix, k, target_recall, &stale);
     if (!best) {
         if (stale)
             cm_fail(err, CHIMERA_ERR_EMPTY,
@@ -202,7 +212,38 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
                     target_recall);
         return CHIMERA_ERR_EMPTY;
     }
-    return profile_params(best, best_k, best_t, out, err);
+    return profile_params(best, jnum(best, "k"), jnum(best, "target_recall"), out, err);
+}
+
+/* Whether the stored entry o reads as a profile, into *e (ix_profile_list's entries). */
+static int profile_entry(const ix_index *ix, const cJSON *o, chimera_profile_entry *e)
+{
+    double pk = jnum(o, "k"), pt = jnum(o, "target_recall");
+    memset(e, 0, sizeof *e);
+    if (!(pk >= 1 && pk <= (double)(1u << 24)) || !(pt > 0 && pt <= 1) ||
+        profile_params(o, pk, pt, &e->params, NULL) != CHIMERA_OK)
+        return 0;
+    e->k = (uint32_t)pk;
+    e->target_recall = pt;
+    e->measured_recall = jnum(o, "measured_recall");
+    e->qps = jnum(o, "qps");
+    e->reached = jnum(o, "reached") == 1;
+    e->stale = profile_stale(ix, o);
+    return 1;
+}
+
+int ix_profile_pick(const ix_index *ix, uint32_t k, double target_recall)
+{
+    int stale, n = 0;
+    const cJSON *best = profile_best(ix, k, target_recall, &stale), *it;
+    chimera_profile_entry e;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(ix_store_meta(ix->st), "profiles"))
+    {
+        int listed = profile_entry(ix, it, &e);
+        if (it == best) return listed ? n : -1; /* damaged: the search fails on it */
+        n += listed;
+    }
+    return -1;
 }
 
 int ix_profile_list(const ix_index *ix, chimera_profile_entry *out, int max)
@@ -212,20 +253,10 @@ int ix_profile_list(const ix_index *ix, chimera_profile_entry *out, int max)
     int n = 0;
     cJSON_ArrayForEach(it, arr)
     {
-        double pk = jnum(it, "k"), pt = jnum(it, "target_recall");
-        chimera_profile_entry e;
-        memset(&e, 0, sizeof e);
         /* an entry that does not read as a profile is not listed (a search that would
          * take it fails, naming the damaged value: ix_profile_find) */
-        if (!(pk >= 1 && pk <= (double)(1u << 24)) || !(pt > 0 && pt <= 1) ||
-            profile_params(it, pk, pt, &e.params, NULL) != CHIMERA_OK)
-            continue;
-        e.k = (uint32_t)pk;
-        e.target_recall = pt;
-        e.measured_recall = jnum(it, "measured_recall");
-        e.qps = jnum(it, "qps");
-        e.reached = jnum(it, "reached") == 1;
-        e.stale = profile_stale(ix, it);
+        chimera_profile_entry e;
+        if (!profile_entry(ix, it, &e)) continue;
         if (n < max && out) out[n] = e;
         n++;
     }

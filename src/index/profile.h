@@ -47,4 +47,8 @@ chimera_status ix_profile_find(const ix_index *ix, uint32_t k, double target_rec
  * returns how many there are. */
 int ix_profile_list(const ix_index *ix, chimera_profile_entry *out, int max);
 
+/* Where in ix_profile_list's order the profile ix_profile_find takes lies; -1 when it
+ * takes none (or the one it would take is damaged). */
+int ix_profile_pick(const ix_index *ix, uint32_t k, double target_recall);
+
 #endif
