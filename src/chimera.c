@@ -1841,7 +1841,7 @@ chimera_calibration_truth_kind chimera_calibration_truth(const data_corpus *c)
     int64_t live;
     uint32_t kv[2], nk = cal_ks(c, kv, &live);
     double q_tokens =
-        (double)cal_n_queries(c->n_tokens) * (DATA_SAMPLE_MIN_LEN + DATA_SAMPLE_MAX_LEN) / 2;
+        (double)cal_n_queries(c->n_tokens) * data_sample_mean_len();
     double macs = (double)c->n_tokens * q_tokens * c->dim;
     if (macs <= CAL_EXACT_MACS) return CAL_TRUTH_EXACT;
     return macs <= 3 * CAL_EXACT_MACS && nk == 2 ? CAL_TRUTH_EXACT_HELDOUT

@@ -1115,7 +1115,7 @@ static void test_frontier(void)
  * query: about two standard errors). A truth missing documents that deep settings find
  * reports less than exact search measures. Three corpora of 19,000 documents, one for
  * each truth (chimera.c, calibrate_index), which the test checks they get:
- *   - 24-40 tokens at d = 64: the generous search's candidates, for the k = 100 queries
+ *   - 24-40 tokens at d = 80: the generous search's candidates, for the k = 100 queries
  *     refining a fifteenth of the documents (above 18,000 documents);
  *   - 24-40 tokens at d = 32: an exact pass for the k = 100 held-out queries, the
  *     candidates for the rest. There the candidates held 98% of the exact top 100, and
@@ -1188,7 +1188,7 @@ static void check_calibrated_deep(const char *name, uint32_t dim, uint32_t min_l
 }
 
 /* The truth on shapes alone (chimera_calibration_truth reads sizes and offsets only):
- * 96 pseudo-queries of 18 tokens on average, 1.7e10 and 5.1e10 multiply-adds. */
+ * 96 pseudo-queries of 13.25 tokens on average, 1.7e10 and 5.1e10 multiply-adds. */
 static chimera_calibration_truth_kind truth_of(int64_t n_docs, int64_t doc_len, uint32_t dim)
 {
     data_corpus c = {.n_tokens = n_docs * doc_len, .dim = dim, .n_docs = n_docs};
@@ -1201,17 +1201,17 @@ static chimera_calibration_truth_kind truth_of(int64_t n_docs, int64_t doc_len, 
 
 static void test_calibration_truth_rule(void)
 {
-    CHECK(truth_of(1000, 60, 128) == CAL_TRUTH_EXACT);           /* 1.3e10 */
-    CHECK(truth_of(1000, 150, 128) == CAL_TRUTH_EXACT_HELDOUT);  /* 3.3e10 */
-    CHECK(truth_of(1000, 250, 128) == CAL_TRUTH_CANDIDATES);     /* 5.5e10 */
+    CHECK(truth_of(1000, 60, 128) == CAL_TRUTH_EXACT);           /* 9.8e9 */
+    CHECK(truth_of(1000, 150, 128) == CAL_TRUTH_EXACT_HELDOUT);  /* 2.4e10 */
+    CHECK(truth_of(1000, 350, 128) == CAL_TRUTH_CANDIDATES);     /* 5.7e10 */
     /* with one k (under 500 documents) there is no k = 100 held-out third */
-    CHECK(truth_of(400, 250, 128) == CAL_TRUTH_CANDIDATES);      /* 2.2e10 */
-    CHECK(truth_of(400, 150, 64) == CAL_TRUTH_EXACT);            /* 6.6e9 */
+    CHECK(truth_of(400, 350, 128) == CAL_TRUTH_CANDIDATES);      /* 2.3e10 */
+    CHECK(truth_of(400, 150, 64) == CAL_TRUTH_EXACT);            /* 4.9e9 */
 }
 
 static void test_calibrated_deep(void)
 {
-    check_calibrated_deep("cal-deep", 64, 24, 40, CAL_TRUTH_CANDIDATES);
+    check_calibrated_deep("cal-deep", 80, 24, 40, CAL_TRUTH_CANDIDATES);
     check_calibrated_deep("cal-heldout", 32, 24, 40, CAL_TRUTH_EXACT_HELDOUT);
     check_calibrated_deep("cal-short", 32, 4, 12, CAL_TRUTH_EXACT);
 }

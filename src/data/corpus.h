@@ -66,11 +66,16 @@ chimera_status data_queries_new(data_queries *q, const float *tokens, int64_t n,
                                 const int64_t *qlens, uint32_t m, chimera_error *err);
 void data_queries_free(data_queries *q);
 
-/* The lengths data_queries_sample draws from when m == 0 (uniformly, both included). */
+/* The lengths data_queries_sample draws from when m == 0, both included, log-uniformly:
+ * length L with probability ln((L + 1) / L) / ln((MAX + 1) / MIN), so that 38% of the
+ * queries have 4-8 tokens, 30% 9-16 and 31% 17-32 (data_queries_sample says why). */
 #define DATA_SAMPLE_MIN_LEN 4
 #define DATA_SAMPLE_MAX_LEN 32
-/* n pseudo-queries of m tokens (0: 4..32), each mixing one random non-empty document's
- * tokens with other documents' and perturbing them (see chimera_corpus_sample_queries). */
+/* The expected length of such a query (13.3 tokens). */
+double data_sample_mean_len(void);
+/* n pseudo-queries of m tokens (0: 4..32, as above), each mixing one random non-empty
+ * document's tokens with other documents' and perturbing them (see
+ * chimera_corpus_sample_queries). */
 chimera_status data_queries_sample(data_queries *q, const data_corpus *c, int64_t n, uint32_t m,
                                    uint64_t seed, chimera_error *err);
 
