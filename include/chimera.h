@@ -1349,12 +1349,12 @@ CHIMERA_API double chimera_results_eval_recall(const int64_t *run, uint32_t run_
 /* Pseudo-queries for tuning without a query log, made to resemble real queries rather
  * than copies of a document: each has a random target document; its length is m, or
  * with m = 0 log-uniform in 4..32 (since 0.14.0, before uniform: real query sets are
- * mostly short; 38% of 4-8 tokens, 30% of 9-16, 31% of 17-32, mean 13.3); each token is,
+ * mostly short; 38% of 4-8 tokens, 30% of 9-16, 31% of 17-32, mean 13.25); each token is,
  * with probability 0.95, a token of the target and otherwise one of another random
- * document (real queries bring words their document lacks), perturbed by random noise of relative norm 0.4..0.8 (per query) and
- * rescaled to the source token's norm, so that no query token equals a document token.
- * Deterministic for a seed. @return CHIMERA_OK, _INVALID_ARG (n <= 0, m > 4096), _EMPTY,
- * _NOMEM. */
+ * document (real queries bring words their document lacks), perturbed by random noise
+ * of relative norm 0.4..0.8 (per query) and rescaled to the source token's norm, so that
+ * no query token equals a document token. Deterministic for a seed.
+ * @return CHIMERA_OK, _INVALID_ARG (n <= 0, m > 4096), _EMPTY, _NOMEM. */
 CHIMERA_API chimera_status chimera_corpus_sample_queries(const chimera_corpus *corpus, int64_t n,
                                                          uint32_t m, uint64_t seed,
                                                          chimera_queries **out, chimera_error *err);

@@ -71,7 +71,7 @@ void data_queries_free(data_queries *q);
  * queries have 4-8 tokens, 30% 9-16 and 31% 17-32 (data_queries_sample says why). */
 #define DATA_SAMPLE_MIN_LEN 4
 #define DATA_SAMPLE_MAX_LEN 32
-/* The expected length of such a query (13.3 tokens). */
+/* The expected length of such a query (13.25 tokens). */
 double data_sample_mean_len(void);
 /* n pseudo-queries of m tokens (0: 4..32, as above), each mixing one random non-empty
  * document's tokens with other documents' and perturbing them (see
