@@ -740,18 +740,17 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
      *     the tuning queries stopped the k = 10 walk at 11 / 161 / 161, held out 0.9547
      *     (lower bound 0.9357), where queries of 4-16 tokens got 0.9325 and 547
      *     documents deep 0.960.
-     * So the setting doubles its probes or its depth (k_fullbit, with k_refine and
-     * k_interaction in proportion), whichever gains more held-out recall per modelled
-     * cost, while a doubling gains at least two held-out hits (one is noise: on deep19
-     * 40 -> 80 -> 128 probes gained one each) and half the mean's standard error (on a
-     * corpus at its bits' ceiling, deep19 at k = 100, doublings gained 0.001-0.003 for
-     * twice the cost each, which fresh queries did not see), and until the lower bound
-     * meets the
-     * target or, where the held-out queries are too few for that, the mean stands one
-     * standard error above it (each doubling doubles the search's cost, and a 95% bound
-     * from 64 queries of Recall@10 can ask for a mean of 0.99). A choice made on the
-     * held-out queries biases their report up, by no more than the last doubling's
-     * gain. */
+     * So the setting doubles its probes or its depth (k_fullbit, k_refine and
+     * k_interaction, each up to its cap), whichever gains more held-out recall per
+     * modelled cost, while a doubling gains at least two held-out hits (one is noise: on
+     * deep19 40 -> 80 -> 128 probes gained one each) and half the mean's standard error
+     * (on a corpus at its bits' ceiling, deep19 at k = 100, doublings gained 0.001-0.003
+     * for twice the cost each, which fresh queries did not see), and until the lower
+     * bound meets the target or, where the held-out queries are too few for that, the
+     * mean stands one standard error above it (each doubling doubles the search's cost,
+     * and a 95% bound from 64 queries of Recall@10 can ask for a mean of 0.99). A choice
+     * made on the held-out queries biases their report up, by no more than the last
+     * doubling's gain. */
     while (s == CHIMERA_OK && !met && res->n_heldout > 0 &&
            res->heldout_recall - (res->heldout_recall - res->heldout_low) / z < target) {
         chimera_search_params q[2] = {res->best, res->best};
