@@ -50,13 +50,23 @@ static void test_pseudo_queries(void)
     CHECK_OK(chimera_corpus_wrap(tok, N, D, lens, DOCS, NULL, NULL, &c, &err), &err);
     CHECK_OK(chimera_corpus_sample_queries(c, 200, 0, 7, &q, &err), &err);
     if (q) {
-        uint32_t lo = 1000, hi = 0;
+        uint32_t lo = 1000, hi = 0, short_ = 0, sum = 0;
         for (int64_t i = 0; i < chimera_queries_count(q); i++) {
             uint32_t m = chimera_queries_len(q, i);
             lo = m < lo ? m : lo;
             hi = m > hi ? m : hi;
+            short_ += m <= 8;
+            sum += m;
         }
         CHECKF(lo >= 4 && hi <= 32 && hi - lo >= 20, "lengths %u..%u, expected spread in 4..32", lo, hi);
+        /* log-uniform lengths: 38% of 4-8 tokens (uniform gave 17%), mean 13.25 (uniform
+         * 18); bounds three standard errors wide over 200 queries */
+        CHECKF(short_ >= 56 && short_ <= 98, "%u of 200 queries of 4-8 tokens, expected ~77",
+               short_);
+        CHECKF(sum >= 200 * 11.5 && sum <= 200 * 15.0, "mean length %.2f, expected ~13.25",
+               sum / 200.0);
+        CHECKF(fabs(data_sample_mean_len() - 13.2513) < 1e-3, "expected length %.4f",
+               data_sample_mean_len());
         /* perturbed, not copies: exact search of each query against the corpus scores
          * below a query made of exact copies (every max would be the token's norm^2) */
         int64_t ids[1];
