@@ -4,7 +4,9 @@
 # (numpy default_rng(3)), against exact search, for one or two chimera binaries (a
 # baseline build beside this one: their calibrations compared on the same data).
 # Prints per corpus and binary the calibration's seconds of the build and, per k, the
-# default it stored and its Recall@k (bench/RESULTS.md section 5.35).
+# default it stored and its Recall@k (bench/RESULTS.md section 5.35). Both indexes are
+# searched by CHIMERA: what differs is the calibration. Paths are taken from the
+# repository's root.
 # Usage: bench/short_queries.sh [WORKDIR] [CHIMERA] [BASELINE_CHIMERA] [REGEX]
 #   (default /tmp/short_queries, build/chimera, none; REGEX selects corpora by name)
 set -euo pipefail
@@ -46,8 +48,9 @@ PY
     for k in 10 100; do
       "$C" search "$d/idx.$v" --queries "$d/q_flat.npy" --qlens "$d/q_lens.npy" -k $k \
         --out "$d/r$k.$v.trec" >/dev/null
-      set=$(grep -o "k=$k .*--chunks" "$d/build.$v.log" | head -1 | awk '{ print $3 "/" $5 "/" $7 }')
-      out="$out | k=$k $set Recall@$k $(recall "$d/r$k.$v.trec" "$d/truth.trec" $k)"
+      stored=$(grep -o "k=$k .*--chunks" "$d/build.$v.log" | head -1 |
+               awk '{ print $3 "/" $5 "/" $7 }' || true)
+      out="$out | k=$k ${stored:-(not calibrated)} Recall@$k $(recall "$d/r$k.$v.trec" "$d/truth.trec" $k)"
     done
     echo "$out"
   done

@@ -502,7 +502,8 @@ void data_queries_free(data_queries *q)
  * and with lengths uniform in 4..32 (mean 18) a calibration that met 0.95 on average met
  * it through the long queries: on 10^7 generated tokens its k = 10 and 100 defaults got
  * 0.9485 and 0.9465 on the generator's queries cut to 4-16 tokens, though at each length
- * those queries did as well as the pseudo-queries or better (section 5.35). Log-uniform
+ * those queries did as well as the pseudo-queries or better, within noise (section
+ * 5.35). Log-uniform
  * lengths give each doubling of the length about the same share (38% of 4-8 tokens, 31%
  * of 17-32), as many short queries as a real set has, or more. */
 #define SAMPLE_P_TARGET 0.95

@@ -713,10 +713,11 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
          * shortfall, and keep growing from here. Beyond what a generous search reaches on
          * them: when the held-out mean meets the target, only the interval is too wide
          * (few held-out queries for the spread of their recall) and more steps would only
-         * make the setting dearer, so stop (so too when the target itself is beyond the
-         * ceiling); when the mean falls short of a target below the ceiling, grow on by
-         * the mean's shortfall, at most to the ceiling (stopping there left a default at
-         * Recall@100 0.93 where a dearer setting reached 0.97). */
+         * make the setting dearer, so the walk stops (so too when the target itself is
+         * beyond the ceiling; the held-out growth below then decides); when the mean
+         * falls short of a target below the ceiling, grow on by the mean's shortfall, at
+         * most to the ceiling (stopping there left a default at Recall@100 0.93 where a
+         * dearer setting reached 0.97). */
         double next = t + target - low + 0.002;
         if (ceiling > 0 && next > ceiling - 0.003) {
             if (mean < target && target < ceiling - 0.003) {
@@ -749,8 +750,8 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
      * bound meets the target or, where the held-out queries are too few for that, the
      * mean stands one standard error above it (each doubling doubles the search's cost,
      * and a 95% bound from 64 queries of Recall@10 can ask for a mean of 0.99). A choice
-     * made on the held-out queries biases their report up, by no more than the last
-     * doubling's gain. */
+     * made on the held-out queries biases their report up, by no more than what the
+     * growth gained over the mean it started from. */
     while (s == CHIMERA_OK && !met && res->n_heldout > 0 &&
            res->heldout_recall - (res->heldout_recall - res->heldout_low) / z < target) {
         chimera_search_params q[2] = {res->best, res->best};
@@ -774,7 +775,7 @@ chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tun
             double hits2 = 2.0 / ((double)h[i].n * k), se = (mean - res->heldout_low) / z;
             if (h[i].mean < mean + (hits2 > se / 2 ? hits2 : se / 2) - 1e-9) continue;
             double dc = cost[i] - base_cost > 1e-9 * base_cost ? cost[i] - base_cost
-                                                                : 1e-9 * base_cost;
+                                                                : 1e-9 * base_cost + 1e-12;
             gain[i] = (h[i].mean - mean) / dc;
             if (pick < 0 || gain[i] > gain[pick]) pick = i;
         }

@@ -64,7 +64,10 @@ typedef chimera_status (*sp_tune_cost_fn)(void *ctx, const chimera_search_params
  * (<= 0: unknown) is the tuning queries' recall at a generous setting: the walk stops
  * stepping once it is within 0.003 of it, gives up once a raised tuning target passes
  * it with no setting measured meeting it, and treats two steps without gain as the
- * plateau near it (three further below). res->points are the settings measured, each with
+ * plateau near it (three further below). Where it ends uncertified, the kept setting
+ * grows by the held-out queries: n_probe or the depth doubles while a doubling gains
+ * there, until the lower bound meets the target or the mean stands one standard error
+ * above it (tune.c says why). res->points are the settings measured, each with
  * its modelled queries/s (1e9 / cost) as qps; res->qps is the held-out check's measured
  * rate of res->best. */
 chimera_status sp_tune_grow_heldout(sp_tune_cost_fn eval, void *eval_ctx, sp_tune_check_fn check,
