@@ -1,7 +1,8 @@
-# The generated corpora that bench/recall_trust.sh and bench/tune_heldout.sh measure on
-# (bench/RESULTS.md sections 5.6, 5.27): dimensions 64-256, short to long documents, flat
-# to strongly clustered. One entry a corpus: its name, then `chimera gen`'s options.
-# Sourced from the repository root.
+# The generated corpora that bench/recall_trust.sh, bench/tune_heldout.sh and
+# bench/short_queries.sh measure on (bench/RESULTS.md sections 5.6, 5.27, 5.35): dimensions
+# 64-256, short to long documents, flat to strongly clustered. One entry a corpus: its
+# name, then `chimera gen`'s options.
+# Sourced from the repository root; also defines recall (below).
 corpora=(
   "d64-short-flat    --dim 64  --docs 20000 --min-len 8   --max-len 40  --topic-weight -1  --seed 11"
   "d96-clustered     --dim 96  --docs 20000                               --topic-weight 1.5 --topics 50 --seed 12"
@@ -11,3 +12,7 @@ corpora=(
   "d96-clust-short   --dim 96  --docs 20000 --min-len 8   --max-len 60  --topic-weight 1.5 --topics 30 --query-len 16 --seed 16"
   "d80-clust-small   --dim 80  --docs 2500  --min-len 8   --max-len 60  --topic-weight 1.5 --topics 30 --query-len 16 --seed 21"
 )
+
+# Recall@K of a TREC run against an exact one: recall RUN TRUTH K, with $C the chimera
+# binary of the script that sources this file.
+recall() { "$C" eval --run "$1" --truth "$2" -k "$3" | awk -v k="Recall@$3" '$1 == k { print $2 }'; }

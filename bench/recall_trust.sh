@@ -18,7 +18,6 @@ C=${2:-build/chimera}
 only=${3:-.}
 mkdir -p "$W"
 source bench/corpora.sh
-recall() { "$C" eval --run "$1" --truth "$2" -k "$3" | awk -v k="Recall@$3" '$1 == k { print $2 }'; }
 qps() { sed -n 's/.* \([0-9.]*\) queries\/s.*/\1/p' "$1" | head -1; }
 printf "%-18s %9s %12s | %-14s %-14s | %-22s %-22s | %-22s %-22s | %-9s %-24s %s\n" corpus \
   tokens "cal s (%)" "cal k=10" "cal k=100" "default R@10 (QPS)" "default R@100 (QPS)" \

@@ -17,7 +17,6 @@ BASE=${3:-}
 only=${4:-.}
 mkdir -p "$W"
 source bench/corpora.sh
-recall() { "$C" eval --run "$1" --truth "$2" -k "$3" | awk -v k="Recall@$3" '$1 == k { print $2 }'; }
 for line in "${corpora[@]}"; do
   set -- $line
   name=$1; shift

@@ -24,7 +24,6 @@ only=${REGEX:-.}
 mkdir -p "$W"
 source bench/corpora.sh
 C=${BINS[0]}
-recall() { "$C" eval --run "$1" --truth "$2" -k "$3" | awk -v k="Recall@$3" '$1 == k { print $2 }'; }
 printf "%-16s %4s %-4s %-24s %-16s %6s | %-8s %9s\n" corpus k bin "pick" "tune held-out" "tune s" \
   "H R@k" "H q/s"
 for line in "${corpora[@]}"; do
