@@ -564,16 +564,17 @@ static void test_cost_model(void)
     b = a;
     b.docs_touched *= 2;
     CHECK(sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) > base);
-    /* the exact re-rank of the full-bit scored documents: about twice their full-bit
-     * scoring (d = 128), and more at a larger d */
+    /* the exact re-rank of the full-bit scored documents: at 12 query tokens 1.2-3x their
+     * full-bit scoring (d = 128), and more at a larger d */
     b = a;
     b.n_reranked = b.n_fullbit;
     chimera_search_profile f2 = a;
     f2.n_fullbit *= 2;
-    double rr = sp_tune_cost(&b, &p, 1, 32, 128, 80, 0) - base;
-    double fb = sp_tune_cost(&f2, &p, 1, 32, 128, 80, 0) - base;
-    CHECKF(rr > 1.5 * fb && rr < 3 * fb, "re-rank %g, full-bit %g", rr, fb);
-    CHECK(sp_tune_cost(&b, &p, 1, 32, 256, 80, 0) - sp_tune_cost(&a, &p, 1, 32, 256, 80, 0) > rr);
+    double base12 = sp_tune_cost(&a, &p, 1, 12, 128, 80, 0);
+    double rr = sp_tune_cost(&b, &p, 1, 12, 128, 80, 0) - base12;
+    double fb = sp_tune_cost(&f2, &p, 1, 12, 128, 80, 0) - base12;
+    CHECKF(rr > 1.2 * fb && rr < 3 * fb, "re-rank %g, full-bit %g", rr, fb);
+    CHECK(sp_tune_cost(&b, &p, 1, 12, 256, 80, 0) - sp_tune_cost(&a, &p, 1, 12, 256, 80, 0) > rr);
     chimera_search_params q = p;
     q.n_probe = 16;
     CHECK(sp_tune_cost(&a, &q, 1, 32, 128, 80, 0) > base);
@@ -652,18 +653,46 @@ static void test_cost_model(void)
     double c_half = sp_tune_cost(&half, &p, 2, 64, 128, 80, 50000);
     CHECKF(fabs(c_half - 0.5 * (c_walk + c_sel)) < 1e-9 * c_half, "half walked %g, want %g",
            c_half, 0.5 * (c_walk + c_sel));
-    /* a 1-bit scored document costs about half a full-bit one at every width (both take
-     * the maxima with one 8-bit query; bench/RESULTS.md 5.20), not the fifth their
-     * bytes would say, and a probe costs a few documents' scoring */
+    /* a 1-bit scored document costs 0.5-0.95 of a full-bit one at every width and query
+     * length (both take the maxima with one 8-bit query, bench/RESULTS.md 5.36), not the
+     * fifth their bytes would say; and a document token costs the same order for a
+     * query of 4 tokens as for one of 16 (the kernels take 16 query tokens a vector):
+     * at 4 tokens more than half what it costs at 16, less than that at 32 */
     const uint32_t dims[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {
         chimera_search_params none = {0};
         chimera_search_profile one = {.n_scored1 = 100}, full = {.n_fullbit = 100};
-        double r = sp_tune_cost(&one, &none, 1, 32, dims[i], 80, 0) /
-                   sp_tune_cost(&full, &none, 1, 32, dims[i], 80, 0);
-        CHECKF(r > 0.35 && r < 0.75, "d = %u: a 1-bit scored document %.2f of a full-bit one",
-               dims[i], r);
+        const int64_t lens[] = {4, 8, 16, 32};
+        for (int j = 0; j < 4; j++) {
+            double r = sp_tune_cost(&one, &none, 1, lens[j], dims[i], 80, 0) /
+                       sp_tune_cost(&full, &none, 1, lens[j], dims[i], 80, 0);
+            CHECKF(r > 0.5 && r < 0.95, "d = %u, m = %lld: a 1-bit scored document %.2f of a "
+                   "full-bit one", dims[i], (long long)lens[j], r);
+        }
+        double c4 = sp_tune_cost(&full, &none, 1, 4, dims[i], 80, 0);
+        double c16 = sp_tune_cost(&full, &none, 1, 16, dims[i], 80, 0);
+        double c32 = sp_tune_cost(&full, &none, 1, 32, dims[i], 80, 0);
+        CHECKF(c4 > 0.5 * c16 && c16 > 0.5 * c32 && c32 > c16 && c16 > c4,
+               "d = %u: a full-bit document %g ns at m = 4, %g at 16, %g at 32", dims[i], c4,
+               c16, c32);
     }
+    /* with S outgrowing the cache (K = 99,328), a document scored by a query that did
+     * not walk costs more than one scored by a query that walked; at K = 8,000 the same */
+    chimera_search_profile fs = {.n_fullbit = 100, .n_probed = 8}, fw = fs;
+    fw.n_walked = 8;
+    chimera_search_params none = {.n_probe = 8};
+    double sel_doc = sp_tune_cost(&fs, &none, 1, 10, 128, 80, 99328) -
+                     sp_tune_cost(&(chimera_search_profile){.n_probed = 8}, &none, 1, 10, 128,
+                                  80, 99328);
+    double walk_doc = sp_tune_cost(&fw, &none, 1, 10, 128, 80, 99328) -
+                      sp_tune_cost(&(chimera_search_profile){.n_probed = 8, .n_walked = 8},
+                                   &none, 1, 10, 128, 80, 99328);
+    double small_sel = sp_tune_cost(&fs, &none, 1, 10, 128, 80, 8000) -
+                       sp_tune_cost(&(chimera_search_profile){.n_probed = 8}, &none, 1, 10,
+                                    128, 80, 8000);
+    CHECKF(sel_doc > 1.1 * walk_doc && fabs(small_sel - walk_doc) < 1e-9 * walk_doc,
+           "100 documents: %g (not walked, K = 99,328), %g (walked), %g (K = 8,000)", sel_doc,
+           walk_doc, small_sel);
 }
 
 /* The walk keeps the start's k_refine and k_interaction per k_fullbit on every setting

@@ -354,11 +354,13 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 /* ---- the cost model ------------------------------------------------------------------- */
 
 /* Nanoseconds of one core per unit of work, measured on the CPU backend (4-bit full-bit
- * codes, AVX-512 VNNI: Intel Sapphire Rapids) with `chimera search --profile --threads
- * 1` over settings that move one count at a time, on seven generated corpora of d = 64
- * to 256 (0.13-1.65M tokens; bench/RESULTS.md section 5.20), each cost fitted as a
- * fixed part and a part per dimension. Only their ratios matter to a choice between
- * settings, and those hold across machines better than the times do:
+ * codes, AVX-512 VNNI: Intel Sapphire Rapids, the documents' terms since 0.14.1 on AMD
+ * Zen 4) with `chimera search --profile --threads 1` over settings that move one count
+ * at a time, on seven generated corpora of d = 64 to 256 (0.13-1.65M tokens;
+ * bench/RESULTS.md section 5.20), each cost fitted as a fixed part and a part per
+ * dimension. Only their ratios matter to a choice between settings, and those hold
+ * across machines better than the times do (on Zen 4 the generate stage, the lazy rows
+ * and the full S came within 15% of this model at 10^7 tokens, section 5.35):
  *   probe    per query token and probe selected from the scores of every centroid
  *            (the top-n_probe selection grows with the probes it must return, and
  *            since 0.12.0 each 1.25 candidates a probe are scored again in float from
@@ -371,11 +373,26 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *   entry    per posting entry given a 1-bit estimate (computing it, grouping it by
  *            document): 12 ns at d = 64, 18 at 256;
  *   touched  per document seen in refinement (its slot, the k_refine selection);
- *   pair1    per (document token, query token) pair of 1-bit scoring: 0.85 ns at d = 64,
- *            2.0 at 256;
- *   pairB    the same at full bits: 1.6 ns at d = 64, 3.5 at 256 (both kernels take each
- *            query token's maximum with the same 8-bit query, so a 1-bit scored document
- *            costs about half a full-bit one, not the fifth its bytes suggest);
+ *   doc1     per document token 1-bit scored, a part per token and a part per query
+ *            token: (10.1 + 0.044 d) + m (0.047 + 0.0063 d) ns for a query of m tokens;
+ *   docB     the same at full bits: (6.6 + 0.155 d) + m (0.11 + 0.0050 d) ns. Both
+ *            were refitted on a 2-core AMD EPYC (Zen 4, AVX-512 VNNI) from nine
+ *            generated corpora at m = 4, 8, 16 and 32 (bench/cost_by_length.py,
+ *            bench/RESULTS.md section 5.36): the kernels score 16 query tokens a vector
+ *            (8 in the two-token form of m <= 8), so a document token's unpacking, its
+ *            factors and the estimate's epilogue cost the same for 4 query tokens as
+ *            for 16, and at the 4-16 tokens real queries have, a document costs 2-3x
+ *            what a price per pair fitted at m = 32 said (section 5.20's, 0.98 +
+ *            0.0099 d ns a pair at full bits), which made depth look cheap next to
+ *            probes. Both kernels take each query token's maximum with the same 8-bit
+ *            query, so a 1-bit scored document costs 0.6-0.9 of a full-bit one, not
+ *            the fifth its bytes suggest;
+ *   S read   per document token scored with the centroid scores of every centroid (a
+ *            query that did not walk) where those rows (64 bytes of 16 query tokens
+ *            each) outgrow the core's 2 MiB: the token's row is a random read, 13 ns
+ *            at 10^7 tokens (K = 99,328: 43-50 ns a token against 34-40 at K = 8,256,
+ *            queries of 8-16 tokens, section 5.36), taken as 10 ns times the share of
+ *            the rows beyond 2 MiB (32,768 rows; none measured at K = 33,152);
  *   pairCI   per pair of centroid interaction (a table lookup and a max, whatever d):
  *            0.4 ns at d = 96 and 384, on every refined document when it runs;
  *   row      per centroid-score row computed one by one for the scored documents'
@@ -401,8 +418,9 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *   rerank   per (document token, query token) pair and dimension of the exact re-rank
  *            (chimera_search_profile.n_reranked): 1.15-1.5 ms a query of 12 tokens at
  *            depth 300 on a real corpus of 78-token documents, d = 128 (bench/RESULTS.md
- *            section 5.15), 0.033-0.042 ns; about twice a full-bit pair, so a walk that
- *            tunes with the re-rank on (a target of 0.99) prices its depth at what it
+ *            section 5.15), 0.033-0.042 ns; at 12 query tokens 1.7x a full-bit document
+ *            token, so a walk that tunes with the re-rank on (a target of 0.99) prices
+ *            its depth at what it
  *            costs.
  * The last three are the same for every setting where no query walks (a small index),
  * and matter where probe=auto walks for shallow settings and scores every centroid for
@@ -415,10 +433,16 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_ENTRY 10.6
 #define COST_ENTRY_DIM 0.028
 #define COST_TOUCHED 8.0
-#define COST_PAIR1 0.46
-#define COST_PAIR1_DIM 0.0061
-#define COST_PAIRB 0.98
-#define COST_PAIRB_DIM 0.0099
+#define COST_TOK1 10.1
+#define COST_TOK1_DIM 0.044
+#define COST_PAIR1 0.047
+#define COST_PAIR1_DIM 0.0063
+#define COST_TOKB 6.6
+#define COST_TOKB_DIM 0.155
+#define COST_PAIRB 0.11
+#define COST_PAIRB_DIM 0.0050
+#define COST_S_READ 10.0
+#define COST_S_CACHE_ROWS 32768.0 /* 2 MiB of 64-byte rows */
 #define COST_PAIR_CI 0.4
 #define COST_ROW_DIM 0.094
 #define COST_WALK 1300.0
@@ -449,14 +473,20 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m / nq; /* per document, over the queries */
+    /* a document token's random read of its row of S, for the queries that scored every
+     * centroid, where S outgrows the core's cache */
+    double s_far = n_clusters > COST_S_CACHE_ROWS ? 1 - COST_S_CACHE_ROWS / n_clusters : 0;
+    double s_read = COST_S_READ * s_far * (1 - walk_share);
+    double tok1 = COST_TOK1 + COST_TOK1_DIM * d + (COST_PAIR1 + COST_PAIR1_DIM * d) * m + s_read;
+    double tokB = COST_TOKB + COST_TOKB_DIM * d + (COST_PAIRB + COST_PAIRB_DIM * d) * m + s_read;
     /* the documents 1-bit scored as counted (none where full-bit scoring covered the
      * refined ones, pipeline.h); centroid interaction, where the setting asks for it,
      * reads every refined document */
     int ci = p->k_interaction && p->k_interaction < p->k_refine;
     double scored1 = (double)prof->n_scored1;
     double interaction = ci ? COST_PAIR_CI * pairs * (double)prof->n_refined : 0;
-    double score1 = (COST_PAIR1 + COST_PAIR1_DIM * d) * pairs * scored1;
-    double fullbit = (COST_PAIRB + COST_PAIRB_DIM * d) * pairs * (double)prof->n_fullbit;
+    double score1 = tok1 * doc_len / nq * scored1;
+    double fullbit = tokB * doc_len / nq * (double)prof->n_fullbit;
     double rows = COST_ROW_DIM * m * d * (double)prof->n_rows / nq;
     double rerank = COST_RERANK_DIM * d * pairs * (double)prof->n_reranked;
     return probe + seed + full_s + entries + touched + interaction + score1 + fullbit + rows +
