@@ -163,8 +163,8 @@ extern "C" {
 
 #define CHIMERA_VERSION_MAJOR 0
 #define CHIMERA_VERSION_MINOR 14
-#define CHIMERA_VERSION_PATCH 0
-#define CHIMERA_VERSION_STRING "0.14.0"
+#define CHIMERA_VERSION_PATCH 1
+#define CHIMERA_VERSION_STRING "0.14.1"
 
 /* The most threads a call accepts (n_threads in the options structs below, which must be
  * 0..CHIMERA_MAX_THREADS): a bound that turns a mistyped count into an error instead of
