@@ -540,11 +540,11 @@ typedef struct chimera_build_report {
  * cheapest setting measured only when the lower bound of the 95% interval of its recall
  * on the held-out queries (two thirds; a third for k = 100) meets 0.95, raising the
  * walk's target otherwise; where the index's bits (or the interval's width) do not allow
- * it, the best setting found is kept with reached = 0. It costs 96 to 192
- * pseudo-queries' searches (phase "calibrate": 1.5-5 CPU seconds; bench/RESULTS.md
+ * it, the best setting found is kept with reached = 0. It costs 96 to 480
+ * pseudo-queries' searches (phase "calibrate": 1.5-11 s on two cores; bench/RESULTS.md
  * section 5.32 measures 6-26% of the build on 0.45-1.65M-token corpora and 42-52% on
- * 0.13-0.23M-token ones, whose builds take 2-3.5 s; the count stops growing at 3.8M
- * tokens, and the share falls beyond: 5.5% at 10^7).
+ * 0.13-0.23M-token ones, whose builds take 2-3.5 s; the count grows with the tokens up
+ * to 9.6M, since 0.14.1, and section 5.36 measures 5% at 10^7).
  * The defaults are stored in the manifest, survive add and delete, and are no longer
  * used once a fifth of the documents changed (like tuned profiles);
  * chimera_index_info_read reports them.

@@ -1685,7 +1685,13 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
  * generous search hold the exact top-k but for a rare document. The queries are as many
  * as CAL_TOKENS_PER_QUERY tokens of corpus pay for, between CAL_MIN_QUERIES and
  * CAL_MAX_QUERIES: every trial is a search of a third of them, so the cost grows with
- * the query count, while the build's grows with the tokens.
+ * the query count, while the build's grows with the tokens. The most was 192 until
+ * 0.14.1: on 10^7 tokens the k = 100 walk then tuned on 32 queries, and per-query
+ * Recall@100 has a heavy tail (4 of those 32 got 0.10-0.68 at 11 / 452 / 452, against
+ * 4% of the sample's other queries below 0.8), so its tuning recall there was 0.919
+ * where the whole sample's was 0.958 (exact truth), and it went to 1,019 documents;
+ * with 480 (80 tuning queries) it stops at 679, and the calibration takes 5% of that
+ * build, 11 s of 216 (bench/RESULTS.md 5.36).
  *
  * k = 100 uses half of them (the first half: a sixth tunes, a third checks). A query's
  * Recall@100 averages 100 hits, so it varies far less from query to query than its
@@ -1737,7 +1743,7 @@ chimera_status chimera_index_tune_heldout(const chimera_index *index, const chim
  * walk's raised targets absorb (bench/RESULTS.md 5.33). */
 #define CAL_TARGET 0.95
 #define CAL_MIN_QUERIES 96
-#define CAL_MAX_QUERIES 192
+#define CAL_MAX_QUERIES 480
 #define CAL_TOKENS_PER_QUERY 20000
 #define CAL_POOL 3
 #define CAL_DEEP_SHARE 15
