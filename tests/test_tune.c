@@ -655,15 +655,16 @@ static void test_cost_model(void)
            c_half, 0.5 * (c_walk + c_sel));
     /* a 1-bit scored document costs 0.5-0.95 of a full-bit one at every width and query
      * length (both take the maxima with one 8-bit query, bench/RESULTS.md 5.36), not the
-     * fifth their bytes would say; and a document token costs the same order for a
-     * query of 4 tokens as for one of 16 (the kernels take 16 query tokens a vector):
-     * at 4 tokens more than half what it costs at 16, less than that at 32 */
+     * fifth their bytes would say, also past the 32 query tokens measured (where the
+     * fitted slopes alone would cross); and a document token costs the same order for
+     * a query of 4 tokens as for one of 16 (the kernels take 16 query tokens a vector):
+     * at 4 tokens more than half what it costs at 16, at 16 more than half of 32 */
     const uint32_t dims[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {
         chimera_search_params none = {0};
         chimera_search_profile one = {.n_scored1 = 100}, full = {.n_fullbit = 100};
-        const int64_t lens[] = {4, 8, 16, 32};
-        for (int j = 0; j < 4; j++) {
+        const int64_t lens[] = {4, 8, 16, 32, 128};
+        for (int j = 0; j < 5; j++) {
             double r = sp_tune_cost(&one, &none, 1, lens[j], dims[i], 80, 0) /
                        sp_tune_cost(&full, &none, 1, lens[j], dims[i], 80, 0);
             CHECKF(r > 0.5 && r < 0.95, "d = %u, m = %lld: a 1-bit scored document %.2f of a "
@@ -672,7 +673,7 @@ static void test_cost_model(void)
         double c4 = sp_tune_cost(&full, &none, 1, 4, dims[i], 80, 0);
         double c16 = sp_tune_cost(&full, &none, 1, 16, dims[i], 80, 0);
         double c32 = sp_tune_cost(&full, &none, 1, 32, dims[i], 80, 0);
-        CHECKF(c4 > 0.5 * c16 && c16 > 0.5 * c32 && c32 > c16 && c16 > c4,
+        CHECKF(c4 > 0.5 * c16 && c16 > 0.5 * c32,
                "d = %u: a full-bit document %g ns at m = 4, %g at 16, %g at 32", dims[i], c4,
                c16, c32);
     }

@@ -374,25 +374,29 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            document): 12 ns at d = 64, 18 at 256;
  *   touched  per document seen in refinement (its slot, the k_refine selection);
  *   doc1     per document token 1-bit scored, a part per token and a part per query
- *            token: (10.1 + 0.044 d) + m (0.047 + 0.0063 d) ns for a query of m tokens;
+ *            token: (10.1 + 0.044 d) + m (0.047 + 0.0063 d) ns for a query of m <= 32
+ *            tokens, and beyond 32 that of 32 times m / 32 (the longest measured; the
+ *            kernels take more query tokens in more passes of the same work);
  *   docB     the same at full bits: (6.6 + 0.155 d) + m (0.11 + 0.0050 d) ns. Both
  *            were refitted on a 2-core AMD EPYC (Zen 4, AVX-512 VNNI) from nine
  *            generated corpora at m = 4, 8, 16 and 32 (bench/cost_by_length.py,
  *            bench/RESULTS.md section 5.36): the kernels score 16 query tokens a vector
  *            (8 in the two-token form of m <= 8), so a document token's unpacking, its
  *            factors and the estimate's epilogue cost the same for 4 query tokens as
- *            for 16, and at the 4-16 tokens real queries have, a document costs 2-3x
- *            what a price per pair fitted at m = 32 said (section 5.20's, 0.98 +
- *            0.0099 d ns a pair at full bits), which made depth look cheap next to
- *            probes. Both kernels take each query token's maximum with the same 8-bit
- *            query, so a 1-bit scored document costs 0.6-0.9 of a full-bit one, not
- *            the fifth its bytes suggest;
- *   S read   per document token scored with the centroid scores of every centroid (a
- *            query that did not walk) where those rows (64 bytes of 16 query tokens
- *            each) outgrow the core's 2 MiB: the token's row is a random read, 13 ns
- *            at 10^7 tokens (K = 99,328: 43-50 ns a token against 34-40 at K = 8,256,
- *            queries of 8-16 tokens, section 5.36), taken as 10 ns times the share of
- *            the rows beyond 2 MiB (32,768 rows; none measured at K = 33,152);
+ *            for 16; at 4-8 query tokens a document costs 2-3x what section 5.20's
+ *            price per pair (0.98 + 0.0099 d ns at full bits, fitted at m = 32) said,
+ *            at 16 about as much, which made depth look cheap next to probes for the
+ *            short queries. Both kernels take each query token's maximum with the same
+ *            8-bit query, so a 1-bit scored document costs 0.55-1.0 of a full-bit one
+ *            (measured), not the fifth its bytes suggest;
+ *   S read   per document token full-bit scored against the centroid scores of every
+ *            centroid (a query that did not walk), where S (K rows of m floats)
+ *            outgrows the caches: the token's row is a random read. At 10^7 tokens (K
+ *            = 99,328, S of 3-6 MiB at m = 8-16) a full-bit token cost 9-10 ns more
+ *            than at K = 8,256 and at K = 33,152 (S of 1-2 MiB) nothing more (section
+ *            5.36; the 1-bit kernel's difference, +4 and -1 ns, is within noise): 20 ns
+ *            times the share of S beyond 2 MiB, 9.5 ns at K = 99,328 and m = 10. The
+ *            2 MiB is where the measurements put the step, not a cache's size;
  *   pairCI   per pair of centroid interaction (a table lookup and a max, whatever d):
  *            0.4 ns at d = 96 and 384, on every refined document when it runs;
  *   row      per centroid-score row computed one by one for the scored documents'
@@ -420,9 +424,9 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            depth 300 on a real corpus of 78-token documents, d = 128 (bench/RESULTS.md
  *            section 5.15), 0.033-0.042 ns; at 12 query tokens 1.7x a full-bit document
  *            token, so a walk that tunes with the re-rank on (a target of 0.99) prices
- *            its depth at what it
- *            costs.
- * The last three are the same for every setting where no query walks (a small index),
+ *            its depth at what it costs.
+ * Walk, seed and full S are the same for every setting where no query walks (a small
+ * index),
  * and matter where probe=auto walks for shallow settings and scores every centroid for
  * deep ones (cpu_backend.c). Before them a walk was priced as a selection and the full
  * scores as nothing, so deep settings looked cheap next to shallow ones; the K rows a
@@ -441,8 +445,9 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
 #define COST_TOKB_DIM 0.155
 #define COST_PAIRB 0.11
 #define COST_PAIRB_DIM 0.0050
-#define COST_S_READ 10.0
-#define COST_S_CACHE_ROWS 32768.0 /* 2 MiB of 64-byte rows */
+#define COST_S_READ 20.0
+#define COST_S_NEAR_BYTES 2097152.0 /* 2 MiB */
+#define COST_DOC_M_MAX 32.0
 #define COST_PAIR_CI 0.4
 #define COST_ROW_DIM 0.094
 #define COST_WALK 1300.0
@@ -467,18 +472,23 @@ double sp_tune_cost(const chimera_search_profile *prof, const chimera_search_par
     /* the shares of the queries that walked and that scored every centroid, by their
      * probes */
     double walk_share = probed > 0 ? walked / probed : 0;
+    double full_share = probed > 0 ? 1 - walk_share : 0;
     double seed =
         COST_SEED_DIM * m * d * COST_SEED_PER_ROOT * sqrt((double)n_clusters) * walk_share;
-    double full_s = probed > 0 ? COST_FULL_S_DIM * m * d * n_clusters * (1 - walk_share) : 0;
+    double full_s = COST_FULL_S_DIM * m * d * n_clusters * full_share;
     double entries = (COST_ENTRY + COST_ENTRY_DIM * d) * (double)prof->tokens_refined / nq;
     double touched = COST_TOUCHED * (double)prof->docs_touched / nq;
     double pairs = doc_len * m / nq; /* per document, over the queries */
-    /* a document token's random read of its row of S, for the queries that scored every
-     * centroid, where S outgrows the core's cache */
-    double s_far = n_clusters > COST_S_CACHE_ROWS ? 1 - COST_S_CACHE_ROWS / n_clusters : 0;
-    double s_read = COST_S_READ * s_far * (1 - walk_share);
-    double tok1 = COST_TOK1 + COST_TOK1_DIM * d + (COST_PAIR1 + COST_PAIR1_DIM * d) * m + s_read;
-    double tokB = COST_TOKB + COST_TOKB_DIM * d + (COST_PAIRB + COST_PAIRB_DIM * d) * m + s_read;
+    /* a document token's part per query token, to 32 query tokens (the longest measured)
+     * and in proportion beyond; the random read of its row of S, for the queries that
+     * scored every centroid, where S outgrows the caches */
+    double md = m < COST_DOC_M_MAX ? m : COST_DOC_M_MAX, beyond = m > md ? m / md : 1;
+    double s_bytes = 4.0 * m * n_clusters;
+    double s_far = s_bytes > COST_S_NEAR_BYTES ? 1 - COST_S_NEAR_BYTES / s_bytes : 0;
+    double tok1 = COST_TOK1 + COST_TOK1_DIM * d + (COST_PAIR1 + COST_PAIR1_DIM * d) * md;
+    double tokB = COST_TOKB + COST_TOKB_DIM * d + (COST_PAIRB + COST_PAIRB_DIM * d) * md;
+    tok1 *= beyond;
+    tokB = tokB * beyond + COST_S_READ * s_far * full_share;
     /* the documents 1-bit scored as counted (none where full-bit scoring covered the
      * refined ones, pipeline.h); centroid interaction, where the setting asks for it,
      * reads every refined document */
