@@ -4,16 +4,18 @@
 
 The tuning cost model (src/search/tune.c) prices 1-bit and full-bit scoring per document
 token. A document token's codes are unpacked once per query whatever the query's length
-and the kernels take 16 query tokens a vector, so its time is about a + m b for
-queries of m tokens, with a (unpacking, factors, the estimate's epilogue, the token's
-row of centroid scores) most of it at the 4-16 tokens of real queries. For each corpus
-directory (an index in DIR/idx, its generated queries in DIR/queries.npy) this cuts the
-queries to 4, 8, 16 and 32 tokens (where they have them), runs `chimera search
---profile --threads 1 --probe brute` (every centroid scored: no centroid-score rows
-computed one by one inside scoring's time) at a full-bit-only setting (covered:
-k_refine = k_fullbit) and a 1-bit one, the least of three runs, and fits a and b per
-corpus by least squares over the lengths. Prints them with the index's tokens and
-centroids (bench/RESULTS.md section 5.36).
+and the kernels take 16 query tokens a vector, so its time is about a + m b for queries
+of m tokens, with a (unpacking, factors, the estimate's epilogue, the token's row of
+centroid scores) most of it at the 4-16 tokens of real queries. For each corpus
+directory (an index in DIR/idx, its generated queries in DIR/queries.npy [n, m, dim],
+its DIR/doclens.npy) this cuts the queries to 4, 8, 16 and 32 tokens (where they have
+them), runs `chimera search --profile --threads 1 --probe brute` (every centroid scored:
+no centroid-score rows computed one by one inside scoring's time) at a full-bit-only
+setting (covered: k_refine = k_fullbit) and a 1-bit one, the least of three runs, and
+fits a and b per corpus by least squares over the lengths. Per document token means per
+token of the corpus's mean document, as the cost model counts them (the documents scored
+may be longer than the mean). Prints them with the index's tokens and centroids
+(bench/RESULTS.md section 5.36).
 
   python3 bench/cost_by_length.py build/chimera DIR...
 """
@@ -56,6 +58,8 @@ def run(chimera, idx, qflat, qlens, setting):
 def corpus(chimera, d, tmp):
     name = os.path.basename(d.rstrip("/"))
     q = np.load(f"{d}/queries.npy")
+    if q.ndim != 3:
+        sys.exit(f"{d}/queries.npy: want padded queries [n, m, dim], got shape {q.shape}")
     doclens = np.load(f"{d}/doclens.npy", mmap_mode="r")
     doc_len, n_tokens = float(doclens.mean()), int(doclens.sum())
     K = int(num(r"clusters\s+(\d+);", subprocess.run([chimera, "info", f"{d}/idx"],
@@ -73,6 +77,9 @@ def corpus(chimera, d, tmp):
         f, o = run(chimera, f"{d}/idx", flat, lens, FULL), run(chimera, f"{d}/idx", flat, lens, ONE)
         # ns per document token: full-bit from the covered run, 1-bit from the other
         rows.append((m, f["fb"] * 1e6 / (f["nfb"] * doc_len), o["s1"] * 1e6 / (o["sc1"] * doc_len)))
+    if len(rows) < 2:
+        sys.exit(f"{name}: queries of {q.shape[1]} tokens give fewer than two of the lengths "
+                 f"{LENGTHS} to fit over")
     ms = np.array([r[0] for r in rows], dtype=float)
     A = np.vstack([np.ones_like(ms), ms]).T
     (fa, fb), *_ = np.linalg.lstsq(A, np.array([r[1] for r in rows]), rcond=None)
