@@ -426,12 +426,11 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            token, so a walk that tunes with the re-rank on (a target of 0.99) prices
  *            its depth at what it costs.
  * Walk, seed and full S are the same for every setting where no query walks (a small
- * index),
- * and matter where probe=auto walks for shallow settings and scores every centroid for
- * deep ones (cpu_backend.c). Before them a walk was priced as a selection and the full
- * scores as nothing, so deep settings looked cheap next to shallow ones; the K rows a
- * walk that switched to the full S counts (row, above) still price that switch at 7x
- * the full S's cost. */
+ * index), and matter where probe=auto walks for shallow settings and scores every
+ * centroid for deep ones (cpu_backend.c). Before them a walk was priced as a selection
+ * and the full scores as nothing, so deep settings looked cheap next to shallow ones;
+ * the K rows a walk that switched to the full S counts (row, above) still price that
+ * switch at 7x the full S's cost. */
 #define COST_PROBE 409.0
 #define COST_PROBE_DIM 3.1
 #define COST_ENTRY 10.6
