@@ -387,7 +387,7 @@ chimera_status sp_tune_heldout(sp_tune_eval_fn eval, void *eval_ctx, sp_tune_che
  *            price per pair (0.98 + 0.0099 d ns at full bits, fitted at m = 32) said,
  *            at 16 about as much, which made depth look cheap next to probes for the
  *            short queries. Both kernels take each query token's maximum with the same
- *            8-bit query, so a 1-bit scored document costs 0.55-1.0 of a full-bit one
+ *            8-bit query, so a 1-bit scored document costs 0.5-1.1 of a full-bit one
  *            (measured), not the fifth its bytes suggest;
  *   S read   per document token full-bit scored against the centroid scores of every
  *            centroid (a query that did not walk), where S (K rows of m floats)
